@@ -1,0 +1,302 @@
+#include "backends/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "backends/cpu/kernels.h"
+#include "base/check.h"
+
+namespace g4 {
+namespace {
+
+template <class... Ts>
+struct Overloaded : Ts... { using Ts::operator()...; };
+template <class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;
+
+class CpuExecutable : public Executable {
+ public:
+  CpuExecutable(const Graph& graph, int num_tokens, int num_output_rows)
+      : graph_(graph), num_tokens_(num_tokens), num_out_(num_output_rows) {
+    Plan();
+  }
+
+  void Run(const StepInput& in, KvCache& cache) override;
+
+  OutputView Output(const std::string& name) const override {
+    auto it = outputs_.find(name);
+    if (it == outputs_.end()) return {};
+    const Node& n = graph_.node(it->second);
+    return OutputView{buffers_[buffer_of_[it->second]].data(), RowsOf(n), n.cols};
+  }
+
+ private:
+  int RowsOf(const Node& n) const { return n.rows == Rows::kTokens ? num_tokens_ : num_out_; }
+  float* Buf(int node) { return buffers_[buffer_of_[node]].data(); }
+  void Plan();
+  void RunAttention(const AttentionOp& op, const float* q, const float* k, const float* v, float* out,
+                    const StepInput& in, KvCache& cache);
+  void RunMoE(const MoEOp& op, const float* y, const float* r, float* out, int rows);
+
+  const Graph graph_;
+  const int num_tokens_, num_out_;
+  std::vector<std::vector<float>> buffers_;
+  std::vector<int> buffer_of_;       // node -> buffer index (-1: no output)
+  std::map<std::string, int> outputs_;
+  // Scratch, sized at plan time or grown on first use only.
+  std::vector<float> scratch_;       // one converted weight row (max K)
+  std::vector<float> scores_;        // attention scores of one query
+  std::vector<int32_t> seq_first_;   // per token: index of its sequence's first step token
+  std::vector<float> moe_scratch_;
+};
+
+void CpuExecutable::Plan() {
+  const auto& nodes = graph_.nodes();
+  const int n = static_cast<int>(nodes.size());
+  std::vector<int> last_use(n, -1);
+  for (int i = 0; i < n; ++i)
+    for (int in : nodes[i].inputs) last_use[in] = i;
+  for (int i = 0; i < n; ++i)
+    if (!nodes[i].name.empty()) {
+      last_use[i] = n;  // exported: never freed
+      outputs_[nodes[i].name] = i;
+    }
+  buffer_of_.assign(n, -1);
+  std::vector<size_t> capacity;
+  std::vector<int> free_list;
+  size_t max_k = 1;
+  for (int i = 0; i < n; ++i) {
+    const Node& node = nodes[i];
+    for (int in : node.inputs) max_k = std::max<size_t>(max_k, nodes[in].cols);
+    if (node.cols > 0) {
+      const size_t need = static_cast<size_t>(RowsOf(node)) * node.cols;
+      // Best fit among free buffers, else a new one.
+      int best = -1;
+      for (size_t f = 0; f < free_list.size(); ++f) {
+        const int b = free_list[f];
+        if (capacity[b] >= need && (best < 0 || capacity[b] < capacity[free_list[best]])) best = static_cast<int>(f);
+      }
+      if (best >= 0) {
+        buffer_of_[i] = free_list[best];
+        free_list.erase(free_list.begin() + best);
+      } else {
+        buffer_of_[i] = static_cast<int>(capacity.size());
+        capacity.push_back(need);
+      }
+    }
+    for (int in : node.inputs)  // release inputs after their last reader (once, even if read twice)
+      if (last_use[in] == i && buffer_of_[in] >= 0 &&
+          std::find(free_list.begin(), free_list.end(), buffer_of_[in]) == free_list.end())
+        free_list.push_back(buffer_of_[in]);
+    if (node.cols > 0 && last_use[i] < 0) free_list.push_back(buffer_of_[i]);  // unused output
+  }
+  buffers_.resize(capacity.size());
+  for (size_t b = 0; b < capacity.size(); ++b) buffers_[b].assign(std::max<size_t>(capacity[b], 1), 0.0f);
+  scratch_.assign(max_k, 0.0f);
+  seq_first_.assign(num_tokens_, 0);
+}
+
+void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
+  G4_CHECK(static_cast<int>(in.tokens.size()) == num_tokens_ && in.positions.size() == in.tokens.size() &&
+           in.seq_ids.size() == in.tokens.size() && static_cast<int>(in.output_rows.size()) == num_out_);
+  for (int t = 0; t < num_tokens_; ++t) {
+    const bool first = t == 0 || in.seq_ids[t] != in.seq_ids[t - 1];
+    seq_first_[t] = first ? t : seq_first_[t - 1];
+    if (first) G4_CHECK(in.positions[t] == cache.length(in.seq_ids[t]));
+    else G4_CHECK(in.positions[t] == in.positions[t - 1] + 1);
+    G4_CHECK(in.positions[t] < cache.max_context());
+  }
+  const auto& nodes = graph_.nodes();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& node = nodes[i];
+    const int rows = RowsOf(node);
+    float* out = node.cols > 0 ? Buf(static_cast<int>(i)) : nullptr;
+    auto input = [&](int j) -> float* { return Buf(node.inputs[j]); };
+    std::visit(Overloaded{
+        [&](const EmbedOp& op) {
+          const size_t row_bytes = static_cast<size_t>(node.cols) * DTypeSize(op.table->dtype);
+          for (int t = 0; t < rows; ++t) {
+            G4_CHECK(in.tokens[t] >= 0 && in.tokens[t] < op.table->shape[0]);
+            float* o = out + static_cast<size_t>(t) * node.cols;
+            ConvertToF32(op.table->dtype, op.table->data + in.tokens[t] * row_bytes, o, node.cols);
+            for (int c = 0; c < node.cols; ++c) o[c] *= op.scale;
+          }
+        },
+        [&](const MatMulOp& op) {
+          const int K = graph_.node(node.inputs[0]).cols;
+          cpu::MatMul(input(0), rows, K, op.w->data, op.w->dtype, node.cols, op.out_scale, out, scratch_.data());
+        },
+        [&](const RmsNormOp& op) {
+          cpu::RmsNorm(input(0), rows, node.cols, op.group, op.w ? op.w->data : nullptr, op.w ? op.w->dtype : DType::kF32,
+                       op.eps, op.offset, out);
+        },
+        [&](const RopeOp& op) {
+          std::memcpy(out, input(0), sizeof(float) * rows * node.cols);
+          cpu::Rope(out, rows, node.cols, op.head_dim, op.inv_freq.data(), in.positions.data());
+        },
+        [&](const AttentionOp& op) { RunAttention(op, input(0), input(1), input(2), out, in, cache); },
+        [&](const KvWriteOp& op) {
+          const float* k = input(0);
+          const float* v = input(1);
+          const int width = cache.kv_width(op.cache_layer);
+          for (int t = 0; t < rows; ++t) {
+            const int slot = cache.slot_of(op.cache_layer, in.positions[t]);
+            std::memcpy(cache.k(op.cache_layer, in.seq_ids[t], slot), k + static_cast<size_t>(t) * width, width * sizeof(float));
+            std::memcpy(cache.v(op.cache_layer, in.seq_ids[t], slot), v + static_cast<size_t>(t) * width, width * sizeof(float));
+          }
+        },
+        [&](const GeGluOp&) { cpu::GeGlu(input(0), input(1), static_cast<int64_t>(rows) * node.cols, out); },
+        [&](const AddOp& op) {
+          const float* a = input(0);
+          const float* b = input(1);
+          const int64_t n = static_cast<int64_t>(rows) * node.cols;
+          if (op.scale == 1.0f) {
+            for (int64_t j = 0; j < n; ++j) out[j] = a[j] + b[j];
+          } else {
+            for (int64_t j = 0; j < n; ++j) out[j] = (a[j] + b[j]) * op.scale;
+          }
+        },
+        [&](const ScaleOp& op) {
+          const float* a = input(0);
+          const int64_t n = static_cast<int64_t>(rows) * node.cols;
+          for (int64_t j = 0; j < n; ++j) out[j] = a[j] * op.scale;
+        },
+        [&](const SoftcapOp& op) { cpu::Softcap(input(0), static_cast<int64_t>(rows) * node.cols, op.cap, out); },
+        [&](const SliceOp& op) {
+          const int src_cols = graph_.node(node.inputs[0]).cols;
+          const float* a = input(0);
+          for (int t = 0; t < rows; ++t)
+            std::memcpy(out + static_cast<size_t>(t) * node.cols, a + static_cast<size_t>(t) * src_cols + op.begin,
+                        node.cols * sizeof(float));
+        },
+        [&](const SelectRowsOp&) {
+          const float* a = input(0);
+          for (int r = 0; r < rows; ++r) {
+            G4_CHECK(in.output_rows[r] >= 0 && in.output_rows[r] < num_tokens_);
+            std::memcpy(out + static_cast<size_t>(r) * node.cols, a + static_cast<size_t>(in.output_rows[r]) * node.cols,
+                        node.cols * sizeof(float));
+          }
+        },
+        [&](const MoEOp& op) { RunMoE(op, input(0), input(1), out, rows); },
+    }, node.op);
+  }
+}
+
+void CpuExecutable::RunAttention(const AttentionOp& op, const float* q, const float* k, const float* v, float* out,
+                                 const StepInput& in, KvCache& cache) {
+  const int D = op.head_dim, Nq = op.num_heads, Nkv = op.num_kv_heads;
+  const int group = Nq / Nkv;
+  const int kv_width = Nkv * D;
+  const int layer = op.cache_layer;
+  for (int t = 0; t < num_tokens_; ++t) {
+    const int seq = in.seq_ids[t];
+    const int p = in.positions[t];
+    const int first = seq_first_[t];
+    const int start = in.positions[first];  // first position of this sequence in the step
+    const int lo = op.window > 0 ? std::max(0, p - op.window + 1) : 0;
+    const int n_keys = p - lo + 1;
+    if (static_cast<int>(scores_.size()) < n_keys) scores_.resize(n_keys);
+    // Key/value row of absolute position j: from the cache before the step, else from the step.
+    auto key_row = [&](int j, const float* step_buf, bool is_v) -> const float* {
+      if (j < start) {
+        const int slot = cache.slot_of(layer, j);
+        return is_v ? cache.v(layer, seq, slot) : cache.k(layer, seq, slot);
+      }
+      return step_buf + static_cast<size_t>(first + (j - start)) * kv_width;
+    };
+    for (int h = 0; h < Nq; ++h) {
+      const float* qh = q + static_cast<size_t>(t) * Nq * D + h * D;
+      const int kvh = h / group;
+      float mx = -INFINITY;
+      for (int j = lo; j <= p; ++j) {
+        const float* kr = key_row(j, k, false) + kvh * D;
+        float s = 0;
+        for (int d = 0; d < D; ++d) s += qh[d] * kr[d];
+        s *= op.scale;
+        if (op.softcap > 0) s = op.softcap * std::tanh(s / op.softcap);
+        scores_[j - lo] = s;
+        mx = std::max(mx, s);
+      }
+      float sum = 0;
+      for (int j = 0; j < n_keys; ++j) {
+        scores_[j] = std::exp(scores_[j] - mx);
+        sum += scores_[j];
+      }
+      const float inv = 1.0f / sum;
+      float* oh = out + static_cast<size_t>(t) * Nq * D + h * D;
+      std::fill(oh, oh + D, 0.0f);
+      for (int j = lo; j <= p; ++j) {
+        const float pj = scores_[j - lo] * inv;
+        const float* vr = key_row(j, v, true) + kvh * D;
+        for (int d = 0; d < D; ++d) oh[d] += pj * vr[d];
+      }
+    }
+  }
+}
+
+void CpuExecutable::RunMoE(const MoEOp& op, const float* y, const float* r, float* out, int rows) {
+  const int H = static_cast<int>(op.router_proj->shape[1]);
+  const int E = op.num_experts, I = op.width;
+  const size_t need = static_cast<size_t>(H) + E + 2 * I + I + H;
+  if (moe_scratch_.size() < need) moe_scratch_.resize(need);
+  if (scratch_.size() < static_cast<size_t>(std::max(H, I))) scratch_.resize(std::max(H, I));
+  float* z = moe_scratch_.data();
+  float* probs = z + H;
+  float* gu = probs + E;
+  float* act = gu + 2 * I;
+  float* eo = act + I;
+  const DType wt_gu = op.gate_up->dtype, wt_dn = op.down->dtype;
+  const size_t gu_expert_bytes = static_cast<size_t>(2 * I) * H * DTypeSize(wt_gu);
+  const size_t dn_expert_bytes = static_cast<size_t>(H) * I * DTypeSize(wt_dn);
+  const float root = 1.0f / std::sqrt(static_cast<float>(H));
+  std::vector<int> order(E);
+  for (int t = 0; t < rows; ++t) {
+    const float* rt = r + static_cast<size_t>(t) * H;
+    // Router: scale-free RMSNorm, * scale * H^-1/2, projection, softmax over all experts.
+    cpu::RmsNorm(rt, 1, H, H, nullptr, DType::kF32, op.eps, 0.0f, z);
+    for (int j = 0; j < H; ++j) z[j] = z[j] * op.router_scale->GetF32(j) * root;
+    cpu::MatMul(z, 1, H, op.router_proj->data, op.router_proj->dtype, E, 1.0f, probs, scratch_.data());
+    float mx = -INFINITY;
+    for (int e = 0; e < E; ++e) mx = std::max(mx, probs[e]);
+    float sum = 0;
+    for (int e = 0; e < E; ++e) sum += probs[e] = std::exp(probs[e] - mx);
+    for (int e = 0; e < E; ++e) probs[e] /= sum;
+    // Top-k (ties to the lower index), renormalised, times per-expert scale.
+    for (int e = 0; e < E; ++e) order[e] = e;
+    std::partial_sort(order.begin(), order.begin() + op.top_k, order.end(),
+                      [&](int a, int b) { return probs[a] > probs[b] || (probs[a] == probs[b] && a < b); });
+    std::sort(order.begin(), order.begin() + op.top_k);  // accumulate in expert order, like transformers
+    float wsum = 0;
+    for (int i = 0; i < op.top_k; ++i) wsum += probs[order[i]];
+    float* ot = out + static_cast<size_t>(t) * H;
+    std::fill(ot, ot + H, 0.0f);
+    const float* yt = y + static_cast<size_t>(t) * H;
+    for (int i = 0; i < op.top_k; ++i) {
+      const int e = order[i];
+      const float we = probs[e] / wsum * op.per_expert_scale->GetF32(e);
+      cpu::MatMul(yt, 1, H, op.gate_up->data + e * gu_expert_bytes, wt_gu, 2 * I, 1.0f, gu, scratch_.data());
+      cpu::GeGlu(gu, gu + I, I, act);
+      cpu::MatMul(act, 1, I, op.down->data + e * dn_expert_bytes, wt_dn, H, 1.0f, eo, scratch_.data());
+      for (int j = 0; j < H; ++j) ot[j] += eo[j] * we;
+    }
+  }
+}
+
+class CpuBackend : public Backend {
+ public:
+  std::string Name() const override { return "cpu"; }
+  StatusOr<std::unique_ptr<Executable>> Compile(const Graph& graph, int num_tokens, int num_output_rows) override {
+    if (num_tokens <= 0) return InvalidArgument("a step needs at least one token");
+    if (num_output_rows < 0 || num_output_rows > num_tokens) return InvalidArgument("output rows must be in [0, tokens]");
+    return std::unique_ptr<Executable>(new CpuExecutable(graph, num_tokens, num_output_rows));
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> MakeCpuBackend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace g4

@@ -1,0 +1,98 @@
+#include "backends/cpu/kernels.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace g4::cpu {
+
+float GeluTanh(float x) {
+  const float kBeta = 0.7978845608028654f;  // sqrt(2/pi)
+  const float kKappa = 0.044715f;
+  const float inner = kBeta * (x + kKappa * x * x * x);
+  return 0.5f * x * (1.0f + std::tanh(inner));
+}
+
+namespace {
+
+// Dot product with 8 independent f32 accumulators (keeps the rounding error of long sums low and
+// lets the compiler vectorise).
+inline float Dot(const float* a, const float* b, int n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int j = 0; j < 8; ++j) acc[j] += a[i + j] * b[i + j];
+  }
+  float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+}  // namespace
+
+void MatMul(const float* x, int rows, int K, const uint8_t* w, DType wt, int M, float scale, float* y, float* scratch) {
+  const size_t row_bytes = static_cast<size_t>(K) * DTypeSize(wt);
+  for (int m = 0; m < M; ++m) {
+    const uint8_t* wrow = w + m * row_bytes;
+    const float* wf;
+    if (wt == DType::kF32 && reinterpret_cast<uintptr_t>(wrow) % alignof(float) == 0) {
+      wf = reinterpret_cast<const float*>(wrow);
+    } else {
+      ConvertToF32(wt, wrow, scratch, K);
+      wf = scratch;
+    }
+    for (int n = 0; n < rows; ++n) {
+      const float d = Dot(x + static_cast<size_t>(n) * K, wf, K);
+      y[static_cast<size_t>(n) * M + m] = scale == 1.0f ? d : d * scale;
+    }
+  }
+}
+
+void RmsNorm(const float* x, int rows, int cols, int group, const uint8_t* w, DType wt, float eps, float offset, float* y) {
+  for (int r = 0; r < rows; ++r) {
+    for (int g0 = 0; g0 < cols; g0 += group) {
+      const float* xi = x + static_cast<size_t>(r) * cols + g0;
+      float* yi = y + static_cast<size_t>(r) * cols + g0;
+      double ss = 0;
+      for (int j = 0; j < group; ++j) ss += static_cast<double>(xi[j]) * xi[j];
+      const float mean = static_cast<float>(ss / group);
+      const float inv = 1.0f / std::sqrt(mean + eps);
+      for (int j = 0; j < group; ++j) {
+        float v = xi[j] * inv;
+        if (w != nullptr) {
+          float wj;
+          ConvertToF32(wt, w + j * DTypeSize(wt), &wj, 1);
+          v = v * (offset + wj);
+        }
+        yi[j] = v;
+      }
+    }
+  }
+}
+
+void Rope(float* x, int rows, int cols, int head_dim, const float* inv_freq, const int32_t* positions) {
+  const int half = head_dim / 2;
+  for (int r = 0; r < rows; ++r) {
+    const float pos = static_cast<float>(positions[r]);
+    for (int j = 0; j < half; ++j) {
+      if (inv_freq[j] == 0.0f) continue;  // proportional RoPE: identity pairs
+      const float angle = pos * inv_freq[j];
+      const float c = std::cos(angle), s = std::sin(angle);
+      for (int h0 = 0; h0 < cols; h0 += head_dim) {
+        float* p = x + static_cast<size_t>(r) * cols + h0;
+        const float a = p[j], b = p[j + half];
+        p[j] = a * c - b * s;
+        p[j + half] = b * c + a * s;
+      }
+    }
+  }
+}
+
+void GeGlu(const float* a, const float* b, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = GeluTanh(a[i]) * b[i];
+}
+
+void Softcap(const float* x, int64_t n, float cap, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = cap * std::tanh(x[i] / cap);
+}
+
+}  // namespace g4::cpu

@@ -1,0 +1,28 @@
+// A loaded checkpoint: its config, the tensor store that owns the (mmap'd) weights, and the
+// bound weight views.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "model/config.h"
+#include "model/weights.h"
+#include "tensor/tensor.h"
+
+namespace g4 {
+
+struct LoadedModel {
+  std::string path;
+  ModelConfig config;
+  std::unique_ptr<TensorStore> store;
+  ModelWeights weights;
+};
+
+// Loads a Hugging Face checkpoint directory (config.json + model.safetensors or a sharded set with
+// model.safetensors.index.json). Errors: NotFound (no such directory / config.json / weights),
+// InvalidArgument or Unimplemented from the config parser, DataLoss from the safetensors reader,
+// NotFound/InvalidArgument from weight binding; every message names the file.
+StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::string& path);
+
+}  // namespace g4

@@ -1,0 +1,54 @@
+// Backend interface: compile a step graph for one step shape, then run it many times.
+//
+// A CPU backend plans host buffers and calls kernels; later backends (CUDA, XLA/PJRT) compile the
+// same Graph without any change to the model definition.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "base/status.h"
+#include "graph/graph.h"
+#include "runtime/kv_cache.h"
+
+namespace g4 {
+
+// The inputs of one step. Sizes: tokens, positions and seq_ids [num_tokens]; output_rows
+// [num_output_rows] (indices into the step's tokens). Each sequence's tokens are contiguous in
+// the step, in increasing position order, and start at that sequence's cache length.
+struct StepInput {
+  std::span<const int32_t> tokens;
+  std::span<const int32_t> positions;
+  std::span<const int32_t> seq_ids;
+  std::span<const int32_t> output_rows;
+};
+
+// A read-only view of an exported output after Run: data [rows, cols] row-major f32, valid until
+// the next Run of the same executable.
+struct OutputView {
+  const float* data = nullptr;
+  int rows = 0;
+  int cols = 0;
+};
+
+class Executable {
+ public:
+  virtual ~Executable() = default;
+  // Runs the step: reads and writes `cache` (sequence lengths are advanced by the caller).
+  // The step must satisfy the StepInput contract and the compiled shape (internal checks).
+  virtual void Run(const StepInput& input, KvCache& cache) = 0;
+  // Exported output by name; rows == 0 if the graph has no such output.
+  virtual OutputView Output(const std::string& name) const = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string Name() const = 0;
+  // Compiles `graph` for steps of exactly `num_tokens` tokens and `num_output_rows` output rows.
+  virtual StatusOr<std::unique_ptr<Executable>> Compile(const Graph& graph, int num_tokens, int num_output_rows) = 0;
+};
+
+}  // namespace g4

@@ -1,0 +1,126 @@
+#include "runtime/engine.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+namespace g4 {
+namespace {
+
+EngineOptions Resolve(EngineOptions o, const ModelConfig& c) {
+  if (o.max_context == 0) o.max_context = std::min(c.max_position, 8192);
+  return o;
+}
+
+}  // namespace
+
+Engine::Engine(std::unique_ptr<LoadedModel> model, std::unique_ptr<Backend> backend, const EngineOptions& options)
+    : model_(std::move(model)),
+      backend_(std::move(backend)),
+      options_(Resolve(options, model_->config)),
+      cache_(model_->config, options_.max_seqs, options_.max_context),
+      graph_last_(BuildGemmaGraph(model_->config, model_->weights, GraphOptions{false})),
+      graph_all_(BuildGemmaGraph(model_->config, model_->weights, GraphOptions{true})) {}
+
+StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<LoadedModel> model, std::unique_ptr<Backend> backend,
+                                                 const EngineOptions& options) {
+  if (options.max_seqs < 1 || options.max_seqs > 4096) return InvalidArgument("max_seqs must be in [1, 4096]");
+  if (options.max_context < 0 || options.max_context > model->config.max_position)
+    return InvalidArgument("context size " + std::to_string(options.max_context) + " exceeds the model's max_position_embeddings (" +
+                           std::to_string(model->config.max_position) + ")");
+  if (options.prefill_chunk < 1) return InvalidArgument("prefill chunk must be >= 1");
+  return std::unique_ptr<Engine>(new Engine(std::move(model), std::move(backend), options));
+}
+
+Status Engine::CheckTokens(std::span<const int32_t> tokens) const {
+  const ModelConfig& c = config();
+  const int limit = c.ple_dim > 0 ? std::min(c.vocab, c.ple_vocab) : c.vocab;
+  for (size_t i = 0; i < tokens.size(); ++i)
+    if (tokens[i] < 0 || tokens[i] >= limit)
+      return InvalidArgument("token id " + std::to_string(tokens[i]) + " at index " + std::to_string(i) + " is outside the vocabulary [0, " +
+                             std::to_string(limit) + ")");
+  return OkStatus();
+}
+
+StatusOr<Executable*> Engine::GetExecutable(int num_tokens, int num_output_rows, bool all_logits) {
+  auto key = std::make_tuple(num_tokens, num_output_rows, all_logits);
+  auto it = executables_.find(key);
+  if (it != executables_.end()) return it->second.get();
+  G4_ASSIGN_OR_RETURN(std::unique_ptr<Executable> exe,
+                      backend_->Compile(all_logits ? graph_all_ : graph_last_, num_tokens, num_output_rows));
+  Executable* raw = exe.get();
+  executables_[key] = std::move(exe);
+  return raw;
+}
+
+Status Engine::Prefill(int seq, std::span<const int32_t> tokens, bool all_logits, std::vector<float>* logits,
+                       std::map<std::string, std::vector<float>>* captured) {
+  if (seq < 0 || seq >= cache_.max_seqs()) return InvalidArgument("sequence " + std::to_string(seq) + " is out of range");
+  if (tokens.empty()) return InvalidArgument("prefill needs at least one token");
+  G4_RETURN_IF_ERROR(CheckTokens(tokens));
+  const int start = cache_.length(seq);
+  if (start + static_cast<int64_t>(tokens.size()) > cache_.max_context())
+    return ResourceExhausted("sequence would hold " + std::to_string(start + tokens.size()) + " tokens; the context size is " +
+                             std::to_string(cache_.max_context()));
+  const int V = config().vocab;
+  const int n = static_cast<int>(tokens.size());
+  if (logits) logits->assign(all_logits ? static_cast<size_t>(n) * V : V, 0.0f);
+  if (captured) captured->clear();
+  for (int begin = 0; begin < n; begin += options_.prefill_chunk) {
+    const int len = std::min(options_.prefill_chunk, n - begin);
+    const bool last_chunk = begin + len == n;
+    const int out_rows = all_logits ? len : (last_chunk ? 1 : 0);
+    G4_ASSIGN_OR_RETURN(Executable * exe, GetExecutable(len, out_rows, all_logits));
+    pos_buf_.resize(len);
+    seq_buf_.assign(len, seq);
+    out_buf_.assign(out_rows, len - 1);
+    for (int i = 0; i < len; ++i) pos_buf_[i] = cache_.length(seq) + i;
+    StepInput in{tokens.subspan(begin, len), pos_buf_, seq_buf_, out_buf_};
+    exe->Run(in, cache_);
+    cache_.set_length(seq, cache_.length(seq) + len);
+    if (logits && out_rows > 0) {
+      OutputView lv = exe->Output("logits");
+      float* dst = all_logits ? logits->data() + static_cast<size_t>(begin) * V : logits->data();
+      std::memcpy(dst, lv.data, sizeof(float) * lv.rows * lv.cols);
+    }
+    if (captured) {
+      for (const Node& node : (all_logits ? graph_all_ : graph_last_).nodes()) {
+        if (node.name.empty() || node.rows != Rows::kTokens) continue;
+        OutputView ov = exe->Output(node.name);
+        std::vector<float>& dst = (*captured)[node.name];
+        dst.insert(dst.end(), ov.data, ov.data + static_cast<size_t>(ov.rows) * ov.cols);
+      }
+    }
+  }
+  return OkStatus();
+}
+
+Status Engine::Decode(std::span<const int32_t> seqs, std::span<const int32_t> tokens, std::vector<float>* logits) {
+  if (seqs.empty() || seqs.size() != tokens.size()) return InvalidArgument("decode needs one token per sequence");
+  G4_RETURN_IF_ERROR(CheckTokens(tokens));
+  std::set<int32_t> seen;
+  for (int32_t s : seqs) {
+    if (s < 0 || s >= cache_.max_seqs()) return InvalidArgument("sequence " + std::to_string(s) + " is out of range");
+    if (!seen.insert(s).second) return InvalidArgument("sequence " + std::to_string(s) + " appears twice in one decode step");
+    if (cache_.length(s) + 1 > cache_.max_context())
+      return ResourceExhausted("sequence " + std::to_string(s) + " is full (context size " + std::to_string(cache_.max_context()) + ")");
+  }
+  const int B = static_cast<int>(seqs.size());
+  G4_ASSIGN_OR_RETURN(Executable * exe, GetExecutable(B, B, false));
+  pos_buf_.resize(B);
+  out_buf_.resize(B);
+  for (int b = 0; b < B; ++b) {
+    pos_buf_[b] = cache_.length(seqs[b]);
+    out_buf_[b] = b;
+  }
+  StepInput in{tokens, pos_buf_, seqs, out_buf_};
+  exe->Run(in, cache_);
+  for (int b = 0; b < B; ++b) cache_.set_length(seqs[b], cache_.length(seqs[b]) + 1);
+  if (logits) {
+    OutputView lv = exe->Output("logits");
+    logits->assign(lv.data, lv.data + static_cast<size_t>(lv.rows) * lv.cols);
+  }
+  return OkStatus();
+}
+
+}  // namespace g4

@@ -1,0 +1,72 @@
+// Engine: runs a loaded model on a backend with a KV cache. Knows nothing about HTTP; the CLI,
+// tests and (later) the server drive it.
+//
+// Prefill feeds a sequence's prompt in chunks of at most `prefill_chunk` tokens; Decode feeds one
+// token for each of B sequences in one step. Both continue from the sequence's cache length, so
+// one-shot prefill, chunked prefill and token-by-token decode compute the same logits.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "base/status.h"
+#include "model/gemma.h"
+#include "model/model.h"
+#include "runtime/backend.h"
+#include "runtime/kv_cache.h"
+
+namespace g4 {
+
+struct EngineOptions {
+  int max_seqs = 1;        // sequences the KV cache holds at once
+  int max_context = 0;     // tokens per sequence; 0 = min(max_position_embeddings, 8192)
+  int prefill_chunk = 512; // tokens per prefill step
+};
+
+class Engine {
+ public:
+  // Errors: InvalidArgument for options out of range (named).
+  static StatusOr<std::unique_ptr<Engine>> Create(std::unique_ptr<LoadedModel> model, std::unique_ptr<Backend> backend,
+                                                  const EngineOptions& options);
+
+  const ModelConfig& config() const { return model_->config; }
+  const LoadedModel& model() const { return *model_; }
+  const EngineOptions& options() const { return options_; }
+  const Backend& backend() const { return *backend_; }
+  const KvCache& cache() const { return cache_; }
+  int SequenceLength(int seq) const { return cache_.length(seq); }
+  // Forgets sequence `seq` (O(1)).
+  void ResetSequence(int seq) { cache_.Reset(seq); }
+
+  // Appends `tokens` to sequence `seq`. logits: [tokens, V] when all_logits, else [V] for the last
+  // token. captured (optional): every exported graph output with one row per token ("embeddings",
+  // "hidden.<l>", "ple", and "logits" when all_logits), [tokens, cols] row-major.
+  // Errors: InvalidArgument (bad seq, empty tokens, token id outside [0, vocab)),
+  // ResourceExhausted (the sequence would exceed max_context; nothing is written).
+  Status Prefill(int seq, std::span<const int32_t> tokens, bool all_logits, std::vector<float>* logits,
+                 std::map<std::string, std::vector<float>>* captured = nullptr);
+
+  // One token per sequence: tokens[b] is appended to seqs[b] (distinct). logits: [B, V].
+  // Errors as Prefill.
+  Status Decode(std::span<const int32_t> seqs, std::span<const int32_t> tokens, std::vector<float>* logits);
+
+ private:
+  Engine(std::unique_ptr<LoadedModel> model, std::unique_ptr<Backend> backend, const EngineOptions& options);
+  Status CheckTokens(std::span<const int32_t> tokens) const;
+  StatusOr<Executable*> GetExecutable(int num_tokens, int num_output_rows, bool all_logits);
+
+  std::unique_ptr<LoadedModel> model_;
+  std::unique_ptr<Backend> backend_;
+  EngineOptions options_;
+  KvCache cache_;
+  Graph graph_last_;  // logits for output rows only
+  Graph graph_all_;   // logits for every token
+  std::map<std::tuple<int, int, bool>, std::unique_ptr<Executable>> executables_;
+  std::vector<int32_t> pos_buf_, seq_buf_, out_buf_;
+};
+
+}  // namespace g4

@@ -1,0 +1,38 @@
+#include "runtime/kv_cache.h"
+
+#include <algorithm>
+
+namespace g4 {
+
+KvCache::KvCache(const ModelConfig& c, int max_seqs, int max_context)
+    : layers_(c.num_layers), lengths_(max_seqs, 0), max_context_(max_context) {
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LayerPlan& lp = c.layers[l];
+    if (lp.kv_donor >= 0) continue;
+    Layer& L = layers_[l];
+    L.window = lp.window;
+    L.slots = lp.window ? std::min(lp.window, max_context) : max_context;
+    L.width = lp.num_kv_heads * lp.head_dim;
+    const size_t n = static_cast<size_t>(max_seqs) * L.slots * L.width;
+    L.k.assign(n, 0.0f);
+    L.v.assign(n, 0.0f);
+  }
+}
+
+size_t KvCache::bytes() const {
+  size_t b = 0;
+  for (const Layer& L : layers_) b += (L.k.size() + L.v.size()) * sizeof(float);
+  return b;
+}
+
+size_t KvCache::BytesPerSequence(const ModelConfig& c, int context) {
+  size_t b = 0;
+  for (const LayerPlan& lp : c.layers) {
+    if (lp.kv_donor >= 0) continue;
+    const size_t slots = lp.window ? std::min(lp.window, context) : context;
+    b += 2 * slots * lp.num_kv_heads * lp.head_dim * sizeof(float);
+  }
+  return b;
+}
+
+}  // namespace g4

@@ -1,0 +1,59 @@
+// KvCache: K and V of every cache-owning layer, for a fixed number of sequences.
+//
+// Layout per owning layer l and sequence s: K and V each [slots, Nkv, D] f32, where
+// slots = min(window, max_context) for sliding layers (a ring) and max_context for full layers.
+// Invariant: the slot of a token is derived from its absolute position only (pos % window on
+// a ring, pos otherwise); nothing else (no padding) ever occupies a slot. KV-shared layers own no
+// cache: they read their donor's. Stored K is post-norm, post-RoPE; V is post-v_norm.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "model/config.h"
+
+namespace g4 {
+
+class KvCache {
+ public:
+  // max_context: the most positions one sequence may hold (tokens); max_seqs >= 1.
+  KvCache(const ModelConfig& config, int max_seqs, int max_context);
+
+  int max_seqs() const { return static_cast<int>(lengths_.size()); }
+  int max_context() const { return max_context_; }
+  // Positions 0..length-1 of sequence `seq` have been written.
+  int length(int seq) const { return lengths_[seq]; }
+  void set_length(int seq, int n) { lengths_[seq] = n; }
+  // Forgets a sequence (its slots are overwritten by the next user). O(1).
+  void Reset(int seq) { lengths_[seq] = 0; }
+
+  bool owns(int layer) const { return layers_[layer].slots > 0; }
+  int slots(int layer) const { return layers_[layer].slots; }
+  int window(int layer) const { return layers_[layer].window; }
+  int slot_of(int layer, int pos) const { return layers_[layer].window ? pos % layers_[layer].slots : pos; }
+  // Row of `kv_width` = Nkv*D floats for (layer, seq, slot).
+  float* k(int layer, int seq, int slot) { return Row(layers_[layer].k, layer, seq, slot); }
+  float* v(int layer, int seq, int slot) { return Row(layers_[layer].v, layer, seq, slot); }
+  int kv_width(int layer) const { return layers_[layer].width; }
+  // Total bytes held.
+  size_t bytes() const;
+  // Bytes one sequence needs at `context` tokens (for admission and `info`).
+  static size_t BytesPerSequence(const ModelConfig& config, int context);
+
+ private:
+  struct Layer {
+    int slots = 0;   // 0: not an owner
+    int window = 0;
+    int width = 0;   // Nkv * D
+    std::vector<float> k, v;
+  };
+  float* Row(std::vector<float>& buf, int layer, int seq, int slot) {
+    const Layer& L = layers_[layer];
+    return buf.data() + (static_cast<size_t>(seq) * L.slots + slot) * L.width;
+  }
+  std::vector<Layer> layers_;
+  std::vector<int> lengths_;
+  int max_context_;
+};
+
+}  // namespace g4

@@ -1,0 +1,97 @@
+#include "tensor/dtype.h"
+
+#include <cmath>
+
+#include "base/check.h"
+
+namespace g4 {
+
+size_t DTypeSize(DType t) {
+  switch (t) {
+    case DType::kF32: return 4;
+    case DType::kF16: return 2;
+    case DType::kBF16: return 2;
+    case DType::kI32: return 4;
+    case DType::kI64: return 8;
+  }
+  return 0;
+}
+
+std::string_view DTypeName(DType t) {
+  switch (t) {
+    case DType::kF32: return "F32";
+    case DType::kF16: return "F16";
+    case DType::kBF16: return "BF16";
+    case DType::kI32: return "I32";
+    case DType::kI64: return "I64";
+  }
+  return "?";
+}
+
+float F16ToF32(uint16_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1f;
+  const uint32_t mant = h & 0x3ff;
+  uint32_t u;
+  if (exp == 0) {
+    if (mant == 0) {
+      u = sign;
+    } else {  // subnormal: value = mant * 2^-24
+      float f = std::ldexp(static_cast<float>(mant), -24);
+      return sign ? -f : f;
+    }
+  } else if (exp == 0x1f) {
+    u = sign | 0x7f800000u | (mant << 13);
+  } else {
+    u = sign | ((exp + 112) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+uint16_t F32ToF16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const float a = std::fabs(f);
+  if (std::isnan(f)) return sign | 0x7e00u;
+  if (a >= 65520.0f) return sign | 0x7c00u;  // rounds to inf
+  if (a < 6.103515625e-05f) {                 // subnormal half: round(a * 2^24)
+    return sign | static_cast<uint16_t>(std::nearbyint(a * 16777216.0f));
+  }
+  uint32_t ua = u & 0x7fffffffu;
+  // Round mantissa from 23 to 10 bits, nearest-even, then rebias exponent (127 -> 15).
+  ua += 0xfffu + ((ua >> 13) & 1u);
+  return sign | static_cast<uint16_t>((ua >> 13) - (112u << 10));
+}
+
+float RoundToDType(float f, DType t) {
+  switch (t) {
+    case DType::kBF16: return Bf16ToF32(F32ToBf16(f));
+    case DType::kF16: return F16ToF32(F32ToF16(f));
+    default: return f;
+  }
+}
+
+void ConvertToF32(DType t, const void* src, float* dst, size_t n) {
+  switch (t) {
+    case DType::kF32:
+      std::memcpy(dst, src, n * 4);
+      return;
+    case DType::kBF16: {
+      const uint16_t* s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = Bf16ToF32(s[i]);
+      return;
+    }
+    case DType::kF16: {
+      const uint16_t* s = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < n; ++i) dst[i] = F16ToF32(s[i]);
+      return;
+    }
+    default:
+      G4_CHECK(false && "ConvertToF32 on a non-float dtype");
+  }
+}
+
+}  // namespace g4

@@ -1,0 +1,213 @@
+// Golden tests: the engine against transformers' own outputs for tiny random checkpoints
+// (tests/golden/<fixture>/, made by tools/make_golden.py; see tests/golden/README.md).
+//
+// Tolerance: the engine and transformers both compute in f32 but sum in different orders
+// (8-lane dot products here, blocked BLAS there). Each such sum carries a relative rounding
+// error of about 1e-7 * sqrt(K); through a few dozen norms, matmuls and softmaxes that grows to
+// about 1e-6..1e-5 relative. We require max|engine - reference| <= 1e-4 * max|reference| per
+// tensor (the "about 1e-4 relative"), which a real bug (a wrong norm offset, RoPE pair,
+// donor layer or missing scale) exceeds by orders of magnitude.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include "backends/cpu/cpu_backend.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+#include "runtime/engine.h"
+
+namespace g4 {
+namespace {
+
+constexpr double kRelTol = 1e-4;
+
+std::string FixtureDir(const std::string& name) { return std::string(GEMMA4RT_TEST_DATA_DIR) + "/golden/" + name; }
+
+struct Reference {
+  std::unique_ptr<SafetensorsStore> store;
+  std::vector<int32_t> ids;
+  std::vector<float> Get(const std::string& name) const {
+    const Tensor* t = store->Find(name);
+    if (t == nullptr) return {};
+    std::vector<float> v(t->numel());
+    for (int64_t i = 0; i < t->numel(); ++i) v[i] = t->GetF32(i);
+    return v;
+  }
+};
+
+Reference LoadReference(const std::string& fixture) {
+  Reference r;
+  auto s = SafetensorsStore::OpenFile(FixtureDir(fixture) + "/reference.safetensors");
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  if (!s.ok()) return r;
+  r.store = std::move(s).value();
+  const Tensor* ids = r.store->Find("input_ids");
+  EXPECT_NE(ids, nullptr);
+  if (ids)
+    for (int64_t i = 0; i < ids->numel(); ++i) r.ids.push_back(static_cast<int32_t>(ids->GetF32(i)));
+  return r;
+}
+
+std::unique_ptr<Engine> MakeEngine(const std::string& fixture, int chunk, int max_seqs = 1) {
+  auto m = LoadModel(FixtureDir(fixture));
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  if (!m.ok()) return nullptr;
+  EngineOptions o;
+  o.prefill_chunk = chunk;
+  o.max_seqs = max_seqs;
+  auto e = Engine::Create(std::move(m).value(), MakeCpuBackend(), o);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  return e.ok() ? std::move(e).value() : nullptr;
+}
+
+// max|a-b| / max|b|.
+double RelErr(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  if (a.size() != b.size() || b.empty()) return INFINITY;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num = std::max(num, std::fabs(static_cast<double>(a[i]) - b[i]));
+    den = std::max(den, std::fabs(static_cast<double>(b[i])));
+  }
+  return num / std::max(den, 1e-30);
+}
+
+std::vector<int> ArgmaxRows(const std::vector<float>& x, int cols) {
+  std::vector<int> out;
+  for (size_t r = 0; r * cols < x.size(); ++r)
+    out.push_back(static_cast<int>(std::max_element(x.begin() + r * cols, x.begin() + (r + 1) * cols) - (x.begin() + r * cols)));
+  return out;
+}
+
+class GoldenTest : public ::testing::TestWithParam<std::string> {};
+
+// One-shot prefill: embeddings, PLE, every layer's output and the logits at every position.
+TEST_P(GoldenTest, OneShotPrefillMatchesTransformersAtEveryLayer) {
+  Reference ref = LoadReference(GetParam());
+  ASSERT_GE(ref.ids.size(), 25u);  // longer than 3x the window of 8
+  auto engine = MakeEngine(GetParam(), 1 << 20);
+  ASSERT_NE(engine, nullptr);
+  std::vector<float> logits;
+  std::map<std::string, std::vector<float>> got;
+  ASSERT_TRUE(engine->Prefill(0, ref.ids, true, &logits, &got).ok());
+  EXPECT_LT(RelErr(got["embeddings"], ref.Get("embeddings")), kRelTol);
+  if (engine->config().ple_dim > 0) {
+    std::vector<float> ple = ref.Get("ple");
+    ASSERT_FALSE(ple.empty()) << "reference has no 'ple'";
+    EXPECT_LT(RelErr(got["ple"], ple), kRelTol);
+  }
+  for (int l = 0; l < engine->config().num_layers; ++l) {
+    const std::string name = "hidden." + std::to_string(l);
+    EXPECT_LT(RelErr(got[name], ref.Get(name)), kRelTol) << name;
+  }
+  const std::vector<float> want = ref.Get("logits");
+  EXPECT_LT(RelErr(logits, want), kRelTol);
+  EXPECT_EQ(ArgmaxRows(logits, engine->config().vocab), ArgmaxRows(want, engine->config().vocab));
+}
+
+// Chunked prefill (chunks that straddle the window of 8) and token-by-token decode give the
+// same logits as one-shot prefill.
+TEST_P(GoldenTest, ChunkedPrefillAndDecodeMatchOneShot) {
+  Reference ref = LoadReference(GetParam());
+  const std::vector<float> want = ref.Get("logits");
+  const int V = static_cast<int>(want.size() / ref.ids.size());
+  for (int chunk : {1, 3, 7, 8, 9, 16}) {
+    auto engine = MakeEngine(GetParam(), chunk);
+    ASSERT_NE(engine, nullptr);
+    std::vector<float> logits;
+    ASSERT_TRUE(engine->Prefill(0, ref.ids, true, &logits).ok());
+    EXPECT_LT(RelErr(logits, want), kRelTol) << "chunk " << chunk;
+  }
+  // Prefill 5 tokens, then decode the rest one at a time.
+  auto engine = MakeEngine(GetParam(), 512);
+  std::vector<float> logits, row;
+  ASSERT_TRUE(engine->Prefill(0, std::span<const int32_t>(ref.ids).first(5), true, &logits).ok());
+  for (size_t t = 5; t < ref.ids.size(); ++t) {
+    const int32_t seq = 0;
+    ASSERT_TRUE(engine->Decode(std::span<const int32_t>(&seq, 1), std::span<const int32_t>(&ref.ids[t], 1), &row).ok());
+    logits.insert(logits.end(), row.begin(), row.end());
+  }
+  EXPECT_EQ(engine->SequenceLength(0), static_cast<int>(ref.ids.size()));
+  EXPECT_LT(RelErr(logits, want), kRelTol);
+  EXPECT_EQ(ArgmaxRows(logits, V), ArgmaxRows(want, V));
+}
+
+// Two sequences decoded together in one step give the same logits as each alone: the second
+// sequence is offset (a different prompt prefix), so the batch mixes positions.
+TEST_P(GoldenTest, BatchedDecodeOfTwoSequencesMatchesSingle) {
+  Reference ref = LoadReference(GetParam());
+  const std::vector<float> want = ref.Get("logits");
+  const int V = static_cast<int>(want.size() / ref.ids.size());
+  auto engine = MakeEngine(GetParam(), 4, /*max_seqs=*/2);
+  ASSERT_NE(engine, nullptr);
+  std::vector<float> unused;
+  const int n0 = 11, n1 = 4;  // seq 0 is at position 11, seq 1 at 4 (both different mod 8)
+  ASSERT_TRUE(engine->Prefill(0, std::span<const int32_t>(ref.ids).first(n0), false, &unused).ok());
+  ASSERT_TRUE(engine->Prefill(1, std::span<const int32_t>(ref.ids).first(n1), false, &unused).ok());
+  int p0 = n0, p1 = n1;
+  std::vector<float> lg;
+  while (p0 < static_cast<int>(ref.ids.size())) {
+    const int32_t seqs[2] = {1, 0};
+    const int32_t toks[2] = {ref.ids[p1], ref.ids[p0]};
+    ASSERT_TRUE(engine->Decode(seqs, toks, &lg).ok());
+    const std::vector<float> got0(lg.begin() + V, lg.begin() + 2 * V), got1(lg.begin(), lg.begin() + V);
+    EXPECT_LT(RelErr(got0, std::vector<float>(want.begin() + p0 * V, want.begin() + (p0 + 1) * V)), kRelTol) << p0;
+    EXPECT_LT(RelErr(got1, std::vector<float>(want.begin() + p1 * V, want.begin() + (p1 + 1) * V)), kRelTol) << p1;
+    ++p0;
+    ++p1;
+  }
+}
+
+// Structural: KV-shared layers own no cache, read their donor's, and no KvWrite targets a
+// layer that is a reader.
+TEST_P(GoldenTest, ReaderLayersNeverWriteTheirDonorsCache) {
+  auto m = LoadModel(FixtureDir(GetParam()));
+  ASSERT_TRUE(m.ok());
+  const ModelConfig& c = (*m)->config;
+  Graph g = BuildGemmaGraph(c, (*m)->weights, GraphOptions{true});
+  std::map<int, int> writes;
+  int attention_index = 0;
+  for (const Node& n : g.nodes()) {
+    if (auto* w = std::get_if<KvWriteOp>(&n.op)) {
+      EXPECT_EQ(c.layers[w->cache_layer].kv_donor, -1) << "KvWrite into reader layer " << w->cache_layer;
+      ++writes[w->cache_layer];
+    }
+    if (auto* a = std::get_if<AttentionOp>(&n.op)) {
+      const LayerPlan& lp = c.layers[attention_index];
+      EXPECT_EQ(a->cache_layer, lp.kv_donor < 0 ? attention_index : lp.kv_donor);
+      ++attention_index;
+    }
+  }
+  EXPECT_EQ(attention_index, c.num_layers);
+  for (int l = 0; l < c.num_layers; ++l) EXPECT_EQ(writes[l], c.layers[l].kv_donor < 0 ? 1 : 0) << l;
+  KvCache cache(c, 1, 64);
+  for (int l = 0; l < c.num_layers; ++l) EXPECT_EQ(cache.owns(l), c.layers[l].kv_donor < 0);
+}
+
+std::vector<std::string> Fixtures() {
+  std::vector<std::string> out;
+  for (const char* name : {"gemma3-tiny", "gemma4-e2b-tiny", "gemma4-31b-tiny", "gemma4-26b-a4b-tiny",
+                           "gemma4-e2b-tiny-bf16-sharded"}) {
+    if (std::filesystem::exists(FixtureDir(name) + "/reference.safetensors")) out.push_back(name);
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest, ::testing::ValuesIn(Fixtures()),
+                         [](const auto& info) {
+                           std::string s = info.param;
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           return s;
+                         });
+
+// The four required fixtures must be present (a missing one must not silently shrink the suite).
+TEST(GoldenFixturesTest, AllFourVariantsPresent) {
+  for (const char* name : {"gemma3-tiny", "gemma4-e2b-tiny", "gemma4-31b-tiny", "gemma4-26b-a4b-tiny"})
+    EXPECT_TRUE(std::filesystem::exists(FixtureDir(name) + "/reference.safetensors")) << name;
+}
+
+}  // namespace
+}  // namespace g4
