@@ -7,6 +7,7 @@ architecture spec, and reports the largest differences against the HF reference.
 a cross-check of the fixtures and an executable summary of the math a C++ engine must match.
 
     python3 tools/golden_numpy_check.py tests/golden/gemma4-e2b-tiny [more dirs...]
+    python3 tools/golden_numpy_check.py --hub-schema tests/golden/gemma4-*   # Google's config keys
 """
 
 from __future__ import annotations
@@ -75,8 +76,8 @@ def rope(x, pos, inv_freq):
     return x * cos + rot * sin
 
 
-def forward(d):
-    cfg = json.load(open(os.path.join(d, "config.json")))
+def forward(d, config_name="config.json"):
+    cfg = json.load(open(os.path.join(d, config_name)))
     tc = cfg.get("text_config", cfg)
     prefix = "model.language_model." if "text_config" in cfg else "model."
     g4 = tc["model_type"].startswith("gemma4")
@@ -217,9 +218,13 @@ def forward(d):
 
 
 def main():
+    args = sys.argv[1:]
+    config_name = "config.json"
+    if args and args[0] == "--hub-schema":  # use config.hub-schema.json (Google's key names)
+        config_name, args = "config.hub-schema.json", args[1:]
     ok = True
-    for d in sys.argv[1:]:
-        out, ref = forward(d)
+    for d in args:
+        out, ref = forward(d, config_name)
         worst_rel = 0.0
         for k, v in out.items():
             r = ref[k].astype(np.float64)

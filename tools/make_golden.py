@@ -481,6 +481,32 @@ def add_unused_shared_kv_tensors(model_dir: str, model, seed: int) -> list[str]:
     return added
 
 
+def write_hub_schema_config(d: str) -> str:
+    """config.hub-schema.json: config.json rewritten in the schema of Google's published files.
+
+    transformers >= ~5.15 turns `global_head_dim` / `num_global_key_value_heads` into
+    `per_layer_config` (keys zero-padded to equal width) when it builds a config, and writes only
+    the latter. Google's checkpoints carry the former. Same weights, same model.
+    """
+    with open(os.path.join(d, "config.json")) as f:
+        cj = json.load(f)
+    tc = cj.get("text_config", cj)
+    plc = {int(k): v for k, v in tc.pop("per_layer_config").items()}
+    full = [i for i, t in enumerate(tc["layer_types"]) if t == F]
+    assert sorted(plc) == full, (plc, full)
+    hds = {v["head_dim"] for v in plc.values()}
+    assert len(hds) == 1
+    kvs = {v.get("num_key_value_heads") for v in plc.values()}
+    assert len(kvs) == 1
+    tc["global_head_dim"] = hds.pop()
+    tc["num_global_key_value_heads"] = kvs.pop()  # None (null) when not k_eq_v, like E2B/E4B
+    path = os.path.join(d, "config.hub-schema.json")
+    with open(path, "w") as f:
+        json.dump(cj, f, indent=2, sort_keys=True)
+        f.write("\n")
+    return path
+
+
 def build(model_cls, config, family, seed, emb_std):
     torch.manual_seed(seed)
     model = model_cls(config)
@@ -582,6 +608,26 @@ def finish(name, out_dir, model, model_cls, description, extra_meta=None, saver=
     report["reload_max_abs_diff_all"] = diff_reload
     del re
 
+    # Gemma 4: also write the config in the schema of Google's published checkpoints
+    # (global_head_dim / num_global_key_value_heads instead of per_layer_config) and check that
+    # transformers builds the same model from it.
+    if text_config(model).model_type == "gemma4_text":
+        hub = write_hub_schema_config(d)
+        tmp = d + ".hubcheck"
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
+        for fn in os.listdir(d):
+            if fn.endswith(".safetensors") and fn != "reference.safetensors" or fn.endswith(".index.json"):
+                shutil.copy(os.path.join(d, fn), os.path.join(tmp, fn))
+        shutil.copy(hub, os.path.join(tmp, "config.json"))
+        rh = reload(model_cls, tmp, reload_dtype)
+        diff_hub = max_diff(ref, to_tensors(ids, run_reference(rh, ids, use_cache=True)))
+        del rh
+        shutil.rmtree(tmp)
+        report["hub_schema_config_max_abs_diff_all"] = diff_hub
+        if diff_hub != 0.0:
+            raise RuntimeError(f"{name}: config.hub-schema.json does not reproduce the reference ({diff_hub})")
+
     meta = {
         "transformers_version": transformers.__version__,
         "torch_version": torch.__version__,
@@ -604,6 +650,8 @@ def finish(name, out_dir, model, model_cls, description, extra_meta=None, saver=
     if extra_meta:
         meta.update(extra_meta)
     write_reference(os.path.join(d, "reference.safetensors"), ref, meta)
+    for fn in os.listdir(d):
+        os.chmod(os.path.join(d, fn), 0o644)
     report["layers"] = layers
     if routing:
         report["moe_routing"] = routing

@@ -6,6 +6,9 @@
 
 namespace g4 {
 
+// Block-format dequantisation (dequant.cc). Returns false for types it does not handle.
+bool DequantizeRow(DType t, const void* src, float* dst, size_t n);
+
 size_t DTypeSize(DType t) {
   switch (t) {
     case DType::kF32: return 4;
@@ -13,8 +16,30 @@ size_t DTypeSize(DType t) {
     case DType::kBF16: return 2;
     case DType::kI32: return 4;
     case DType::kI64: return 8;
+    default: return 0;
   }
-  return 0;
+}
+
+int DTypeBlockElems(DType t) {
+  switch (t) {
+    case DType::kQ8_0: case DType::kQ4_0: case DType::kQ4_1: case DType::kQ5_0: case DType::kQ5_1: return 32;
+    case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K: return 256;
+    default: return 1;
+  }
+}
+
+size_t DTypeBlockBytes(DType t) {
+  switch (t) {
+    case DType::kQ8_0: return 34;
+    case DType::kQ4_0: return 18;
+    case DType::kQ4_1: return 20;
+    case DType::kQ5_0: return 22;
+    case DType::kQ5_1: return 24;
+    case DType::kQ4_K: return 144;
+    case DType::kQ5_K: return 176;
+    case DType::kQ6_K: return 210;
+    default: return DTypeSize(t);
+  }
 }
 
 std::string_view DTypeName(DType t) {
@@ -24,6 +49,14 @@ std::string_view DTypeName(DType t) {
     case DType::kBF16: return "BF16";
     case DType::kI32: return "I32";
     case DType::kI64: return "I64";
+    case DType::kQ8_0: return "Q8_0";
+    case DType::kQ4_0: return "Q4_0";
+    case DType::kQ4_1: return "Q4_1";
+    case DType::kQ5_0: return "Q5_0";
+    case DType::kQ5_1: return "Q5_1";
+    case DType::kQ4_K: return "Q4_K";
+    case DType::kQ5_K: return "Q5_K";
+    case DType::kQ6_K: return "Q6_K";
   }
   return "?";
 }
@@ -90,7 +123,7 @@ void ConvertToF32(DType t, const void* src, float* dst, size_t n) {
       return;
     }
     default:
-      G4_CHECK(false && "ConvertToF32 on a non-float dtype");
+      G4_CHECK(DequantizeRow(t, src, dst, n) && "ConvertToF32 on a non-float dtype");
   }
 }
 

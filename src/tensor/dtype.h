@@ -8,14 +8,23 @@
 
 namespace g4 {
 
-enum class DType { kF32, kF16, kBF16, kI32, kI64 };
+// Element types. The k-quant / legacy-quant types are ggml block formats (GGUF): a row of n
+// elements is n / DTypeBlockElems blocks of DTypeBlockBytes bytes each (ggml-common.h layouts).
+enum class DType { kF32, kF16, kBF16, kI32, kI64, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K };
 
-// Bytes per element. Source: IEEE 754 / bfloat16 definitions.
+// Bytes per element for plain types (F32 4, F16/BF16 2, I32 4, I64 8); 0 for block types.
 size_t DTypeSize(DType t);
-// "F32", "F16", "BF16", "I32", "I64" (the safetensors spellings).
+// Elements per block: 1 for plain types, 32 for Q8_0/Q4_0/Q4_1/Q5_0/Q5_1, 256 for *_K.
+int DTypeBlockElems(DType t);
+// Bytes per block: DTypeSize for plain types; Q8_0 34, Q4_0 18, Q4_1 20, Q5_0 22, Q5_1 24,
+// Q4_K 144, Q5_K 176, Q6_K 210.
+size_t DTypeBlockBytes(DType t);
+// Bytes of a row of n elements (n must be a multiple of DTypeBlockElems).
+inline size_t DTypeRowBytes(DType t, int64_t n) { return static_cast<size_t>(n / DTypeBlockElems(t)) * DTypeBlockBytes(t); }
+// "F32", "F16", "BF16", "I32", "I64" (the safetensors spellings), "Q8_0", "Q4_K", ...
 std::string_view DTypeName(DType t);
-// True for the types a weight can be stored in (F32, F16, BF16).
-inline bool IsFloatDType(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
+// True for the types a weight can be stored in and ConvertToF32 reads (all but I32/I64).
+inline bool IsFloatDType(DType t) { return t != DType::kI32 && t != DType::kI64; }
 
 // bfloat16 -> f32: exact (bf16 is the top 16 bits of an f32).
 inline float Bf16ToF32(uint16_t h) {
@@ -40,7 +49,8 @@ float F16ToF32(uint16_t h);
 // f32 -> IEEE half, round-to-nearest-even, overflow to inf.
 uint16_t F32ToF16(float f);
 
-// Converts `n` elements of a float dtype at `src` into f32 `dst`.
+// Converts `n` elements of a float or block dtype at `src` into f32 `dst` (dequantises block
+// types; n must then be a multiple of DTypeBlockElems(t), src at a block boundary).
 void ConvertToF32(DType t, const void* src, float* dst, size_t n);
 
 }  // namespace g4

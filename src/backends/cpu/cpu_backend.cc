@@ -117,7 +117,7 @@ void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
     auto input = [&](int j) -> float* { return Buf(node.inputs[j]); };
     std::visit(Overloaded{
         [&](const EmbedOp& op) {
-          const size_t row_bytes = static_cast<size_t>(node.cols) * DTypeSize(op.table->dtype);
+          const size_t row_bytes = DTypeRowBytes(op.table->dtype, node.cols);
           for (int t = 0; t < rows; ++t) {
             G4_CHECK(in.tokens[t] >= 0 && in.tokens[t] < op.table->shape[0]);
             float* o = out + static_cast<size_t>(t) * node.cols;
@@ -249,8 +249,8 @@ void CpuExecutable::RunMoE(const MoEOp& op, const float* y, const float* r, floa
   float* act = gu + 2 * I;
   float* eo = act + I;
   const DType wt_gu = op.gate_up->dtype, wt_dn = op.down->dtype;
-  const size_t gu_expert_bytes = static_cast<size_t>(2 * I) * H * DTypeSize(wt_gu);
-  const size_t dn_expert_bytes = static_cast<size_t>(H) * I * DTypeSize(wt_dn);
+  const size_t gu_expert_bytes = static_cast<size_t>(2 * I) * DTypeRowBytes(wt_gu, H);
+  const size_t dn_expert_bytes = static_cast<size_t>(H) * DTypeRowBytes(wt_dn, I);
   const float root = 1.0f / std::sqrt(static_cast<float>(H));
   std::vector<int> order(E);
   for (int t = 0; t < rows; ++t) {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 namespace g4::cpu {
 
@@ -30,7 +31,7 @@ inline float Dot(const float* a, const float* b, int n) {
 }  // namespace
 
 void MatMul(const float* x, int rows, int K, const uint8_t* w, DType wt, int M, float scale, float* y, float* scratch) {
-  const size_t row_bytes = static_cast<size_t>(K) * DTypeSize(wt);
+  const size_t row_bytes = DTypeRowBytes(wt, K);
   for (int m = 0; m < M; ++m) {
     const uint8_t* wrow = w + m * row_bytes;
     const float* wf;
@@ -48,6 +49,12 @@ void MatMul(const float* x, int rows, int K, const uint8_t* w, DType wt, int M, 
 }
 
 void RmsNorm(const float* x, int rows, int cols, int group, const uint8_t* w, DType wt, float eps, float offset, float* y) {
+  // Norm weights are small: convert once per call (they may be stored in any float dtype).
+  thread_local std::vector<float> wf;
+  if (w != nullptr) {
+    wf.resize(group);
+    ConvertToF32(wt, w, wf.data(), group);
+  }
   for (int r = 0; r < rows; ++r) {
     for (int g0 = 0; g0 < cols; g0 += group) {
       const float* xi = x + static_cast<size_t>(r) * cols + g0;
@@ -58,11 +65,7 @@ void RmsNorm(const float* x, int rows, int cols, int group, const uint8_t* w, DT
       const float inv = 1.0f / std::sqrt(mean + eps);
       for (int j = 0; j < group; ++j) {
         float v = xi[j] * inv;
-        if (w != nullptr) {
-          float wj;
-          ConvertToF32(wt, w + j * DTypeSize(wt), &wj, 1);
-          v = v * (offset + wj);
-        }
+        if (w != nullptr) v = v * (offset + wf[j]);
         yi[j] = v;
       }
     }
