@@ -1,0 +1,585 @@
+#include "model/gguf.h"
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <limits>
+#include <utility>
+
+namespace g4 {
+
+static_assert(std::endian::native == std::endian::little,
+              "the GGUF reader assumes a little-endian host");
+
+namespace {
+
+// GGUF metadata value types (gguf.md, "gguf_metadata_value_type").
+enum : uint32_t {
+  kTypeUInt8 = 0,
+  kTypeInt8 = 1,
+  kTypeUInt16 = 2,
+  kTypeInt16 = 3,
+  kTypeUInt32 = 4,
+  kTypeInt32 = 5,
+  kTypeFloat32 = 6,
+  kTypeBool = 7,
+  kTypeString = 8,
+  kTypeArray = 9,
+  kTypeUInt64 = 10,
+  kTypeInt64 = 11,
+  kTypeFloat64 = 12,
+};
+
+constexpr uint32_t kDefaultAlignment = 32;
+// ggml tensors have at most 4 dimensions (GGML_MAX_DIMS).
+constexpr uint32_t kMaxDims = 4;
+// Arrays of arrays are legal; deeper nesting than this is refused (it bounds the recursion).
+constexpr int kMaxArrayDepth = 8;
+// Smallest possible encodings, used to bound counts by the bytes left in the file.
+constexpr uint64_t kMinKvBytes = 8 + 4 + 1;              // empty key, type, 1-byte value
+constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 4 + 8;  // empty name, n_dims=0, type, offset
+
+const char* MetaTypeName(uint32_t t) {
+  switch (t) {
+    case kTypeUInt8: return "uint8";
+    case kTypeInt8: return "int8";
+    case kTypeUInt16: return "uint16";
+    case kTypeInt16: return "int16";
+    case kTypeUInt32: return "uint32";
+    case kTypeInt32: return "int32";
+    case kTypeFloat32: return "float32";
+    case kTypeBool: return "bool";
+    case kTypeString: return "string";
+    case kTypeArray: return "array";
+    case kTypeUInt64: return "uint64";
+    case kTypeInt64: return "int64";
+    case kTypeFloat64: return "float64";
+    default: return nullptr;
+  }
+}
+
+// Encoded size of a scalar type, the minimum encoded size of strings (8: the length) and arrays
+// (12: element type + count); 0 for unknown types.
+uint64_t MinEncodedSize(uint32_t t) {
+  switch (t) {
+    case kTypeUInt8: case kTypeInt8: case kTypeBool: return 1;
+    case kTypeUInt16: case kTypeInt16: return 2;
+    case kTypeUInt32: case kTypeInt32: case kTypeFloat32: return 4;
+    case kTypeUInt64: case kTypeInt64: case kTypeFloat64: return 8;
+    case kTypeString: return 8;
+    case kTypeArray: return 12;
+    default: return 0;
+  }
+}
+
+// ggml_type ids we load -> DType. Other ids: nullopt-like false.
+bool MapGgmlType(uint32_t id, DType* out) {
+  switch (id) {
+    case 0: *out = DType::kF32; return true;
+    case 1: *out = DType::kF16; return true;
+    case 2: *out = DType::kQ4_0; return true;
+    case 3: *out = DType::kQ4_1; return true;
+    case 6: *out = DType::kQ5_0; return true;
+    case 7: *out = DType::kQ5_1; return true;
+    case 8: *out = DType::kQ8_0; return true;
+    case 12: *out = DType::kQ4_K; return true;
+    case 13: *out = DType::kQ5_K; return true;
+    case 14: *out = DType::kQ6_K; return true;
+    case 30: *out = DType::kBF16; return true;
+    default: return false;
+  }
+}
+
+// Names of the ggml types we do not load, for messages (ggml.h's enum ggml_type).
+const char* OtherGgmlTypeName(uint32_t id) {
+  switch (id) {
+    case 4: case 5: return "removed Q4_2/Q4_3";
+    case 9: return "Q8_1";
+    case 10: return "Q2_K";
+    case 11: return "Q3_K";
+    case 15: return "Q8_K";
+    case 16: return "IQ2_XXS";
+    case 17: return "IQ2_XS";
+    case 18: return "IQ3_XXS";
+    case 19: return "IQ1_S";
+    case 20: return "IQ4_NL";
+    case 21: return "IQ3_S";
+    case 22: return "IQ2_S";
+    case 23: return "IQ4_XS";
+    case 24: return "I8";
+    case 25: return "I16";
+    case 26: return "I32";
+    case 27: return "I64";
+    case 28: return "F64";
+    case 29: return "IQ1_M";
+    case 34: return "TQ1_0";
+    case 35: return "TQ2_0";
+    case 39: return "MXFP4";
+    default: return nullptr;
+  }
+}
+
+std::string Quote(std::string_view s) {
+  std::string q = "'";
+  for (unsigned char c : s) {
+    if (c >= 0x20 && c < 0x7f) {
+      q.push_back(static_cast<char>(c));
+    } else {  // keep messages printable whatever bytes a corrupt file holds
+      static const char kHex[] = "0123456789abcdef";
+      q += "\\x";
+      q.push_back(kHex[c >> 4]);
+      q.push_back(kHex[c & 15]);
+    }
+    if (q.size() > 200) {
+      q += "...";
+      break;
+    }
+  }
+  q.push_back('\'');
+  return q;
+}
+
+std::string Str(uint64_t v) { return std::to_string(v); }
+
+bool IsPowerOfTwo(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
+
+}  // namespace
+
+// Reads a mapped GGUF file into a GgufFile. Every read goes through Need(), which checks the
+// bytes are there; every count is checked against the bytes left before anything is allocated.
+class GgufParser {
+ public:
+  GgufParser(GgufFile* out, const uint8_t* data, uint64_t size)
+      : out_(out), data_(data), size_(size), path_(out->path_) {}
+
+  Status Parse();
+
+ private:
+  uint64_t Left() const { return size_ - pos_; }
+  Status Error(const std::string& what) const { return DataLoss(path_ + ": " + what); }
+  // DataLoss unless `n` more bytes are available; `what` names the field being read.
+  Status Need(uint64_t n, const std::string& what) const {
+    if (n > Left()) {
+      return Error(what + " runs past the end of the file (needs " + Str(n) + " bytes at offset " +
+                   Str(pos_) + ", file is " + Str(size_) + " bytes)");
+    }
+    return OkStatus();
+  }
+  template <typename T>
+  Status Read(T* v, const std::string& what) {
+    G4_RETURN_IF_ERROR(Need(sizeof(T), what));
+    std::memcpy(v, data_ + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return OkStatus();
+  }
+  // Reads a T into *field (a member of v, widened) and sets v->type.
+  template <typename T, typename F>
+  Status ReadScalar(F* field, GgufValue::Type type, GgufValue* v, const std::string& what) {
+    T x{};
+    G4_RETURN_IF_ERROR(Read(&x, what));
+    *field = static_cast<F>(x);
+    v->type = type;
+    return OkStatus();
+  }
+  Status ReadString(std::string* s, const std::string& what);
+  Status ReadValue(uint32_t type, GgufValue* v, const std::string& where, int depth);
+  Status ReadTensorInfos(uint64_t count, uint32_t alignment);
+
+  GgufFile* out_;
+  const uint8_t* data_;
+  uint64_t size_;
+  uint64_t pos_ = 0;
+  const std::string& path_;
+};
+
+Status GgufParser::ReadString(std::string* s, const std::string& what) {
+  uint64_t len = 0;
+  G4_RETURN_IF_ERROR(Read(&len, what + " (string length)"));
+  if (len > Left()) {
+    return Error(what + ": string length " + Str(len) + " runs past the end of the file (" +
+                 Str(Left()) + " bytes left at offset " + Str(pos_) + ")");
+  }
+  s->assign(reinterpret_cast<const char*>(data_ + pos_), static_cast<size_t>(len));
+  pos_ += len;
+  return OkStatus();
+}
+
+Status GgufParser::ReadValue(uint32_t type, GgufValue* v, const std::string& where, int depth) {
+  v->gguf_type = type;
+  switch (type) {
+    case kTypeUInt8: return ReadScalar<uint8_t>(&v->u, GgufValue::Type::kUInt, v, where);
+    case kTypeUInt16: return ReadScalar<uint16_t>(&v->u, GgufValue::Type::kUInt, v, where);
+    case kTypeUInt32: return ReadScalar<uint32_t>(&v->u, GgufValue::Type::kUInt, v, where);
+    case kTypeUInt64: return ReadScalar<uint64_t>(&v->u, GgufValue::Type::kUInt, v, where);
+    case kTypeInt8: return ReadScalar<int8_t>(&v->i, GgufValue::Type::kInt, v, where);
+    case kTypeInt16: return ReadScalar<int16_t>(&v->i, GgufValue::Type::kInt, v, where);
+    case kTypeInt32: return ReadScalar<int32_t>(&v->i, GgufValue::Type::kInt, v, where);
+    case kTypeInt64: return ReadScalar<int64_t>(&v->i, GgufValue::Type::kInt, v, where);
+    case kTypeFloat32: return ReadScalar<float>(&v->f, GgufValue::Type::kFloat, v, where);
+    case kTypeFloat64: return ReadScalar<double>(&v->f, GgufValue::Type::kFloat, v, where);
+    case kTypeBool: {
+      uint8_t x = 0;
+      G4_RETURN_IF_ERROR(Read(&x, where));
+      if (x > 1) return Error(where + ": bool value " + Str(x) + " is neither 0 nor 1");
+      v->type = GgufValue::Type::kBool;
+      v->b = x != 0;
+      return OkStatus();
+    }
+    case kTypeString:
+      v->type = GgufValue::Type::kString;
+      return ReadString(&v->s, where);
+    case kTypeArray: {
+      if (depth >= kMaxArrayDepth) {
+        return Error(where + ": arrays nested more than " + Str(kMaxArrayDepth) + " deep");
+      }
+      uint32_t elem_type = 0;
+      uint64_t count = 0;
+      G4_RETURN_IF_ERROR(Read(&elem_type, where + " (array element type)"));
+      const uint64_t elem_min = MinEncodedSize(elem_type);
+      if (elem_min == 0) {
+        return Unimplemented(path_ + ": " + where + ": unknown metadata type " + Str(elem_type) +
+                             " for array elements");
+      }
+      G4_RETURN_IF_ERROR(Read(&count, where + " (array count)"));
+      if (count > Left() / elem_min) {
+        return Error(where + ": array count " + Str(count) + " of " + MetaTypeName(elem_type) +
+                     " needs at least " + (count > std::numeric_limits<uint64_t>::max() / elem_min
+                                               ? std::string("2^64")
+                                               : Str(count * elem_min)) +
+                     " bytes but only " + Str(Left()) + " are left in the file");
+      }
+      v->type = GgufValue::Type::kArray;
+      v->array_type = elem_type;
+      if (elem_type == kTypeString) {
+        v->strings.resize(static_cast<size_t>(count));
+        for (uint64_t k = 0; k < count; ++k) {
+          G4_RETURN_IF_ERROR(ReadString(&v->strings[k], where + "[" + Str(k) + "]"));
+        }
+      } else {
+        v->array.resize(static_cast<size_t>(count));
+        for (uint64_t k = 0; k < count; ++k) {
+          // Build the element name only when something fails (this loop runs for every vocab
+          // score).
+          Status st = ReadValue(elem_type, &v->array[k], where, depth + 1);
+          if (!st.ok()) {
+            return Status(st.code(), st.message() + " (in element " + Str(k) + " of " +
+                                         where + ")");
+          }
+        }
+      }
+      return OkStatus();
+    }
+    default:
+      return Unimplemented(path_ + ": " + where + ": unknown metadata type " + Str(type));
+  }
+}
+
+Status GgufParser::Parse() {
+  // Header: magic, version, tensor_count, kv_count.
+  if (size_ < 4 || std::memcmp(data_, "GGUF", 4) != 0) {
+    std::string got;
+    for (uint64_t k = 0; k < std::min<uint64_t>(size_, 4); ++k) {
+      got.push_back(static_cast<char>(data_[k]));
+    }
+    return Error("bad magic " + Quote(got) + " (expected 'GGUF'); not a GGUF file");
+  }
+  pos_ = 4;
+  uint32_t version = 0;
+  G4_RETURN_IF_ERROR(Read(&version, "truncated header: version"));
+  if (version != 2 && version != 3) {
+    if (version == 1) {
+      return Unimplemented(path_ + ": GGUF version 1 is not supported (versions 2 and 3 are)");
+    }
+    if (version == 0x02000000u || version == 0x03000000u) {
+      return Unimplemented(path_ + ": big-endian GGUF files are not supported");
+    }
+    return Unimplemented(path_ + ": unsupported GGUF version " + Str(version) +
+                         " (versions 2 and 3 are supported)");
+  }
+  out_->version_ = version;
+  uint64_t tensor_count = 0, kv_count = 0;
+  G4_RETURN_IF_ERROR(Read(&tensor_count, "truncated header: tensor_count"));
+  G4_RETURN_IF_ERROR(Read(&kv_count, "truncated header: kv_count"));
+  if (kv_count > Left() / kMinKvBytes) {
+    return Error("kv_count " + Str(kv_count) + " is larger than the file can hold (" +
+                 Str(Left()) + " bytes after the header)");
+  }
+  if (tensor_count > Left() / kMinTensorInfoBytes ||
+      tensor_count * kMinTensorInfoBytes + kv_count * kMinKvBytes > Left()) {
+    return Error("tensor_count " + Str(tensor_count) + " is larger than the file can hold (" +
+                 Str(Left()) + " bytes after the header, " + Str(kv_count) +
+                 " metadata entries)");
+  }
+
+  // Metadata.
+  for (uint64_t k = 0; k < kv_count; ++k) {
+    std::string key;
+    G4_RETURN_IF_ERROR(ReadString(&key, "metadata entry " + Str(k) + " key"));
+    const std::string where = "metadata key " + Quote(key);
+    uint32_t type = 0;
+    G4_RETURN_IF_ERROR(Read(&type, where + " (value type)"));
+    GgufValue value;
+    G4_RETURN_IF_ERROR(ReadValue(type, &value, where, 0));
+    if (!out_->metadata_.emplace(key, std::move(value)).second) {
+      return Error(where + " appears twice");
+    }
+  }
+
+  uint32_t alignment = kDefaultAlignment;
+  if (const GgufValue* a = out_->FindMeta("general.alignment")) {
+    uint64_t v = 0;
+    if (a->type == GgufValue::Type::kUInt) {
+      v = a->u;
+    } else if (a->type == GgufValue::Type::kInt && a->i >= 0) {
+      v = static_cast<uint64_t>(a->i);
+    } else {
+      return Error("metadata key 'general.alignment' has type " +
+                   std::string(MetaTypeName(a->gguf_type)) + ", expected uint32");
+    }
+    if (!IsPowerOfTwo(v) || v > (1ull << 31)) {
+      return Error("metadata key 'general.alignment' is " + Str(v) +
+                   ", not a power of two (at most 2^31)");
+    }
+    alignment = static_cast<uint32_t>(v);
+  }
+
+  return ReadTensorInfos(tensor_count, alignment);
+}
+
+Status GgufParser::ReadTensorInfos(uint64_t count, uint32_t alignment) {
+  struct Info {
+    std::string name;
+    std::vector<uint64_t> ne;
+    uint32_t ggml_type;
+    uint64_t offset;
+  };
+  std::vector<Info> infos(static_cast<size_t>(count));
+  for (uint64_t k = 0; k < count; ++k) {
+    Info& info = infos[k];
+    G4_RETURN_IF_ERROR(ReadString(&info.name, "tensor info " + Str(k) + " name"));
+    const std::string where = "tensor " + Quote(info.name);
+    uint32_t n_dims = 0;
+    G4_RETURN_IF_ERROR(Read(&n_dims, where + " (n_dims)"));
+    if (n_dims > kMaxDims) {
+      return Error(where + ": n_dims " + Str(n_dims) + " exceeds the maximum of " +
+                   Str(kMaxDims));
+    }
+    info.ne.resize(n_dims);
+    for (uint32_t d = 0; d < n_dims; ++d) {
+      G4_RETURN_IF_ERROR(Read(&info.ne[d], where + " (ne[" + Str(d) + "])"));
+    }
+    G4_RETURN_IF_ERROR(Read(&info.ggml_type, where + " (type)"));
+    G4_RETURN_IF_ERROR(Read(&info.offset, where + " (offset)"));
+  }
+  // The data section starts at the next multiple of `alignment` (pos_ <= size_ < 2^63: no
+  // overflow).
+  const uint64_t data_start = (pos_ + alignment - 1) / alignment * alignment;
+
+  struct Range {
+    uint64_t begin, end;
+    const std::string* name;
+  };
+  std::vector<Range> ranges;
+  ranges.reserve(infos.size());
+  for (Info& info : infos) {
+    const std::string where = "tensor " + Quote(info.name);
+    DType dtype;
+    if (!MapGgmlType(info.ggml_type, &dtype)) {
+      const char* known = OtherGgmlTypeName(info.ggml_type);
+      return Unimplemented(path_ + ": " + where + ": ggml type " + Str(info.ggml_type) +
+                           (known ? std::string(" (") + known + ")" : std::string(" (unknown)")) +
+                           " is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, "
+                           "Q5_1, Q4_K, Q5_K, Q6_K)");
+    }
+    std::string ne_str = "[";
+    for (size_t d = 0; d < info.ne.size(); ++d) ne_str += (d ? ", " : "") + Str(info.ne[d]);
+    ne_str += "]";
+    // Element count: every ne is a non-negative int64 and so is their product.
+    constexpr uint64_t kMaxI64 = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+    bool has_zero = false;
+    for (uint64_t n : info.ne) {
+      if (n > kMaxI64) return Error(where + ": ne " + ne_str + " has a dimension over 2^63-1");
+      has_zero |= n == 0;
+    }
+    uint64_t rows = 1;
+    if (!has_zero) {
+      uint64_t numel = 1;
+      for (uint64_t n : info.ne) {
+        if (__builtin_mul_overflow(numel, n, &numel) || numel > kMaxI64) {
+          return Error(where + ": ne " + ne_str + ": the product of the dimensions overflows");
+        }
+      }
+    }
+    for (size_t d = 1; d < info.ne.size(); ++d) rows *= info.ne[d];  // cannot overflow now
+    const uint64_t ne0 = info.ne.empty() ? 1 : info.ne[0];
+    const uint64_t block = static_cast<uint64_t>(DTypeBlockElems(dtype));
+    if (ne0 % block != 0) {
+      return Error(where + ": ne[0] = " + Str(ne0) + " is not a multiple of the " +
+                   std::string(DTypeName(dtype)) + " block size " + Str(block));
+    }
+    uint64_t nbytes = 0;
+    if (__builtin_mul_overflow(rows, (ne0 / block) * DTypeBlockBytes(dtype), &nbytes)) {
+      return Error(where + ": ne " + ne_str + " of " + std::string(DTypeName(dtype)) +
+                   " is too many bytes (overflow)");
+    }
+    if (info.offset % alignment != 0) {
+      return Error(where + ": data offset " + Str(info.offset) +
+                   " is not a multiple of the alignment " + Str(alignment));
+    }
+    if (data_start > size_ || info.offset > size_ - data_start ||
+        nbytes > size_ - data_start - info.offset) {
+      return Error(where + ": data (offset " + Str(info.offset) + ", " + Str(nbytes) +
+                   " bytes, data section at " + Str(data_start) +
+                   ") runs past the end of the file (" + Str(size_) + " bytes)");
+    }
+    Tensor t;
+    t.name = info.name;
+    t.dtype = dtype;
+    t.shape.assign(info.ne.rbegin(), info.ne.rend());
+    t.data = data_ + data_start + info.offset;
+    t.nbytes = static_cast<size_t>(nbytes);
+    t.file = path_;
+    auto [it, inserted] = out_->tensors_.emplace(info.name, std::move(t));
+    if (!inserted) return Error(where + " appears twice");
+    ranges.push_back({info.offset, info.offset + nbytes, &it->first});
+  }
+
+  // No two tensors may share bytes (empty tensors occupy none).
+  std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
+  uint64_t max_end = 0;
+  const std::string* max_owner = nullptr;
+  for (const Range& r : ranges) {
+    if (r.begin == r.end) continue;
+    if (max_owner != nullptr && r.begin < max_end) {
+      return Error("tensor " + Quote(*r.name) + " (data bytes [" + Str(r.begin) + ", " +
+                   Str(r.end) + ")) overlaps tensor " + Quote(*max_owner) +
+                   " (ending at byte " + Str(max_end) + ")");
+    }
+    if (r.end > max_end) {
+      max_end = r.end;
+      max_owner = r.name;
+    }
+  }
+  return OkStatus();
+}
+
+StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
+  G4_ASSIGN_OR_RETURN(std::unique_ptr<MappedFile> file, MappedFile::Open(path));
+  std::unique_ptr<GgufFile> g(new GgufFile());
+  g->path_ = path;
+  GgufParser parser(g.get(), file->data(), file->size());
+  G4_RETURN_IF_ERROR(parser.Parse());
+  g->file_ = std::move(file);
+  return StatusOr<std::unique_ptr<GgufFile>>(std::move(g));
+}
+
+const GgufValue* GgufFile::FindMeta(const std::string& key) const {
+  auto it = metadata_.find(key);
+  return it == metadata_.end() ? nullptr : &it->second;
+}
+
+namespace {
+
+std::string TypeNameOf(const GgufValue& v) {
+  const char* n = MetaTypeName(v.gguf_type);
+  std::string s = n ? n : "?";
+  if (v.type == GgufValue::Type::kArray) {
+    const char* e = MetaTypeName(v.array_type);
+    s += std::string(" of ") + (e ? e : "?");
+  }
+  return s;
+}
+
+// The value as int64 if it is an integer that fits.
+bool AsInt(const GgufValue& v, int64_t* out) {
+  if (v.type == GgufValue::Type::kInt) {
+    *out = v.i;
+    return true;
+  }
+  if (v.type == GgufValue::Type::kUInt &&
+      v.u <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    *out = static_cast<int64_t>(v.u);
+    return true;
+  }
+  return false;
+}
+
+bool AsFloat(const GgufValue& v, double* out) {
+  switch (v.type) {
+    case GgufValue::Type::kFloat: *out = v.f; return true;
+    case GgufValue::Type::kInt: *out = static_cast<double>(v.i); return true;
+    case GgufValue::Type::kUInt: *out = static_cast<double>(v.u); return true;
+    default: return false;
+  }
+}
+
+}  // namespace
+
+StatusOr<int64_t> GgufFile::GetInt(const std::string& key) const {
+  const GgufValue* v = FindMeta(key);
+  if (v == nullptr) return NotFound(path_ + ": no metadata key " + Quote(key));
+  int64_t out;
+  if (!AsInt(*v, &out)) {
+    if (v->type == GgufValue::Type::kUInt) {
+      return InvalidArgument(path_ + ": metadata key " + Quote(key) + " = " + Str(v->u) +
+                             " does not fit in int64");
+    }
+    return InvalidArgument(path_ + ": metadata key " + Quote(key) + " is a " + TypeNameOf(*v) +
+                           ", not an integer");
+  }
+  return out;
+}
+
+int64_t GgufFile::GetInt(const std::string& key, int64_t dflt) const {
+  const GgufValue* v = FindMeta(key);
+  int64_t out;
+  return v != nullptr && AsInt(*v, &out) ? out : dflt;
+}
+
+StatusOr<double> GgufFile::GetFloat(const std::string& key) const {
+  const GgufValue* v = FindMeta(key);
+  if (v == nullptr) return NotFound(path_ + ": no metadata key " + Quote(key));
+  double out;
+  if (!AsFloat(*v, &out)) {
+    return InvalidArgument(path_ + ": metadata key " + Quote(key) + " is a " + TypeNameOf(*v) +
+                           ", not a number");
+  }
+  return out;
+}
+
+double GgufFile::GetFloat(const std::string& key, double dflt) const {
+  const GgufValue* v = FindMeta(key);
+  double out;
+  return v != nullptr && AsFloat(*v, &out) ? out : dflt;
+}
+
+StatusOr<std::string> GgufFile::GetString(const std::string& key) const {
+  const GgufValue* v = FindMeta(key);
+  if (v == nullptr) return NotFound(path_ + ": no metadata key " + Quote(key));
+  if (v->type != GgufValue::Type::kString) {
+    return InvalidArgument(path_ + ": metadata key " + Quote(key) + " is a " + TypeNameOf(*v) +
+                           ", not a string");
+  }
+  return v->s;
+}
+
+bool GgufFile::GetBool(const std::string& key, bool dflt) const {
+  const GgufValue* v = FindMeta(key);
+  return v != nullptr && v->type == GgufValue::Type::kBool ? v->b : dflt;
+}
+
+const Tensor* GgufFile::Find(std::string_view name) const {
+  auto it = tensors_.find(name);
+  return it == tensors_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> GgufFile::Names() const {
+  std::vector<std::string> names;
+  names.reserve(tensors_.size());
+  for (const auto& [name, t] : tensors_) names.push_back(name);
+  return names;
+}
+
+}  // namespace g4

@@ -1,0 +1,128 @@
+// Internal representation shared by the tokenizer loaders and algorithms (not a public API).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "base/status.h"
+#include "tokenizer/tokenizer.h"
+
+namespace g4::tokenizer_internal {
+
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using StringIndex = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
+
+struct TokenData {
+  std::string text;   // as stored in the vocabulary
+  float score = 0.0f;
+  uint32_t attrs = kTokenNormal;
+};
+
+// A ranked BPE merge: left + right -> result.
+struct Merge {
+  int32_t rank;
+  int32_t result;
+};
+
+// Trie over the byte strings of the tokens that may be written as text.
+class SpecialTrie {
+ public:
+  void Insert(std::string_view text, int32_t id);
+  // Calls fn(length, id) for every token that matches s at position pos, shortest first.
+  template <typename Fn>
+  void ForEachMatch(std::string_view s, size_t pos, Fn&& fn) const {
+    int32_t node = 0;
+    for (size_t i = pos; i < s.size(); ++i) {
+      node = Child(node, static_cast<unsigned char>(s[i]));
+      if (node < 0) return;
+      if (nodes_[node].id >= 0) fn(i + 1 - pos, nodes_[node].id);
+    }
+  }
+  bool empty() const { return nodes_.size() <= 1; }
+
+ private:
+  struct Node {
+    int32_t id = -1;
+    std::vector<std::pair<uint8_t, int32_t>> children;  // sorted by byte
+  };
+  int32_t Child(int32_t node, uint8_t b) const;
+  std::vector<Node> nodes_ = std::vector<Node>(1);
+};
+
+// One step of an HF normalizer (applied to the text between added tokens).
+struct NormalizerStep {
+  enum class Kind { kReplace, kPrepend };
+  Kind kind;
+  std::string pattern;  // kReplace: what to replace
+  std::string content;  // the replacement, or the prefix for kPrepend
+};
+
+// One step of an HF pre-tokenizer.
+struct PreTokenizerStep {
+  enum class Kind { kSplit, kMetaspace };
+  enum class Behavior { kRemoved, kIsolated, kMergedWithPrevious, kMergedWithNext, kContiguous };
+  Kind kind;
+  std::string pattern;  // kSplit: the delimiter; kMetaspace: the replacement ("▁")
+  Behavior behavior = Behavior::kIsolated;
+  bool invert = false;
+  // kMetaspace
+  enum class Prepend { kAlways, kFirst, kNever };
+  Prepend prepend = Prepend::kAlways;
+  bool split = true;
+};
+
+struct Model {
+  Tokenizer::Kind kind = Tokenizer::Kind::kSentencePiece;
+  std::vector<TokenData> tokens;
+  StringIndex index;  // text -> id (first id wins for duplicated strings)
+
+  // BPE merges keyed by (left id << 32 | right id).
+  std::unordered_map<uint64_t, Merge> merges;
+  std::array<int32_t, 256> byte_tokens;  // id of <0xXX>, or -1
+
+  int32_t bos = -1, eos = -1, unk = -1, pad = -1;
+  bool add_bos = false;
+  std::vector<int32_t> eog;
+
+  // Tokens recognised in raw text. GGUF: llama.cpp's longest-first order; `special_rank[i]`
+  // orders `special_ids` by length descending then id. HF: leftmost-longest, two tries (raw
+  // text, then normalized text).
+  SpecialTrie raw_trie;
+  SpecialTrie normalized_trie;
+  std::vector<int32_t> special_rank;  // by token id; -1 if not special (GGUF only)
+
+  // HF pipeline.
+  std::vector<NormalizerStep> normalizer;
+  std::vector<PreTokenizerStep> pre_tokenizer;
+  bool ignore_merges = false;
+  bool byte_fallback = true;
+  bool fuse_unk = false;
+
+  // Finishes construction: builds the byte table, special-token tries and EOG list.
+  void Finalize();
+
+  int32_t Lookup(std::string_view s) const {
+    auto it = index.find(s);
+    return it == index.end() ? -1 : it->second;
+  }
+  uint64_t static PairKey(int32_t a, int32_t b) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
+  }
+
+  // Segmentation of one chunk of already-escaped text (no special tokens inside).
+  void EncodeSpm(std::string_view text, std::vector<int32_t>* out) const;
+  void EncodeBpeWord(std::string_view word, std::vector<int32_t>* out) const;
+  // HF: normalizes, pre-tokenizes and BPE-encodes a chunk of raw text.
+  void EncodeHfChunk(std::string_view text, bool first_chunk, std::vector<int32_t>* out) const;
+  std::string Normalize(std::string_view text) const;
+};
+
+}  // namespace g4::tokenizer_internal

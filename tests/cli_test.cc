@@ -1,0 +1,102 @@
+// The gemma4rt binary end to end: `logits` agrees with the transformers reference, `generate`
+// continues greedily, and bad flags/files give a clear error and exit status 1.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "model/safetensors.h"
+
+namespace g4 {
+namespace {
+
+struct Result {
+  int status;
+  std::string out;
+};
+
+Result RunCli(const std::string& args) {
+  const std::string cmd = std::string(GEMMA4RT_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  Result r{-1, ""};
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+// The line of `logits --json` output (stdout), wherever stderr lines fall.
+nlohmann::json JsonLine(const std::string& out) {
+  const size_t b = out.find("{\"positions\"");
+  if (b == std::string::npos) return nlohmann::json::object();
+  return nlohmann::json::parse(out.substr(b, out.find('\n', b) - b));
+}
+
+std::string Fixture(const std::string& name) { return std::string(GEMMA4RT_TEST_DATA_DIR) + "/golden/" + name; }
+
+TEST(CliTest, LogitsJsonTopTokenMatchesTransformersAtEveryPosition) {
+  auto ref = SafetensorsStore::OpenFile(Fixture("gemma4-e2b-tiny") + "/reference.safetensors");
+  ASSERT_TRUE(ref.ok());
+  const Tensor* ids = (*ref)->Find("input_ids");
+  const Tensor* logits = (*ref)->Find("logits");
+  std::string tokens;
+  for (int64_t i = 0; i < ids->numel(); ++i) tokens += (i ? "," : "") + std::to_string(static_cast<int>(ids->GetF32(i)));
+  Result r = RunCli("logits -m " + Fixture("gemma4-e2b-tiny") + " --tokens " + tokens + " --top 2 --json --chunk 7");
+  ASSERT_EQ(r.status, 0) << r.out;
+  // The first line on stderr is the device policy; the JSON is the last line.
+  EXPECT_EQ(r.out.rfind("gemma4rt: device policy: backend=cpu", 0), 0u) << r.out;
+  auto j = JsonLine(r.out);
+  const int V = static_cast<int>(logits->shape[1]);
+  ASSERT_EQ(j["positions"].size(), static_cast<size_t>(ids->numel()));
+  for (int64_t t = 0; t < ids->numel(); ++t) {
+    int best = 0;
+    for (int v = 1; v < V; ++v)
+      if (logits->GetF32(t * V + v) > logits->GetF32(t * V + best)) best = v;
+    EXPECT_EQ(j["positions"][t]["ids"][0].get<int>(), best) << t;
+    EXPECT_NEAR(j["positions"][t]["logits"][0].get<float>(), logits->GetF32(t * V + best), 1e-3) << t;
+  }
+}
+
+TEST(CliTest, GenerateGreedyEqualsArgmaxOfLogitsCommand) {
+  // The first generated token must be the argmax of the last prompt position.
+  Result lg = RunCli("logits -m " + Fixture("gemma4-26b-a4b-tiny") + " --tokens 2,17,300,41 --top 1 --json");
+  ASSERT_EQ(lg.status, 0) << lg.out;
+  auto j = JsonLine(lg.out);
+  const int first = j["positions"][3]["ids"][0].get<int>();
+  Result gen = RunCli("generate -m " + Fixture("gemma4-26b-a4b-tiny") + " --tokens 2,17,300,41 -n 5");
+  ASSERT_EQ(gen.status, 0) << gen.out;
+  EXPECT_NE(gen.out.find("\n" + std::to_string(first) + ","), std::string::npos) << gen.out;
+  EXPECT_NE(gen.out.find("decode"), std::string::npos);
+}
+
+TEST(CliTest, BadInputsGiveClearErrors) {
+  Result r = RunCli("logits -m /nonexistent --tokens 1,2");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("NOT_FOUND"), std::string::npos) << r.out;
+  r = RunCli("logits -m " + Fixture("gemma3-tiny") + " --tokens 2,x,3");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("'x' is not a token id"), std::string::npos) << r.out;
+  r = RunCli("logits -m " + Fixture("gemma3-tiny") + " --tokens 2,99999");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("outside the vocabulary"), std::string::npos) << r.out;
+  r = RunCli("logits -m " + Fixture("gemma3-tiny") + " --tokens 2,3 --top 0");
+  EXPECT_NE(r.status, 0);
+  r = RunCli("frobnicate");
+  EXPECT_NE(r.status, 0);
+}
+
+TEST(CliTest, InfoPrintsTheLayerPlan) {
+  Result r = RunCli("info -m " + Fixture("gemma4-e2b-tiny"));
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("layers: 10"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("layer 5"), std::string::npos) << r.out;  // shared sliding layers read layer 5
+  EXPECT_NE(r.out.find("layer 4"), std::string::npos) << r.out;  // shared full layer reads layer 4
+}
+
+}  // namespace
+}  // namespace g4
