@@ -7,6 +7,7 @@
 
 #include "base/status.h"
 #include "model/config.h"
+#include "model/gguf.h"
 #include "model/weights.h"
 #include "tensor/tensor.h"
 
@@ -17,10 +18,11 @@ struct LoadedModel {
   ModelConfig config;
   std::unique_ptr<TensorStore> store;
   ModelWeights weights;
+  const GgufFile* gguf = nullptr;  // the GGUF file (owned by `store`) when loaded from one, for its tokenizer
 };
 
 // Loads a Hugging Face checkpoint directory (config.json + model.safetensors or a sharded set with
-// model.safetensors.index.json). Errors: NotFound (no such directory / config.json / weights),
+// model.safetensors.index.json) or a GGUF file (architectures gemma3, gemma4). Errors: NotFound (no such directory / config.json / weights),
 // InvalidArgument or Unimplemented from the config parser, DataLoss from the safetensors reader,
 // NotFound/InvalidArgument from weight binding; every message names the file.
 StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::string& path);
