@@ -24,7 +24,15 @@ namespace {
 
 constexpr double kRelTol = 1e-4;
 
-std::string FixtureDir(const std::string& name) { return std::string(GEMMA4RT_TEST_DATA_DIR) + "/golden/" + name; }
+// A test parameter is a fixture name, or "<fixture>+gguf" for the same weights converted to GGUF by
+// llama.cpp's own converter (tools/convert_golden_to_gguf.py): same reference, other loader.
+std::string FixtureDir(const std::string& param) {
+  const std::string name = param.substr(0, param.find('+'));
+  return std::string(GEMMA4RT_TEST_DATA_DIR) + "/golden/" + name;
+}
+std::string ModelPath(const std::string& param) {
+  return param.find("+gguf") != std::string::npos ? FixtureDir(param) + "/model-f32.gguf" : FixtureDir(param);
+}
 
 struct Reference {
   std::unique_ptr<SafetensorsStore> store;
@@ -52,7 +60,7 @@ Reference LoadReference(const std::string& fixture) {
 }
 
 std::unique_ptr<Engine> MakeEngine(const std::string& fixture, int chunk, int max_seqs = 1) {
-  auto m = LoadModel(FixtureDir(fixture));
+  auto m = LoadModel(ModelPath(fixture));
   EXPECT_TRUE(m.ok()) << m.status().ToString();
   if (!m.ok()) return nullptr;
   EngineOptions o;
@@ -164,7 +172,7 @@ TEST_P(GoldenTest, BatchedDecodeOfTwoSequencesMatchesSingle) {
 // Structural: KV-shared layers own no cache, read their donor's, and no KvWrite targets a
 // layer that is a reader.
 TEST_P(GoldenTest, ReaderLayersNeverWriteTheirDonorsCache) {
-  auto m = LoadModel(FixtureDir(GetParam()));
+  auto m = LoadModel(ModelPath(GetParam()));
   ASSERT_TRUE(m.ok());
   const ModelConfig& c = (*m)->config;
   Graph g = BuildGemmaGraph(c, (*m)->weights, GraphOptions{true});
@@ -193,6 +201,11 @@ std::vector<std::string> Fixtures() {
                            "gemma4-e2b-tiny-bf16-sharded"}) {
     if (std::filesystem::exists(FixtureDir(name) + "/reference.safetensors")) out.push_back(name);
   }
+  // Gemma 3's GGUF cannot carry query_pre_attn_scalar or irregular layer_types (llama.cpp assumes
+  // 1/sqrt(head_dim) and every 6th layer full), so gemma3-tiny has no GGUF variant; the real Gemma 3
+  // GGUF is checked against llama.cpp in greedy_llamacpp_test.cc.
+  for (const char* name : {"gemma4-e2b-tiny", "gemma4-31b-tiny", "gemma4-26b-a4b-tiny"})
+    out.push_back(std::string(name) + "+gguf");
   return out;
 }
 
@@ -200,6 +213,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenTest, ::testing::ValuesIn(Fixtures()),
                          [](const auto& info) {
                            std::string s = info.param;
                            std::replace(s.begin(), s.end(), '-', '_');
+                           std::replace(s.begin(), s.end(), '+', '_');
                            return s;
                          });
 

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -47,19 +48,19 @@ g4::StatusOr<std::vector<int32_t>> ParseTokens(const std::string& text) {
   return ids;
 }
 
-void LogPolicy(const g4::Engine& e) {
-  std::fprintf(stderr, "gemma4rt: device policy: backend=%s simd=scalar compute=f32 weights=%s threads=1 context=%d\n",
-               e.backend().Name().c_str(), std::string(g4::DTypeName(e.model().weights.embed->dtype)).c_str(),
+void LogPolicy(const g4::Engine& e, int threads) {
+  std::fprintf(stderr, "gemma4rt: device policy: backend=%s simd=scalar compute=f32 weights=%s threads=%d context=%d\n",
+               e.backend().Name().c_str(), std::string(g4::DTypeName(e.model().weights.embed->dtype)).c_str(), threads,
                e.options().max_context);
 }
 
-g4::StatusOr<std::unique_ptr<g4::Engine>> Open(const std::string& model, int ctx, int chunk) {
+g4::StatusOr<std::unique_ptr<g4::Engine>> Open(const std::string& model, int ctx, int chunk, int threads) {
   G4_ASSIGN_OR_RETURN(auto loaded, g4::LoadModel(model));
   g4::EngineOptions o;
   o.max_context = ctx;
   o.prefill_chunk = chunk;
-  G4_ASSIGN_OR_RETURN(auto engine, g4::Engine::Create(std::move(loaded), g4::MakeCpuBackend(), o));
-  LogPolicy(*engine);
+  G4_ASSIGN_OR_RETURN(auto engine, g4::Engine::Create(std::move(loaded), g4::MakeCpuBackend(threads), o));
+  LogPolicy(*engine, threads);
   return engine;
 }
 
@@ -76,6 +77,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::string model, prompt, tokens_text;
   int top = 5, chunk = 512, ctx = 0, n_predict = 32;
+  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   bool json_out = false;
 
   auto* info = app.add_subcommand("info", "print the model's layer plan, parameter and memory counts");
@@ -88,6 +90,7 @@ int main(int argc, char** argv) {
   logits->add_option("--top", top, "K for top-K per position")->check(CLI::Range(1, 1000000));
   logits->add_option("--chunk", chunk, "prefill chunk size in tokens")->check(CLI::Range(1, 1 << 20));
   logits->add_option("-c,--ctx-size", ctx, "context size in tokens (0 = model maximum, capped at 8192)")->check(CLI::NonNegativeNumber);
+  logits->add_option("-t,--threads", threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 1024));
   logits->add_flag("--json", json_out, "print JSON: {\"tokens\": [...], \"positions\": [{\"ids\": [...], \"logits\": [...]}]}");
 
   auto* gen = app.add_subcommand("generate", "greedy continuation of a prompt");
@@ -97,6 +100,7 @@ int main(int argc, char** argv) {
   gen->add_option("-n,--n-predict", n_predict, "tokens to generate")->check(CLI::Range(1, 1 << 20));
   gen->add_option("--chunk", chunk, "prefill chunk size in tokens")->check(CLI::Range(1, 1 << 20));
   gen->add_option("-c,--ctx-size", ctx, "context size in tokens")->check(CLI::NonNegativeNumber);
+  gen->add_option("-t,--threads", threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 1024));
 
   CLI11_PARSE(app, argc, argv);
 
@@ -122,7 +126,7 @@ int main(int argc, char** argv) {
   if (tokens_text.empty()) return Fail(NeedTokens(prompt));
   auto ids = ParseTokens(tokens_text);
   if (!ids.ok()) return Fail(ids.status());
-  auto engine_or = Open(model, ctx, chunk);
+  auto engine_or = Open(model, ctx, chunk, threads);
   if (!engine_or.ok()) return Fail(engine_or.status());
   g4::Engine& engine = **engine_or;
   const int V = engine.config().vocab;

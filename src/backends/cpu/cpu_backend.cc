@@ -8,6 +8,7 @@
 
 #include "backends/cpu/kernels.h"
 #include "base/check.h"
+#include "base/thread_pool.h"
 
 namespace g4 {
 namespace {
@@ -19,8 +20,8 @@ Overloaded(Ts...) -> Overloaded<Ts...>;
 
 class CpuExecutable : public Executable {
  public:
-  CpuExecutable(const Graph& graph, int num_tokens, int num_output_rows)
-      : graph_(graph), num_tokens_(num_tokens), num_out_(num_output_rows) {
+  CpuExecutable(const Graph& graph, int num_tokens, int num_output_rows, ThreadPool* pool)
+      : graph_(graph), num_tokens_(num_tokens), num_out_(num_output_rows), pool_(pool) {
     Plan();
   }
 
@@ -40,15 +41,19 @@ class CpuExecutable : public Executable {
   void RunAttention(const AttentionOp& op, const float* q, const float* k, const float* v, float* out,
                     const StepInput& in, KvCache& cache);
   void RunMoE(const MoEOp& op, const float* y, const float* r, float* out, int rows);
+  // Splits the output columns (weight rows) of a matmul across the pool.
+  void ParallelMatMul(const float* x, int rows, int K, const Tensor& w, float scale, float* y);
 
   const Graph graph_;
   const int num_tokens_, num_out_;
+  ThreadPool* pool_;
+  std::vector<std::vector<float>> task_scratch_;  // per pool task: one converted weight row
+  std::vector<std::vector<float>> task_scores_;   // per pool task: attention scores
   std::vector<std::vector<float>> buffers_;
   std::vector<int> buffer_of_;       // node -> buffer index (-1: no output)
   std::map<std::string, int> outputs_;
   // Scratch, sized at plan time or grown on first use only.
   std::vector<float> scratch_;       // one converted weight row (max K)
-  std::vector<float> scores_;        // attention scores of one query
   std::vector<int32_t> seq_first_;   // per token: index of its sequence's first step token
   std::vector<float> moe_scratch_;
 };
@@ -96,6 +101,8 @@ void CpuExecutable::Plan() {
   buffers_.resize(capacity.size());
   for (size_t b = 0; b < capacity.size(); ++b) buffers_[b].assign(std::max<size_t>(capacity[b], 1), 0.0f);
   scratch_.assign(max_k, 0.0f);
+  task_scratch_.assign(pool_->size(), std::vector<float>(max_k, 0.0f));
+  task_scores_.assign(pool_->size(), {});
   seq_first_.assign(num_tokens_, 0);
 }
 
@@ -126,8 +133,7 @@ void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
           }
         },
         [&](const MatMulOp& op) {
-          const int K = graph_.node(node.inputs[0]).cols;
-          cpu::MatMul(input(0), rows, K, op.w->data, op.w->dtype, node.cols, op.out_scale, out, scratch_.data());
+          ParallelMatMul(input(0), rows, graph_.node(node.inputs[0]).cols, *op.w, op.out_scale, out);
         },
         [&](const RmsNormOp& op) {
           cpu::RmsNorm(input(0), rows, node.cols, op.group, op.w ? op.w->data : nullptr, op.w ? op.w->dtype : DType::kF32,
@@ -185,56 +191,67 @@ void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
   }
 }
 
+void CpuExecutable::ParallelMatMul(const float* x, int rows, int K, const Tensor& w, float scale, float* y) {
+  const int M = static_cast<int>(w.shape[0]);
+  const size_t row_bytes = DTypeRowBytes(w.dtype, K);
+  pool_->ParallelFor(M, [&](int task, int64_t mb, int64_t me) {
+    cpu::MatMul(x, rows, K, w.data + mb * row_bytes, w.dtype, static_cast<int>(me - mb), scale, y + mb, M,
+                task_scratch_[task].data());
+  });
+}
+
 void CpuExecutable::RunAttention(const AttentionOp& op, const float* q, const float* k, const float* v, float* out,
                                  const StepInput& in, KvCache& cache) {
   const int D = op.head_dim, Nq = op.num_heads, Nkv = op.num_kv_heads;
   const int group = Nq / Nkv;
   const int kv_width = Nkv * D;
   const int layer = op.cache_layer;
-  for (int t = 0; t < num_tokens_; ++t) {
-    const int seq = in.seq_ids[t];
-    const int p = in.positions[t];
-    const int first = seq_first_[t];
-    const int start = in.positions[first];  // first position of this sequence in the step
-    const int lo = op.window > 0 ? std::max(0, p - op.window + 1) : 0;
-    const int n_keys = p - lo + 1;
-    if (static_cast<int>(scores_.size()) < n_keys) scores_.resize(n_keys);
-    // Key/value row of absolute position j: from the cache before the step, else from the step.
-    auto key_row = [&](int j, const float* step_buf, bool is_v) -> const float* {
-      if (j < start) {
-        const int slot = cache.slot_of(layer, j);
-        return is_v ? cache.v(layer, seq, slot) : cache.k(layer, seq, slot);
-      }
-      return step_buf + static_cast<size_t>(first + (j - start)) * kv_width;
-    };
-    for (int h = 0; h < Nq; ++h) {
+  pool_->ParallelFor(static_cast<int64_t>(num_tokens_) * Nq, [&](int task, int64_t begin, int64_t end) {
+    std::vector<float>& scores = task_scores_[task];
+    for (int64_t th = begin; th < end; ++th) {
+      const int t = static_cast<int>(th / Nq), h = static_cast<int>(th % Nq);
+      const int seq = in.seq_ids[t];
+      const int p = in.positions[t];
+      const int first = seq_first_[t];
+      const int start = in.positions[first];  // first position of this sequence in the step
+      const int lo = op.window > 0 ? std::max(0, p - op.window + 1) : 0;
+      const int n_keys = p - lo + 1;
+      if (static_cast<int>(scores.size()) < n_keys) scores.resize(n_keys);
+      // Key/value row of absolute position j: from the cache before the step, else from the step.
+      auto row = [&](int j, const float* step_buf, bool is_v) -> const float* {
+        if (j < start) {
+          const int slot = cache.slot_of(layer, j);
+          return is_v ? cache.v(layer, seq, slot) : cache.k(layer, seq, slot);
+        }
+        return step_buf + static_cast<size_t>(first + (j - start)) * kv_width;
+      };
       const float* qh = q + static_cast<size_t>(t) * Nq * D + h * D;
       const int kvh = h / group;
       float mx = -INFINITY;
       for (int j = lo; j <= p; ++j) {
-        const float* kr = key_row(j, k, false) + kvh * D;
+        const float* kr = row(j, k, false) + kvh * D;
         float s = 0;
         for (int d = 0; d < D; ++d) s += qh[d] * kr[d];
         s *= op.scale;
         if (op.softcap > 0) s = op.softcap * std::tanh(s / op.softcap);
-        scores_[j - lo] = s;
+        scores[j - lo] = s;
         mx = std::max(mx, s);
       }
       float sum = 0;
       for (int j = 0; j < n_keys; ++j) {
-        scores_[j] = std::exp(scores_[j] - mx);
-        sum += scores_[j];
+        scores[j] = std::exp(scores[j] - mx);
+        sum += scores[j];
       }
       const float inv = 1.0f / sum;
       float* oh = out + static_cast<size_t>(t) * Nq * D + h * D;
       std::fill(oh, oh + D, 0.0f);
       for (int j = lo; j <= p; ++j) {
-        const float pj = scores_[j - lo] * inv;
-        const float* vr = key_row(j, v, true) + kvh * D;
+        const float pj = scores[j - lo] * inv;
+        const float* vr = row(j, v, true) + kvh * D;
         for (int d = 0; d < D; ++d) oh[d] += pj * vr[d];
       }
     }
-  }
+  });
 }
 
 void CpuExecutable::RunMoE(const MoEOp& op, const float* y, const float* r, float* out, int rows) {
@@ -258,7 +275,7 @@ void CpuExecutable::RunMoE(const MoEOp& op, const float* y, const float* r, floa
     // Router: scale-free RMSNorm, * scale * H^-1/2, projection, softmax over all experts.
     cpu::RmsNorm(rt, 1, H, H, nullptr, DType::kF32, op.eps, 0.0f, z);
     for (int j = 0; j < H; ++j) z[j] = z[j] * op.router_scale->GetF32(j) * root;
-    cpu::MatMul(z, 1, H, op.router_proj->data, op.router_proj->dtype, E, 1.0f, probs, scratch_.data());
+    cpu::MatMul(z, 1, H, op.router_proj->data, op.router_proj->dtype, E, 1.0f, probs, E, scratch_.data());
     float mx = -INFINITY;
     for (int e = 0; e < E; ++e) mx = std::max(mx, probs[e]);
     float sum = 0;
@@ -277,9 +294,9 @@ void CpuExecutable::RunMoE(const MoEOp& op, const float* y, const float* r, floa
     for (int i = 0; i < op.top_k; ++i) {
       const int e = order[i];
       const float we = probs[e] / wsum * op.per_expert_scale->GetF32(e);
-      cpu::MatMul(yt, 1, H, op.gate_up->data + e * gu_expert_bytes, wt_gu, 2 * I, 1.0f, gu, scratch_.data());
+      cpu::MatMul(yt, 1, H, op.gate_up->data + e * gu_expert_bytes, wt_gu, 2 * I, 1.0f, gu, 2 * I, scratch_.data());
       cpu::GeGlu(gu, gu + I, I, act);
-      cpu::MatMul(act, 1, I, op.down->data + e * dn_expert_bytes, wt_dn, H, 1.0f, eo, scratch_.data());
+      cpu::MatMul(act, 1, I, op.down->data + e * dn_expert_bytes, wt_dn, H, 1.0f, eo, H, scratch_.data());
       for (int j = 0; j < H; ++j) ot[j] += eo[j] * we;
     }
   }
@@ -287,16 +304,20 @@ void CpuExecutable::RunMoE(const MoEOp& op, const float* y, const float* r, floa
 
 class CpuBackend : public Backend {
  public:
+  explicit CpuBackend(int threads) : pool_(threads) {}
   std::string Name() const override { return "cpu"; }
   StatusOr<std::unique_ptr<Executable>> Compile(const Graph& graph, int num_tokens, int num_output_rows) override {
     if (num_tokens <= 0) return InvalidArgument("a step needs at least one token");
     if (num_output_rows < 0 || num_output_rows > num_tokens) return InvalidArgument("output rows must be in [0, tokens]");
-    return std::unique_ptr<Executable>(new CpuExecutable(graph, num_tokens, num_output_rows));
+    return std::unique_ptr<Executable>(new CpuExecutable(graph, num_tokens, num_output_rows, &pool_));
   }
+
+ private:
+  ThreadPool pool_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> MakeCpuBackend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> MakeCpuBackend(int threads) { return std::make_unique<CpuBackend>(std::max(1, threads)); }
 
 }  // namespace g4

@@ -9,6 +9,7 @@
 
 namespace g4 {
 
-std::unique_ptr<Backend> MakeCpuBackend();
+// threads: worker threads for matmuls and attention (>= 1; the caller's thread is one of them).
+std::unique_ptr<Backend> MakeCpuBackend(int threads = 1);
 
 }  // namespace g4

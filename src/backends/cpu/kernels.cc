@@ -30,7 +30,8 @@ inline float Dot(const float* a, const float* b, int n) {
 
 }  // namespace
 
-void MatMul(const float* x, int rows, int K, const uint8_t* w, DType wt, int M, float scale, float* y, float* scratch) {
+void MatMul(const float* x, int rows, int K, const uint8_t* w, DType wt, int M, float scale, float* y, int ldy,
+            float* scratch) {
   const size_t row_bytes = DTypeRowBytes(wt, K);
   for (int m = 0; m < M; ++m) {
     const uint8_t* wrow = w + m * row_bytes;
@@ -43,7 +44,7 @@ void MatMul(const float* x, int rows, int K, const uint8_t* w, DType wt, int M, 
     }
     for (int n = 0; n < rows; ++n) {
       const float d = Dot(x + static_cast<size_t>(n) * K, wf, K);
-      y[static_cast<size_t>(n) * M + m] = scale == 1.0f ? d : d * scale;
+      y[static_cast<size_t>(n) * ldy + m] = scale == 1.0f ? d : d * scale;
     }
   }
 }

@@ -12,10 +12,11 @@ namespace g4::cpu {
 // (torch gelu(approximate="tanh"), ACT2FN["gelu_pytorch_tanh"]).
 float GeluTanh(float x);
 
-// y[n, m] = scale * sum_k x[n, k] * W[m, k] for n < rows, m < M.  x [rows, K] f32; W [M, K]
-// stored as `wt` (F32/F16/BF16) at `w`; y [rows, M]. `scratch` holds K floats (one converted
-// weight row).
-void MatMul(const float* x, int rows, int K, const uint8_t* w, DType wt, int M, float scale, float* y, float* scratch);
+// y[n * ldy + m] = scale * sum_k x[n, k] * W[m, k] for n < rows, m < M.  x [rows, K] f32;
+// W [M, K] stored as `wt` (any float or block dtype) at `w`; y rows have stride ldy (>= M).
+// `scratch` holds K floats (one converted weight row).
+void MatMul(const float* x, int rows, int K, const uint8_t* w, DType wt, int M, float scale, float* y, int ldy,
+            float* scratch);
 
 // Per row and per group of `group` columns: y = x * (mean(x^2) + eps)^-1/2 * (offset + w[j]),
 // or without the weight factor when w == nullptr (Gemma4RMSNorm / Gemma3RMSNorm).
