@@ -68,9 +68,9 @@ TEST(CliTest, GenerateGreedyEqualsArgmaxOfLogitsCommand) {
   ASSERT_EQ(lg.status, 0) << lg.out;
   auto j = JsonLine(lg.out);
   const int first = j["positions"][3]["ids"][0].get<int>();
-  Result gen = RunCli("generate -m " + Fixture("gemma4-26b-a4b-tiny") + " --tokens 2,17,300,41 -n 5");
+  Result gen = RunCli("generate -m " + Fixture("gemma4-26b-a4b-tiny") + " --tokens 2,17,300,41 -n 5 --temp 0");
   ASSERT_EQ(gen.status, 0) << gen.out;
-  EXPECT_NE(gen.out.find("\n" + std::to_string(first) + ","), std::string::npos) << gen.out;
+  EXPECT_NE(gen.out.find("ids: " + std::to_string(first) + " "), std::string::npos) << gen.out;
   EXPECT_NE(gen.out.find("decode"), std::string::npos);
 }
 
@@ -88,6 +88,24 @@ TEST(CliTest, BadInputsGiveClearErrors) {
   EXPECT_NE(r.status, 0);
   r = RunCli("frobnicate");
   EXPECT_NE(r.status, 0);
+}
+
+// The default model (no -m): text in, streamed text out, timings line at the end.
+TEST(CliTest, GenerateTextWithTheDefaultModel) {
+  Result r = RunCli("generate -p $'Question: What is the capital of Germany?\\nAnswer: Berlin\\nQuestion: What is the capital of France?\\nAnswer:' --temp 0 -n 1 --show-ids");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find(" Paris\nids: 9079"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("time to first token"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("decode"), std::string::npos) << r.out;
+  // Same seed, same sampled text.
+  Result a = RunCli("generate -p 'Once upon a time' -n 12 --seed 7 --temp 1.0");
+  Result b = RunCli("generate -p 'Once upon a time' -n 12 --seed 7 --temp 1.0");
+  ASSERT_EQ(a.status, 0) << a.out;
+  auto text = [](const std::string& out) { return out.substr(out.find('\n') + 1, out.find("gemma4rt: finish") - out.find('\n') - 1); };
+  EXPECT_EQ(text(a.out), text(b.out));
+  Result bad = RunCli("generate -p hi --top-p 1.5");
+  EXPECT_EQ(bad.status, 1);
+  EXPECT_NE(bad.out.find("top_p"), std::string::npos) << bad.out;
 }
 
 TEST(CliTest, InfoPrintsTheLayerPlan) {

@@ -1,11 +1,15 @@
 // gemma4rt: one binary, subcommands. The CLI only parses flags and prints; the engine does the work.
-//   gemma4rt info     -m MODEL
-//   gemma4rt logits   -m MODEL --tokens 2,105,... [--top K] [--json] [--chunk N]
-//   gemma4rt generate -m MODEL --tokens 2,105,... [-n N]          (greedy)
+//   gemma4rt info     [-m MODEL]
+//   gemma4rt logits   [-m MODEL] (-p TEXT | --tokens 2,105,...) [--top K] [--json] [--chunk N]
+//   gemma4rt generate [-m MODEL] (-p TEXT | --tokens ...) [--chat] [-n N] [sampling flags]
+// MODEL defaults to $GEMMA4RT_MODEL, else the default model fetched by
+// scripts/fetch-default-model.sh (~/.cache/gemma4rt/gemma-3-270m-q4_k_m.gguf).
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <numeric>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -17,6 +21,9 @@
 #include "backends/cpu/cpu_backend.h"
 #include "model/model.h"
 #include "runtime/engine.h"
+#include "runtime/generate.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
 
 namespace {
 
@@ -25,6 +32,15 @@ using g4::Status;
 int Fail(const Status& s) {
   std::fprintf(stderr, "gemma4rt: error: %s\n", s.ToString().c_str());
   return 1;
+}
+
+std::string DefaultModel() {
+  if (const char* m = std::getenv("GEMMA4RT_MODEL")) return m;
+  if (const char* m = std::getenv("GEMMA4RT_DEFAULT_MODEL")) return m;
+  const char* cache = std::getenv("GEMMA4RT_CACHE");
+  const char* home = std::getenv("HOME");
+  const std::string dir = cache ? cache : std::string(home ? home : ".") + "/.cache/gemma4rt";
+  return dir + "/gemma-3-270m-q4_k_m.gguf";
 }
 
 // Parses "2,105,2364" into ids. Errors name the bad element.
@@ -48,26 +64,47 @@ g4::StatusOr<std::vector<int32_t>> ParseTokens(const std::string& text) {
   return ids;
 }
 
-void LogPolicy(const g4::Engine& e, int threads) {
-  std::fprintf(stderr, "gemma4rt: device policy: backend=%s simd=scalar compute=f32 weights=%s threads=%d context=%d\n",
-               e.backend().Name().c_str(), std::string(g4::DTypeName(e.model().weights.embed->dtype)).c_str(), threads,
-               e.options().max_context);
-}
+struct Session {
+  std::unique_ptr<g4::Engine> engine;
+  std::unique_ptr<g4::Tokenizer> tokenizer;  // null when the checkpoint has none
+  g4::Status tokenizer_status;
+};
 
-g4::StatusOr<std::unique_ptr<g4::Engine>> Open(const std::string& model, int ctx, int chunk, int threads) {
+g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int threads) {
+  if (!std::filesystem::exists(model))
+    return g4::NotFound("model '" + model + "' does not exist" +
+                        (model == DefaultModel() ? " (run scripts/fetch-default-model.sh to get the default model)" : ""));
   G4_ASSIGN_OR_RETURN(auto loaded, g4::LoadModel(model));
+  Session s;
+  auto tok = g4::LoadTokenizerFor(*loaded);
+  if (tok.ok()) s.tokenizer = std::move(tok).value();
+  else s.tokenizer_status = tok.status();
   g4::EngineOptions o;
   o.max_context = ctx;
   o.prefill_chunk = chunk;
-  G4_ASSIGN_OR_RETURN(auto engine, g4::Engine::Create(std::move(loaded), g4::MakeCpuBackend(threads), o));
-  LogPolicy(*engine, threads);
-  return engine;
+  G4_ASSIGN_OR_RETURN(s.engine, g4::Engine::Create(std::move(loaded), g4::MakeCpuBackend(threads), o));
+  std::fprintf(stderr, "gemma4rt: device policy: backend=%s simd=scalar compute=f32 weights=%s threads=%d context=%d\n",
+               s.engine->backend().Name().c_str(), std::string(g4::DTypeName(s.engine->model().weights.embed->dtype)).c_str(),
+               threads, s.engine->options().max_context);
+  return s;
 }
 
-Status NeedTokens(const std::string& prompt) {
-  if (!prompt.empty())
-    return g4::Unimplemented("-p/--prompt needs a tokenizer, which this build does not have yet; pass --tokens ID,ID,...");
-  return g4::InvalidArgument("give the input as --tokens ID,ID,...");
+// The prompt as token ids: --tokens verbatim, or -p through the tokenizer (a chat template first
+// with --chat). The template text already holds <bos>, so BOS is added only for plain prompts.
+g4::StatusOr<std::vector<int32_t>> PromptIds(const Session& s, const std::string& prompt, const std::string& tokens, bool chat,
+                                             const std::string& system, bool think) {
+  if (!tokens.empty()) return ParseTokens(tokens);
+  if (prompt.empty()) return g4::InvalidArgument("give a prompt with -p TEXT or --tokens ID,ID,...");
+  if (!s.tokenizer) return g4::Status(s.tokenizer_status.code(), "-p needs a tokenizer: " + s.tokenizer_status.message());
+  if (!chat) return s.tokenizer->Encode(prompt, /*add_bos=*/true, /*parse_special=*/true);
+  std::vector<g4::ChatMessage> messages;
+  if (!system.empty()) messages.push_back({"system", system});
+  messages.push_back({"user", prompt});
+  g4::ChatTemplateOptions opts;
+  opts.enable_thinking = think;
+  const auto kind = s.engine->config().family == g4::ModelFamily::kGemma4 ? g4::ChatTemplateKind::kGemma4 : g4::ChatTemplateKind::kGemma3;
+  G4_ASSIGN_OR_RETURN(std::string text, g4::RenderChatTemplate(kind, messages, opts));
+  return s.tokenizer->Encode(text, /*add_bos=*/false, /*parse_special=*/true);
 }
 
 }  // namespace
@@ -75,32 +112,54 @@ Status NeedTokens(const std::string& prompt) {
 int main(int argc, char** argv) {
   CLI::App app{"gemma4rt: Gemma 3 / Gemma 4 inference engine"};
   app.require_subcommand(1);
-  std::string model, prompt, tokens_text;
-  int top = 5, chunk = 512, ctx = 0, n_predict = 32;
+  std::string model = DefaultModel(), prompt, tokens_text, system;
+  int top = 5, chunk = 512, ctx = 0, n_predict = 128;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  bool json_out = false;
+  bool json_out = false, chat = false, think = false, ignore_eos = false, show_ids = false;
+  std::optional<float> temp, top_p, min_p, repeat_penalty;
+  std::optional<int> top_k;
+  std::optional<uint64_t> seed;
+  float presence = 0, frequency = 0;
+  std::vector<std::string> stops;
+
+  auto add_model = [&](CLI::App* c) {
+    c->add_option("-m,--model", model, "GGUF file or Hugging Face checkpoint directory (default: $GEMMA4RT_MODEL or the fetched Gemma 3 270M)");
+  };
+  auto add_run = [&](CLI::App* c) {
+    c->add_option("-p,--prompt", prompt, "prompt text");
+    c->add_option("--tokens", tokens_text, "prompt as comma-separated token ids, e.g. 2,105,2364");
+    c->add_option("--chunk", chunk, "prefill chunk size in tokens")->check(CLI::Range(1, 1 << 20));
+    c->add_option("-c,--ctx-size", ctx, "context size in tokens (0 = model maximum, capped at 4096)")->check(CLI::NonNegativeNumber);
+    c->add_option("-t,--threads", threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 1024));
+  };
 
   auto* info = app.add_subcommand("info", "print the model's layer plan, parameter and memory counts");
-  info->add_option("-m,--model", model, "Hugging Face checkpoint directory")->required();
+  add_model(info);
 
   auto* logits = app.add_subcommand("logits", "print the top-K logits at every position");
-  logits->add_option("-m,--model", model, "Hugging Face checkpoint directory")->required();
-  logits->add_option("-p,--prompt", prompt, "prompt text");
-  logits->add_option("--tokens", tokens_text, "comma-separated token ids, e.g. 2,105,2364");
+  add_model(logits);
+  add_run(logits);
   logits->add_option("--top", top, "K for top-K per position")->check(CLI::Range(1, 1000000));
-  logits->add_option("--chunk", chunk, "prefill chunk size in tokens")->check(CLI::Range(1, 1 << 20));
-  logits->add_option("-c,--ctx-size", ctx, "context size in tokens (0 = model maximum, capped at 8192)")->check(CLI::NonNegativeNumber);
-  logits->add_option("-t,--threads", threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 1024));
   logits->add_flag("--json", json_out, "print JSON: {\"tokens\": [...], \"positions\": [{\"ids\": [...], \"logits\": [...]}]}");
 
-  auto* gen = app.add_subcommand("generate", "greedy continuation of a prompt");
-  gen->add_option("-m,--model", model, "Hugging Face checkpoint directory")->required();
-  gen->add_option("-p,--prompt", prompt, "prompt text");
-  gen->add_option("--tokens", tokens_text, "comma-separated prompt token ids");
-  gen->add_option("-n,--n-predict", n_predict, "tokens to generate")->check(CLI::Range(1, 1 << 20));
-  gen->add_option("--chunk", chunk, "prefill chunk size in tokens")->check(CLI::Range(1, 1 << 20));
-  gen->add_option("-c,--ctx-size", ctx, "context size in tokens")->check(CLI::NonNegativeNumber);
-  gen->add_option("-t,--threads", threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 1024));
+  auto* gen = app.add_subcommand("generate", "continue a prompt, streaming text to stdout");
+  add_model(gen);
+  add_run(gen);
+  gen->add_option("-n,--n-predict", n_predict, "tokens to generate at most")->check(CLI::Range(1, 1 << 20));
+  gen->add_flag("--chat", chat, "wrap the prompt in the model's chat template (one user turn)");
+  gen->add_option("--system", system, "system message for --chat");
+  gen->add_flag("--think", think, "Gemma 4 chat: enable thinking");
+  gen->add_option("--temp", temp, "temperature (0 = greedy; default: the model's, Gemma 1.0)");
+  gen->add_option("--top-k", top_k, "top-k (0 = off; default 64)");
+  gen->add_option("--top-p", top_p, "top-p in (0, 1] (default 0.95)");
+  gen->add_option("--min-p", min_p, "min-p in [0, 1]");
+  gen->add_option("--repeat-penalty", repeat_penalty, "repetition penalty (1 = off)");
+  gen->add_option("--presence-penalty", presence, "presence penalty in [-2, 2]");
+  gen->add_option("--frequency-penalty", frequency, "frequency penalty in [-2, 2]");
+  gen->add_option("-s,--seed", seed, "sampling seed (same seed, same output)");
+  gen->add_option("--stop", stops, "stop string (repeatable)");
+  gen->add_flag("--ignore-eos", ignore_eos, "do not stop at end-of-generation tokens");
+  gen->add_flag("--show-ids", show_ids, "print the generated token ids after the text");
 
   CLI11_PARSE(app, argc, argv);
 
@@ -109,8 +168,8 @@ int main(int argc, char** argv) {
     if (!loaded.ok()) return Fail(loaded.status());
     const g4::ModelConfig& c = (*loaded)->config;
     const g4::ModelWeights& w = (*loaded)->weights;
-    std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=scalar compute=f32 weights=%s threads=1\n",
-                 std::string(g4::DTypeName(w.embed->dtype)).c_str());
+    std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=scalar compute=f32 weights=%s threads=%d\n",
+                 std::string(g4::DTypeName(w.embed->dtype)).c_str(), threads);
     std::printf("model: %s (%s)\n", model.c_str(), c.architecture.c_str());
     std::printf("family: %s  hidden: %d  layers: %d  heads: %d  vocab: %d  window: %d  ple_dim: %d  experts: %d (top %d)\n",
                 c.family == g4::ModelFamily::kGemma4 ? "gemma4" : "gemma3", c.hidden, c.num_layers, c.num_heads, c.vocab,
@@ -123,18 +182,18 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  if (tokens_text.empty()) return Fail(NeedTokens(prompt));
-  auto ids = ParseTokens(tokens_text);
+  auto session_or = Open(model, ctx, chunk, threads);
+  if (!session_or.ok()) return Fail(session_or.status());
+  Session& s = *session_or;
+  g4::Engine& engine = *s.engine;
+  auto ids = PromptIds(s, prompt, tokens_text, chat, system, think);
   if (!ids.ok()) return Fail(ids.status());
-  auto engine_or = Open(model, ctx, chunk, threads);
-  if (!engine_or.ok()) return Fail(engine_or.status());
-  g4::Engine& engine = **engine_or;
   const int V = engine.config().vocab;
 
   if (logits->parsed()) {
     std::vector<float> lg;
-    Status s = engine.Prefill(0, *ids, /*all_logits=*/true, &lg);
-    if (!s.ok()) return Fail(s);
+    Status st = engine.Prefill(0, *ids, /*all_logits=*/true, &lg);
+    if (!st.ok()) return Fail(st);
     const int k = std::min(top, V);
     nlohmann::json out;
     out["tokens"] = *ids;
@@ -162,34 +221,41 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  // generate: greedy.
-  using Clock = std::chrono::steady_clock;
-  const auto t0 = Clock::now();
-  std::vector<float> lg;
-  Status s = engine.Prefill(0, *ids, false, &lg);
-  if (!s.ok()) return Fail(s);
-  const auto t1 = Clock::now();
-  int generated = 0;
-  for (; generated < n_predict; ++generated) {
-    const int next = static_cast<int>(std::max_element(lg.begin(), lg.end()) - lg.begin());
-    std::printf("%d%s", next, generated + 1 < n_predict ? "," : "");
+  // generate
+  g4::GenerateRequest req;
+  req.prompt = *ids;
+  req.max_tokens = n_predict;
+  Status st = g4::ModelGenerationDefaults(engine.model(), &req.sampling, &req.stop_ids);
+  if (!st.ok()) return Fail(st);
+  if (temp) req.sampling.temperature = *temp;
+  if (top_k) req.sampling.top_k = *top_k;
+  if (top_p) req.sampling.top_p = *top_p;
+  if (min_p) req.sampling.min_p = *min_p;
+  if (repeat_penalty) req.sampling.repetition_penalty = *repeat_penalty;
+  req.sampling.presence_penalty = presence;
+  req.sampling.frequency_penalty = frequency;
+  req.sampling.seed = seed;
+  req.stop = stops;
+  req.ignore_eos = ignore_eos;
+  g4::GenerateResult result;
+  if (!s.tokenizer) show_ids = true;  // no tokenizer: ids are the only output
+  st = g4::Generate(engine, s.tokenizer.get(), 0, req, [](std::string_view piece) {
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
-    const auto& stops = engine.config().stop_ids;
-    if (std::find(stops.begin(), stops.end(), next) != stops.end()) {
-      ++generated;
-      break;
-    }
-    if (generated + 1 == n_predict) { ++generated; break; }
-    const int32_t tok = next, seq = 0;
-    s = engine.Decode(std::span<const int32_t>(&seq, 1), std::span<const int32_t>(&tok, 1), &lg);
-    if (!s.ok()) return Fail(s);
-  }
-  const auto t2 = Clock::now();
-  const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
-  const double decode_s = std::chrono::duration<double>(t2 - t1).count();
+  }, &result);
+  if (!st.ok()) return Fail(st);
   std::printf("\n");
-  std::fprintf(stderr, "gemma4rt: prefill %zu tokens in %.3f s (%.1f tokens/s), time to first token %.3f s; decode %d tokens in %.3f s (%.1f tokens/s)\n",
-               ids->size(), prefill_s, ids->size() / prefill_s, prefill_s, generated, decode_s,
-               generated > 1 ? (generated - 1) / decode_s : 0.0);
+  if (show_ids) {
+    std::printf("ids:");
+    for (int32_t id : result.tokens) std::printf(" %d", id);
+    std::printf("\n");
+  }
+  std::fflush(stdout);
+  const int n = static_cast<int>(result.tokens.size());
+  std::fprintf(stderr,
+               "gemma4rt: finish_reason=%s prompt=%d tokens, prefill %.1f tokens/s, time to first token %.3f s; "
+               "generated=%d tokens, decode %.1f tokens/s\n",
+               result.finish_reason.c_str(), result.prompt_tokens, result.prompt_tokens / std::max(1e-9, result.prefill_seconds),
+               result.prefill_seconds, n, n > 1 ? (n - 1) / std::max(1e-9, result.decode_seconds) : 0.0);
   return 0;
 }

@@ -1,3 +1,9 @@
+// GGUF reader. Besides the layout checks the header lists, it refuses (DataLoss): bool values
+// other than 0/1, duplicate metadata keys or tensor names, arrays nested more than 8 deep,
+// tensors with more than 4 dimensions (GGML_MAX_DIMS), data offsets that are not a multiple of
+// the alignment, and shapes whose non-zero dimensions multiply past int64 (so every partial
+// product of a shape is safe). Counts are bounded by the smallest encoding of what they count
+// and the bytes left, so nothing is allocated for data the file does not contain.
 #include "model/gguf.h"
 
 #include <algorithm>
@@ -143,6 +149,36 @@ std::string Str(uint64_t v) { return std::to_string(v); }
 
 bool IsPowerOfTwo(uint64_t v) { return v != 0 && (v & (v - 1)) == 0; }
 
+bool IsScalar(uint32_t t) { return t <= kTypeFloat64 && t != kTypeString && t != kTypeArray; }
+
+template <typename T>
+T Load(const uint8_t* p) {
+  T x;
+  std::memcpy(&x, p, sizeof(T));
+  return x;
+}
+
+// Decodes the scalar of GGUF type `t` at `p` (its MinEncodedSize bytes must be there) into `v`.
+// False for a bool other than 0 or 1.
+bool DecodeScalar(uint32_t t, const uint8_t* p, GgufValue* v) {
+  using T = GgufValue::Type;
+  v->gguf_type = t;
+  switch (t) {
+    case kTypeUInt8: v->type = T::kUInt; v->u = p[0]; return true;
+    case kTypeUInt16: v->type = T::kUInt; v->u = Load<uint16_t>(p); return true;
+    case kTypeUInt32: v->type = T::kUInt; v->u = Load<uint32_t>(p); return true;
+    case kTypeUInt64: v->type = T::kUInt; v->u = Load<uint64_t>(p); return true;
+    case kTypeInt8: v->type = T::kInt; v->i = static_cast<int8_t>(p[0]); return true;
+    case kTypeInt16: v->type = T::kInt; v->i = Load<int16_t>(p); return true;
+    case kTypeInt32: v->type = T::kInt; v->i = Load<int32_t>(p); return true;
+    case kTypeInt64: v->type = T::kInt; v->i = Load<int64_t>(p); return true;
+    case kTypeFloat32: v->type = T::kFloat; v->f = Load<float>(p); return true;
+    case kTypeFloat64: v->type = T::kFloat; v->f = Load<double>(p); return true;
+    case kTypeBool: v->type = T::kBool; v->b = p[0] != 0; return p[0] <= 1;
+    default: return false;
+  }
+}
+
 }  // namespace
 
 // Reads a mapped GGUF file into a GgufFile. Every read goes through Need(), which checks the
@@ -172,16 +208,9 @@ class GgufParser {
     pos_ += sizeof(T);
     return OkStatus();
   }
-  // Reads a T into *field (a member of v, widened) and sets v->type.
-  template <typename T, typename F>
-  Status ReadScalar(F* field, GgufValue::Type type, GgufValue* v, const std::string& what) {
-    T x{};
-    G4_RETURN_IF_ERROR(Read(&x, what));
-    *field = static_cast<F>(x);
-    v->type = type;
-    return OkStatus();
-  }
-  Status ReadString(std::string* s, const std::string& what);
+  // Reads a string; `what` (with "[index]" appended unless index is kNoIndex) names it in errors.
+  static constexpr uint64_t kNoIndex = ~0ull;
+  Status ReadString(std::string* s, const std::string& what, uint64_t index = kNoIndex);
   Status ReadValue(uint32_t type, GgufValue* v, const std::string& where, int depth);
   Status ReadTensorInfos(uint64_t count, uint32_t alignment);
 
@@ -192,11 +221,15 @@ class GgufParser {
   const std::string& path_;
 };
 
-Status GgufParser::ReadString(std::string* s, const std::string& what) {
+Status GgufParser::ReadString(std::string* s, const std::string& what, uint64_t index) {
+  // Messages are only built on failure: this runs once per vocabulary entry.
+  auto name = [&] { return index == kNoIndex ? what : what + "[" + Str(index) + "]"; };
+  if (Left() < 8) return Need(8, name() + " (string length)");
   uint64_t len = 0;
-  G4_RETURN_IF_ERROR(Read(&len, what + " (string length)"));
+  std::memcpy(&len, data_ + pos_, 8);
+  pos_ += 8;
   if (len > Left()) {
-    return Error(what + ": string length " + Str(len) + " runs past the end of the file (" +
+    return Error(name() + ": string length " + Str(len) + " runs past the end of the file (" +
                  Str(Left()) + " bytes left at offset " + Str(pos_) + ")");
   }
   s->assign(reinterpret_cast<const char*>(data_ + pos_), static_cast<size_t>(len));
@@ -205,73 +238,69 @@ Status GgufParser::ReadString(std::string* s, const std::string& what) {
 }
 
 Status GgufParser::ReadValue(uint32_t type, GgufValue* v, const std::string& where, int depth) {
-  v->gguf_type = type;
-  switch (type) {
-    case kTypeUInt8: return ReadScalar<uint8_t>(&v->u, GgufValue::Type::kUInt, v, where);
-    case kTypeUInt16: return ReadScalar<uint16_t>(&v->u, GgufValue::Type::kUInt, v, where);
-    case kTypeUInt32: return ReadScalar<uint32_t>(&v->u, GgufValue::Type::kUInt, v, where);
-    case kTypeUInt64: return ReadScalar<uint64_t>(&v->u, GgufValue::Type::kUInt, v, where);
-    case kTypeInt8: return ReadScalar<int8_t>(&v->i, GgufValue::Type::kInt, v, where);
-    case kTypeInt16: return ReadScalar<int16_t>(&v->i, GgufValue::Type::kInt, v, where);
-    case kTypeInt32: return ReadScalar<int32_t>(&v->i, GgufValue::Type::kInt, v, where);
-    case kTypeInt64: return ReadScalar<int64_t>(&v->i, GgufValue::Type::kInt, v, where);
-    case kTypeFloat32: return ReadScalar<float>(&v->f, GgufValue::Type::kFloat, v, where);
-    case kTypeFloat64: return ReadScalar<double>(&v->f, GgufValue::Type::kFloat, v, where);
-    case kTypeBool: {
-      uint8_t x = 0;
-      G4_RETURN_IF_ERROR(Read(&x, where));
-      if (x > 1) return Error(where + ": bool value " + Str(x) + " is neither 0 nor 1");
-      v->type = GgufValue::Type::kBool;
-      v->b = x != 0;
-      return OkStatus();
-    }
-    case kTypeString:
-      v->type = GgufValue::Type::kString;
-      return ReadString(&v->s, where);
-    case kTypeArray: {
-      if (depth >= kMaxArrayDepth) {
-        return Error(where + ": arrays nested more than " + Str(kMaxArrayDepth) + " deep");
-      }
-      uint32_t elem_type = 0;
-      uint64_t count = 0;
-      G4_RETURN_IF_ERROR(Read(&elem_type, where + " (array element type)"));
-      const uint64_t elem_min = MinEncodedSize(elem_type);
-      if (elem_min == 0) {
-        return Unimplemented(path_ + ": " + where + ": unknown metadata type " + Str(elem_type) +
-                             " for array elements");
-      }
-      G4_RETURN_IF_ERROR(Read(&count, where + " (array count)"));
-      if (count > Left() / elem_min) {
-        return Error(where + ": array count " + Str(count) + " of " + MetaTypeName(elem_type) +
-                     " needs at least " + (count > std::numeric_limits<uint64_t>::max() / elem_min
-                                               ? std::string("2^64")
-                                               : Str(count * elem_min)) +
-                     " bytes but only " + Str(Left()) + " are left in the file");
-      }
-      v->type = GgufValue::Type::kArray;
-      v->array_type = elem_type;
-      if (elem_type == kTypeString) {
-        v->strings.resize(static_cast<size_t>(count));
-        for (uint64_t k = 0; k < count; ++k) {
-          G4_RETURN_IF_ERROR(ReadString(&v->strings[k], where + "[" + Str(k) + "]"));
-        }
-      } else {
-        v->array.resize(static_cast<size_t>(count));
-        for (uint64_t k = 0; k < count; ++k) {
-          // Build the element name only when something fails (this loop runs for every vocab
-          // score).
-          Status st = ReadValue(elem_type, &v->array[k], where, depth + 1);
-          if (!st.ok()) {
-            return Status(st.code(), st.message() + " (in element " + Str(k) + " of " +
-                                         where + ")");
-          }
-        }
-      }
-      return OkStatus();
-    }
-    default:
-      return Unimplemented(path_ + ": " + where + ": unknown metadata type " + Str(type));
+  const uint64_t size = MinEncodedSize(type);
+  if (size == 0) {
+    return Unimplemented(path_ + ": " + where + ": unknown metadata type " + Str(type));
   }
+  if (IsScalar(type)) {
+    G4_RETURN_IF_ERROR(Need(size, where));
+    if (!DecodeScalar(type, data_ + pos_, v)) {
+      return Error(where + ": bool value " + Str(data_[pos_]) + " is neither 0 nor 1");
+    }
+    pos_ += size;
+    return OkStatus();
+  }
+  v->gguf_type = type;
+  if (type == kTypeString) {
+    v->type = GgufValue::Type::kString;
+    return ReadString(&v->s, where);
+  }
+  // An array: element type, count, elements.
+  if (depth >= kMaxArrayDepth) {
+    return Error(where + ": arrays nested more than " + Str(kMaxArrayDepth) + " deep");
+  }
+  uint32_t elem_type = 0;
+  uint64_t count = 0;
+  G4_RETURN_IF_ERROR(Read(&elem_type, where + " (array element type)"));
+  const uint64_t elem_min = MinEncodedSize(elem_type);
+  if (elem_min == 0) {
+    return Unimplemented(path_ + ": " + where + ": unknown metadata type " + Str(elem_type) +
+                         " for array elements");
+  }
+  G4_RETURN_IF_ERROR(Read(&count, where + " (array count)"));
+  // Every element takes at least elem_min bytes: this bounds the allocations below by the file.
+  if (count > Left() / elem_min) {
+    return Error(where + ": array count " + Str(count) + " of " + MetaTypeName(elem_type) +
+                 " needs at least " +
+                 (count > std::numeric_limits<uint64_t>::max() / elem_min
+                      ? std::string("2^64")
+                      : Str(count * elem_min)) +
+                 " bytes but only " + Str(Left()) + " are left in the file");
+  }
+  v->type = GgufValue::Type::kArray;
+  v->array_type = elem_type;
+  if (elem_type == kTypeString) {
+    v->strings.resize(static_cast<size_t>(count));
+    for (uint64_t k = 0; k < count; ++k) {
+      G4_RETURN_IF_ERROR(ReadString(&v->strings[k], where, k));
+    }
+  } else if (IsScalar(elem_type)) {
+    // The count check above guarantees all count * elem_min bytes are present.
+    v->array.resize(static_cast<size_t>(count));
+    for (uint64_t k = 0; k < count; ++k) {
+      if (!DecodeScalar(elem_type, data_ + pos_, &v->array[k])) {
+        return Error(where + "[" + Str(k) + "]: bool value " + Str(data_[pos_]) +
+                     " is neither 0 nor 1");
+      }
+      pos_ += elem_min;
+    }
+  } else {  // arrays of arrays
+    v->array.resize(static_cast<size_t>(count));
+    for (uint64_t k = 0; k < count; ++k) {
+      G4_RETURN_IF_ERROR(ReadValue(elem_type, &v->array[k], where + "[" + Str(k) + "]", depth + 1));
+    }
+  }
+  return OkStatus();
 }
 
 Status GgufParser::Parse() {
@@ -394,22 +423,20 @@ Status GgufParser::ReadTensorInfos(uint64_t count, uint32_t alignment) {
     std::string ne_str = "[";
     for (size_t d = 0; d < info.ne.size(); ++d) ne_str += (d ? ", " : "") + Str(info.ne[d]);
     ne_str += "]";
-    // Element count: every ne is a non-negative int64 and so is their product.
+    // Every ne is a non-negative int64, and so is the product of the non-zero ones: then every
+    // partial product of the shape, in any order (Tensor::numel, row counts), fits an int64 too,
+    // even when a zero dimension makes the element count 0.
     constexpr uint64_t kMaxI64 = static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
-    bool has_zero = false;
+    uint64_t nonzero_product = 1;
     for (uint64_t n : info.ne) {
       if (n > kMaxI64) return Error(where + ": ne " + ne_str + " has a dimension over 2^63-1");
-      has_zero |= n == 0;
-    }
-    uint64_t rows = 1;
-    if (!has_zero) {
-      uint64_t numel = 1;
-      for (uint64_t n : info.ne) {
-        if (__builtin_mul_overflow(numel, n, &numel) || numel > kMaxI64) {
-          return Error(where + ": ne " + ne_str + ": the product of the dimensions overflows");
-        }
+      if (n == 0) continue;
+      if (__builtin_mul_overflow(nonzero_product, n, &nonzero_product) ||
+          nonzero_product > kMaxI64) {
+        return Error(where + ": ne " + ne_str + ": the product of the dimensions overflows");
       }
     }
+    uint64_t rows = 1;
     for (size_t d = 1; d < info.ne.size(); ++d) rows *= info.ne[d];  // cannot overflow now
     const uint64_t ne0 = info.ne.empty() ? 1 : info.ne[0];
     const uint64_t block = static_cast<uint64_t>(DTypeBlockElems(dtype));
@@ -417,8 +444,10 @@ Status GgufParser::ReadTensorInfos(uint64_t count, uint32_t alignment) {
       return Error(where + ": ne[0] = " + Str(ne0) + " is not a multiple of the " +
                    std::string(DTypeName(dtype)) + " block size " + Str(block));
     }
-    uint64_t nbytes = 0;
-    if (__builtin_mul_overflow(rows, (ne0 / block) * DTypeBlockBytes(dtype), &nbytes)) {
+    uint64_t row_bytes = 0, nbytes = 0;
+    if (__builtin_mul_overflow(ne0 / block, static_cast<uint64_t>(DTypeBlockBytes(dtype)),
+                               &row_bytes) ||
+        __builtin_mul_overflow(rows, row_bytes, &nbytes)) {
       return Error(where + ": ne " + ne_str + " of " + std::string(DTypeName(dtype)) +
                    " is too many bytes (overflow)");
     }

@@ -8,7 +8,7 @@ namespace g4 {
 namespace {
 
 EngineOptions Resolve(EngineOptions o, const ModelConfig& c) {
-  if (o.max_context == 0) o.max_context = std::min(c.max_position, 8192);
+  if (o.max_context == 0) o.max_context = std::min(c.max_position, 4096);
   return o;
 }
 

@@ -23,7 +23,7 @@ namespace g4 {
 
 struct EngineOptions {
   int max_seqs = 1;        // sequences the KV cache holds at once
-  int max_context = 0;     // tokens per sequence; 0 = min(max_position_embeddings, 8192)
+  int max_context = 0;     // tokens per sequence; 0 = min(max_position_embeddings, 4096)
   int prefill_chunk = 512; // tokens per prefill step
 };
 

@@ -21,9 +21,10 @@ struct StringHash {
 using StringIndex = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
 struct TokenData {
-  std::string text;   // as stored in the vocabulary
+  std::string text;  // as stored in the vocabulary
   float score = 0.0f;
   uint32_t attrs = kTokenNormal;
+  int16_t byte_value = -1;  // for byte tokens: the byte <0xXX> stands for
 };
 
 // A ranked BPE merge: left + right -> result.
@@ -90,6 +91,7 @@ struct Model {
 
   int32_t bos = -1, eos = -1, unk = -1, pad = -1;
   bool add_bos = false;
+  bool add_space_prefix = false;  // SentencePiece: " " before text that starts a fragment
   std::vector<int32_t> eog;
 
   // Tokens recognised in raw text. GGUF: llama.cpp's longest-first order; `special_rank[i]`
@@ -98,6 +100,7 @@ struct Model {
   SpecialTrie raw_trie;
   SpecialTrie normalized_trie;
   std::vector<int32_t> special_rank;  // by token id; -1 if not special (GGUF only)
+  size_t num_special = 0;             // tokens with a rank
 
   // HF pipeline.
   std::vector<NormalizerStep> normalizer;
@@ -106,7 +109,9 @@ struct Model {
   bool byte_fallback = true;
   bool fuse_unk = false;
 
-  // Finishes construction: builds the byte table, special-token tries and EOG list.
+  // Builds `index` (text -> id) from `tokens`.
+  void BuildIndex();
+  // Finishes construction (after BuildIndex): byte table, special-token tries, EOG list.
   void Finalize();
 
   int32_t Lookup(std::string_view s) const {

@@ -21,8 +21,12 @@
 //
 // Decoding renders each token as llama.cpp's token_to_piece does: "▁" -> " " in normal tokens,
 // <0xXX> tokens -> that raw byte, control/unknown tokens -> their text (or nothing when skipped),
-// user-defined tokens -> their text verbatim. Decode concatenates raw bytes, so decoding a partial
-// character yields invalid UTF-8; IncrementalDetokenizer (detokenizer.h) is the streaming form.
+// user-defined tokens -> their text verbatim. For GGUF vocabularies Decode concatenates raw
+// bytes, so decoding a partial character yields invalid UTF-8 (llama.cpp does the same; unlike
+// llama.cpp, no "clean spaces" pass is applied to "gemma4" vocabularies, matching HF's Gemma
+// decoder). For tokenizer.json vocabularies Decode follows HF's decoder Replace("▁", " ") ->
+// ByteFallback -> Fuse: a run of byte tokens that is not valid UTF-8 becomes one U+FFFD per byte.
+// IncrementalDetokenizer (detokenizer.h) is the streaming form.
 #pragma once
 
 #include <cstdint>
@@ -115,7 +119,8 @@ class Tokenizer {
   uint32_t Attributes(int32_t id) const;  // TokenAttr bits; 0 if out of range
   bool IsControl(int32_t id) const;
   bool IsByte(int32_t id) const;
-  // End-of-generation tokens: eos plus <end_of_turn> / <turn|> / <|tool_response>, etc.
+  // Stop tokens: eos plus whichever of <end_of_turn> (Gemma 3), <turn|> and <|tool_response>
+  // (Gemma 4) the vocabulary has (spec 6.3). Sorted.
   bool IsEndOfGeneration(int32_t id) const;
   const std::vector<int32_t>& end_of_generation_ids() const;
 

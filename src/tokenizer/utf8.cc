@@ -48,9 +48,7 @@ void AppendCodePoint(uint32_t cp, std::string* out) {
   }
 }
 
-// Number of bytes of the maximal invalid subpart starting at s[i] (at least 1): the longest
-// prefix of a well-formed sequence that is present, or just the offending byte.
-static size_t InvalidRun(std::string_view s, size_t i) {
+size_t InvalidRun(std::string_view s, size_t i) {
   const unsigned char c = static_cast<unsigned char>(s[i]);
   size_t need;
   unsigned char lo = 0x80, hi = 0xBF;

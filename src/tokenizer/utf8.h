@@ -21,6 +21,10 @@ inline size_t SeqLen(unsigned char lead) {
 // invalid), or -1 when they are a valid but truncated prefix of a sequence (more bytes needed).
 int ValidSeqLen(std::string_view s, size_t i);
 
+// Where ValidSeqLen(s, i) == 0: the number of bytes of the maximal invalid subpart starting at
+// s[i] (at least 1), i.e. the well-formed prefix of a sequence before the offending byte.
+size_t InvalidRun(std::string_view s, size_t i);
+
 // Appends the UTF-8 encoding of code point `cp` (must be <= 0x10FFFF).
 void AppendCodePoint(uint32_t cp, std::string* out);
 
