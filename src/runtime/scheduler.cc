@@ -1,0 +1,344 @@
+#include "runtime/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <optional>
+
+#include "runtime/stop.h"
+#include "tokenizer/detokenizer.h"
+
+namespace g4 {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
+
+void Observe(uint64_t* buckets, uint64_t* count, double* sum, double seconds) {
+  for (int i = 0; i < SchedulerStats::kNumBuckets; ++i)
+    if (seconds <= SchedulerStats::kBuckets[i]) ++buckets[i];
+  ++*count;
+  *sum += seconds;
+}
+
+}  // namespace
+
+std::string DetectLoop(const std::vector<int32_t>& t, const DegeneracyOptions& o) {
+  if (!o.enabled) return "";
+  const int n = static_cast<int>(t.size());
+  if (o.max_same_token > 1 && n >= o.max_same_token) {
+    bool same = true;
+    for (int i = n - o.max_same_token; i < n && same; ++i) same = t[i] == t[n - 1];
+    if (same) return "token " + std::to_string(t[n - 1]) + " repeated " + std::to_string(o.max_same_token) + " times";
+  }
+  for (int p = 2; p <= o.max_period; ++p) {
+    const int span = p * o.min_repeats;
+    if (n < span) break;
+    bool loop = false;  // a one-token run is left to max_same_token
+    for (int i = n - p + 1; i < n && !loop; ++i) loop = t[i] != t[n - p];
+    for (int i = n - span + p; i < n && loop; ++i) loop = t[i] == t[i - p];
+    if (loop) return "a " + std::to_string(p) + "-token pattern repeated " + std::to_string(o.min_repeats) + " times";
+  }
+  return "";
+}
+
+struct Scheduler::Pending {
+  CompletionRequest req;
+  std::function<void(const CompletionEvent&)> cb;
+  std::shared_ptr<RequestHandle> handle;
+  Clock::time_point enqueued;
+};
+
+struct Scheduler::Slot {
+  int seq = 0;
+  std::unique_ptr<Pending> p;            // null: free
+  std::optional<Sampler> sampler;
+  std::optional<StopMatcher> stops;
+  std::optional<IncrementalDetokenizer> detok;
+  int prefilled = 0;                     // prompt tokens already in the cache
+  bool has_logits = false;               // `logits` holds the next-token distribution
+  std::vector<float> logits;
+  std::vector<int32_t> generated;
+  std::string degenerate;
+  Clock::time_point admitted, first_token, last_token;
+};
+
+Scheduler::Scheduler(Engine& engine, const Tokenizer* tokenizer, const SchedulerOptions& options)
+    : engine_(engine), tokenizer_(tokenizer), options_(options) {
+  const int n = engine.cache().max_seqs();
+  for (int i = 0; i < n; ++i) {
+    slots_.push_back(std::make_unique<Slot>());
+    slots_.back()->seq = i;
+  }
+  stats_.slots = n;
+  stats_.kv_tokens_capacity = static_cast<int64_t>(n) * engine.options().max_context;
+  thread_ = std::thread([this] { Loop(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+StatusOr<std::shared_ptr<RequestHandle>> Scheduler::Submit(CompletionRequest req,
+                                                          std::function<void(const CompletionEvent&)> on_event) {
+  const ModelConfig& c = engine_.config();
+  if (req.prompt.empty()) return InvalidArgument("prompt: no tokens");
+  if (req.max_tokens < 1) return InvalidArgument("max_tokens must be >= 1");
+  const int vocab_limit = c.ple_dim > 0 ? std::min(c.vocab, c.ple_vocab) : c.vocab;
+  for (size_t i = 0; i < req.prompt.size(); ++i)
+    if (req.prompt[i] < 0 || req.prompt[i] >= vocab_limit)
+      return InvalidArgument("prompt: token id " + std::to_string(req.prompt[i]) + " at index " + std::to_string(i) +
+                             " is outside the vocabulary [0, " + std::to_string(vocab_limit) + ")");
+  const int ctx = engine_.options().max_context;
+  if (static_cast<int64_t>(req.prompt.size()) + req.max_tokens > ctx)
+    return InvalidArgument("context_length_exceeded: the prompt has " + std::to_string(req.prompt.size()) +
+                           " tokens and max_tokens is " + std::to_string(req.max_tokens) +
+                           "; together they exceed the context size of " + std::to_string(ctx) + " tokens");
+  G4_RETURN_IF_ERROR(req.sampling.ValidateForVocab(c.vocab));
+  if (tokenizer_ == nullptr && !req.stop.empty()) return InvalidArgument("stop: stop strings need a tokenizer");
+  G4_RETURN_IF_ERROR(StopMatcher::Create(req.stop).status());
+  auto pending = std::make_unique<Pending>();
+  pending->req = std::move(req);
+  pending->cb = std::move(on_event);
+  pending->handle = std::make_shared<RequestHandle>();
+  pending->enqueued = Clock::now();
+  std::shared_ptr<RequestHandle> handle = pending->handle;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stop_) return FailedPrecondition("the server is shutting down");
+    if (static_cast<int>(queue_.size()) >= options_.max_queue) {
+      ++stats_.requests_rejected;
+      return ResourceExhausted("the request queue is full (" + std::to_string(options_.max_queue) + " waiting)");
+    }
+    ++stats_.requests_total;
+    queue_.push_back(std::move(pending));
+    stats_.queue_depth = static_cast<int>(queue_.size());
+  }
+  cv_.notify_all();
+  return handle;
+}
+
+SchedulerStats Scheduler::Stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void Scheduler::Finish(Slot& s, const std::string& reason, const Status& error) {
+  CompletionEvent ev;
+  ev.done = true;
+  ev.finish_reason = reason;
+  ev.error = error;
+  ev.degenerate = s.degenerate;
+  if (error.ok() && reason != "cancelled" && s.stops && !s.stops->stopped()) {
+    StopMatcher::Result r = s.stops->Feed(s.detok ? s.detok->Flush() : std::string());
+    ev.text = r.text;
+    if (!r.stopped) ev.text += s.stops->Flush().text;
+  }
+  const auto now = Clock::now();
+  ev.prompt_tokens = static_cast<int>(s.p->req.prompt.size());
+  ev.completion_tokens = static_cast<int>(s.generated.size());
+  ev.queue_ms = Ms(s.p->enqueued, s.admitted);
+  ev.prompt_ms = s.generated.empty() ? Ms(s.admitted, now) : Ms(s.admitted, s.first_token);
+  ev.predicted_ms = s.generated.empty() ? 0 : Ms(s.first_token, now);
+  {  // stats first, so a client that saw its final event also sees it counted
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.requests_finished;
+    stats_.requests_cancelled += reason == "cancelled";
+    stats_.requests_failed += !error.ok();
+    stats_.requests_degenerate += !s.degenerate.empty();
+    stats_.prompt_tokens_total += s.prefilled;
+    stats_.generated_tokens_total += s.generated.size();
+    --stats_.busy_slots;
+  }
+  if (s.p->cb) s.p->cb(ev);
+  if (!s.degenerate.empty())
+    std::fprintf(stderr, "gemma4rt: degeneracy guard ended a generation after %zu tokens: %s\n", s.generated.size(),
+                 s.degenerate.c_str());
+  engine_.ResetSequence(s.seq);
+  s.p.reset();
+  s.sampler.reset();
+  s.stops.reset();
+  s.detok.reset();
+  s.generated.clear();
+  s.degenerate.clear();
+  s.has_logits = false;
+  s.prefilled = 0;
+}
+
+void Scheduler::Loop() {
+  std::vector<int32_t> batch_seqs, batch_tokens;
+  std::vector<Slot*> batch_slots;
+  std::vector<float> logits;
+  for (;;) {
+    // ---- admit ----
+    std::vector<std::unique_ptr<Pending>> dropped;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] {
+        if (stop_ || !queue_.empty()) return true;
+        for (const auto& s : slots_)
+          if (s->p) return true;
+        return false;
+      });
+      if (stop_) {
+        for (auto& p : queue_) dropped.push_back(std::move(p));
+        queue_.clear();
+      } else {
+        for (auto& s : slots_) {
+          while (!s->p && !queue_.empty()) {
+            std::unique_ptr<Pending> p = std::move(queue_.front());
+            queue_.pop_front();
+            if (p->handle->cancelled()) {
+              dropped.push_back(std::move(p));
+              continue;
+            }
+            s->p = std::move(p);
+            ++stats_.busy_slots;
+          }
+        }
+      }
+      stats_.queue_depth = static_cast<int>(queue_.size());
+    }
+    for (auto& p : dropped) {
+      CompletionEvent ev;
+      ev.done = true;
+      ev.finish_reason = "cancelled";
+      ev.prompt_tokens = static_cast<int>(p->req.prompt.size());
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        ++stats_.requests_finished;
+        ++stats_.requests_cancelled;
+      }
+      if (p->cb) p->cb(ev);
+    }
+    bool stopping;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping = stop_;
+    }
+    for (auto& sp : slots_) {
+      Slot& s = *sp;
+      if (!s.p) continue;
+      if (stopping || s.p->handle->cancelled()) {
+        Finish(s, "cancelled");
+        continue;
+      }
+      if (!s.sampler) {  // newly admitted
+        s.admitted = Clock::now();
+        auto sampler = Sampler::Create(s.p->req.sampling);
+        auto stops = StopMatcher::Create(s.p->req.stop);
+        if (!sampler.ok() || !stops.ok()) {
+          Finish(s, "stop", sampler.ok() ? stops.status() : sampler.status());
+          continue;
+        }
+        s.sampler.emplace(std::move(sampler).value());
+        s.stops.emplace(std::move(stops).value());
+        if (tokenizer_) s.detok.emplace(*tokenizer_, /*skip_special=*/true);
+        engine_.ResetSequence(s.seq);
+      }
+    }
+    if (stopping) return;
+
+    // ---- sample every slot that has logits; build one decode batch ----
+    batch_seqs.clear();
+    batch_tokens.clear();
+    batch_slots.clear();
+    for (auto& sp : slots_) {
+      Slot& s = *sp;
+      if (!s.p || !s.has_logits) continue;
+      s.has_logits = false;
+      StatusOr<int32_t> next = s.sampler->Sample(s.logits, s.p->req.prompt, s.generated);
+      if (!next.ok()) {
+        Finish(s, "stop", next.status());
+        continue;
+      }
+      const auto now = Clock::now();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (s.generated.empty()) {
+          s.first_token = now;
+          Observe(stats_.ttft_bucket, &stats_.ttft_count, &stats_.ttft_sum, Ms(s.p->enqueued, now) / 1000);
+        } else {
+          Observe(stats_.tpot_bucket, &stats_.tpot_count, &stats_.tpot_sum, Ms(s.last_token, now) / 1000);
+        }
+      }
+      s.last_token = now;
+      const int32_t tok = *next;
+      s.generated.push_back(tok);
+      const CompletionRequest& r = s.p->req;
+      const bool stop_token = !r.ignore_eos && ((tokenizer_ && tokenizer_->IsEndOfGeneration(tok)) ||
+                                                std::find(r.stop_ids.begin(), r.stop_ids.end(), tok) != r.stop_ids.end());
+      if (stop_token) {
+        Finish(s, "stop");
+        continue;
+      }
+      CompletionEvent ev;
+      ev.tokens = {tok};
+      StopMatcher::Result sr = s.stops->Feed(s.detok ? s.detok->Push(tok) : std::string());
+      ev.text = std::move(sr.text);
+      if (s.p->cb && (!ev.text.empty() || !tokenizer_)) s.p->cb(ev);
+      if (sr.stopped) {
+        Finish(s, "stop");
+        continue;
+      }
+      if (static_cast<int>(s.generated.size()) >= r.max_tokens) {
+        Finish(s, "length");
+        continue;
+      }
+      s.degenerate = DetectLoop(s.generated, options_.degeneracy);
+      if (!s.degenerate.empty()) {
+        Finish(s, "stop");
+        continue;
+      }
+      batch_seqs.push_back(s.seq);
+      batch_tokens.push_back(tok);
+      batch_slots.push_back(&s);
+    }
+
+    // ---- one batched decode step ----
+    if (!batch_seqs.empty()) {
+      Status st = engine_.Decode(batch_seqs, batch_tokens, &logits);
+      const int V = engine_.config().vocab;
+      for (size_t b = 0; b < batch_slots.size(); ++b) {
+        Slot& s = *batch_slots[b];
+        if (!st.ok()) {
+          Finish(s, "stop", st);
+          continue;
+        }
+        s.logits.assign(logits.begin() + b * V, logits.begin() + (b + 1) * V);
+        s.has_logits = true;
+      }
+    }
+
+    // ---- one prefill chunk (oldest admitted request first) ----
+    Slot* pre = nullptr;
+    for (auto& sp : slots_)
+      if (sp->p && sp->prefilled < static_cast<int>(sp->p->req.prompt.size()) && (!pre || sp->admitted < pre->admitted))
+        pre = sp.get();
+    if (pre) {
+      const auto& prompt = pre->p->req.prompt;
+      const int n = std::min<int>(options_.prefill_chunk, static_cast<int>(prompt.size()) - pre->prefilled);
+      Status st = engine_.Prefill(pre->seq, std::span<const int32_t>(prompt).subspan(pre->prefilled, n), false, &pre->logits);
+      if (!st.ok()) {
+        Finish(*pre, "stop", st);
+      } else {
+        pre->prefilled += n;
+        pre->has_logits = pre->prefilled == static_cast<int>(prompt.size());
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      int64_t used = 0;
+      for (const auto& sp : slots_)
+        if (sp->p) used += engine_.SequenceLength(sp->seq);
+      stats_.kv_tokens_used = used;
+    }
+  }
+}
+
+}  // namespace g4

@@ -1,0 +1,169 @@
+// Scheduler: continuous batching gives each request exactly what it gets alone; cancellation,
+// queue limits, context admission and the degeneracy guard.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "backends/cpu/cpu_backend.h"
+#include "model/model.h"
+#include "runtime/engine.h"
+#include "runtime/scheduler.h"
+
+namespace g4 {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::unique_ptr<Engine> TinyEngine(int slots, int ctx = 128) {
+  auto m = LoadModel(std::string(GEMMA4RT_TEST_DATA_DIR) + "/golden/gemma4-e2b-tiny");
+  EXPECT_TRUE(m.ok());
+  EngineOptions o;
+  o.max_seqs = slots;
+  o.max_context = ctx;
+  o.prefill_chunk = 5;
+  auto e = Engine::Create(std::move(m).value(), MakeCpuBackend(2), o);
+  EXPECT_TRUE(e.ok());
+  return std::move(e).value();
+}
+
+CompletionRequest Greedy(std::vector<int32_t> prompt, int max_tokens) {
+  CompletionRequest r;
+  r.prompt = std::move(prompt);
+  r.max_tokens = max_tokens;
+  r.sampling.temperature = 0;
+  r.ignore_eos = true;
+  return r;
+}
+
+struct Collected {
+  std::promise<CompletionEvent> final_event;
+  std::vector<int32_t> tokens;
+};
+
+// Submits and returns a future of (tokens, final event).
+std::shared_future<std::pair<std::vector<int32_t>, CompletionEvent>> SubmitAndCollect(Scheduler& s, CompletionRequest r,
+                                                                         std::shared_ptr<RequestHandle>* handle = nullptr) {
+  auto tokens = std::make_shared<std::vector<int32_t>>();
+  auto done = std::make_shared<std::promise<std::pair<std::vector<int32_t>, CompletionEvent>>>();
+  auto fut = done->get_future().share();
+  auto h = s.Submit(std::move(r), [tokens, done](const CompletionEvent& ev) {
+    tokens->insert(tokens->end(), ev.tokens.begin(), ev.tokens.end());
+    if (ev.done) done->set_value({*tokens, ev});
+  });
+  EXPECT_TRUE(h.ok()) << h.status().ToString();
+  if (handle && h.ok()) *handle = *h;
+  return fut;
+}
+
+TEST(DetectLoopTest, CatchesRepeatsAndLeavesNormalTextAlone) {
+  DegeneracyOptions o;
+  std::vector<int32_t> same(32, 7);
+  EXPECT_EQ(DetectLoop(same, o), "token 7 repeated 32 times");
+  same.pop_back();
+  EXPECT_EQ(DetectLoop(same, o), "");
+  std::vector<int32_t> pattern;
+  for (int i = 0; i < 8; ++i) pattern.insert(pattern.end(), {1, 2, 3});
+  EXPECT_EQ(DetectLoop(pattern, o), "a 3-token pattern repeated 8 times");
+  pattern.back() = 9;
+  EXPECT_EQ(DetectLoop(pattern, o), "");
+  std::vector<int32_t> text;
+  for (int i = 0; i < 200; ++i) text.push_back((i * 7919) % 263);
+  EXPECT_EQ(DetectLoop(text, o), "");
+  o.enabled = false;
+  EXPECT_EQ(DetectLoop(std::vector<int32_t>(64, 7), o), "");
+}
+
+// 8 different prompts, submitted staggered onto 4 slots, each give exactly the ids they give alone.
+TEST(SchedulerTest, ConcurrentRequestsMatchTheirSoloRuns) {
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 8; ++i) {
+    std::vector<int32_t> p = {2};
+    for (int j = 0; j < 3 + 4 * i; ++j) p.push_back(4 + (i * 37 + j * 11) % 500);
+    prompts.push_back(p);
+  }
+  std::vector<std::vector<int32_t>> solo;
+  {
+    auto engine = TinyEngine(1);
+    Scheduler s(*engine, nullptr, SchedulerOptions{});
+    for (const auto& p : prompts) solo.push_back(SubmitAndCollect(s, Greedy(p, 20)).get().first);
+  }
+  auto engine = TinyEngine(4);
+  Scheduler s(*engine, nullptr, SchedulerOptions{});
+  std::vector<std::shared_future<std::pair<std::vector<int32_t>, CompletionEvent>>> futures;
+  for (const auto& p : prompts) {
+    futures.push_back(SubmitAndCollect(s, Greedy(p, 20)));
+    std::this_thread::sleep_for(3ms);  // staggered: later requests join running batches
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto [tokens, ev] = futures[i].get();
+    EXPECT_EQ(tokens, solo[i]) << "request " << i;
+    EXPECT_EQ(ev.finish_reason, "length");
+    EXPECT_EQ(ev.completion_tokens, 20);
+    EXPECT_EQ(ev.prompt_tokens, static_cast<int>(prompts[i].size()));
+  }
+  const SchedulerStats st = s.Stats();
+  EXPECT_EQ(st.requests_total, 8u);
+  EXPECT_EQ(st.requests_finished, 8u);
+  EXPECT_EQ(st.generated_tokens_total, 160u);
+  EXPECT_EQ(st.busy_slots, 0);
+  EXPECT_EQ(st.ttft_count, 8u);
+}
+
+TEST(SchedulerTest, CancelFreesTheSlotAtOnce) {
+  auto engine = TinyEngine(1);
+  Scheduler s(*engine, nullptr, SchedulerOptions{});
+  std::shared_ptr<RequestHandle> h;
+  auto fut = SubmitAndCollect(s, Greedy({2, 10, 20}, 100), &h);
+  std::this_thread::sleep_for(5ms);
+  h->Cancel();
+  auto [tokens, ev] = fut.get();
+  EXPECT_EQ(ev.finish_reason, "cancelled");
+  EXPECT_LT(tokens.size(), 100u);
+  // The single slot is free again: a new request completes.
+  auto [t2, ev2] = SubmitAndCollect(s, Greedy({2, 10, 20}, 3)).get();
+  EXPECT_EQ(ev2.finish_reason, "length");
+  EXPECT_EQ(t2.size(), 3u);
+  EXPECT_EQ(s.Stats().requests_cancelled, 1u);
+  EXPECT_EQ(s.Stats().busy_slots, 0);
+}
+
+TEST(SchedulerTest, AdmissionErrors) {
+  auto engine = TinyEngine(1, 32);
+  {
+    Scheduler s(*engine, nullptr, SchedulerOptions{});
+    auto r = s.Submit(Greedy(std::vector<int32_t>(20, 5), 13), nullptr);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(r.status().message().rfind("context_length_exceeded:", 0), 0u) << r.status().message();
+    EXPECT_EQ(s.Submit(Greedy({2, 600}, 1), nullptr).status().code(), StatusCode::kInvalidArgument);
+    CompletionRequest bad = Greedy({2, 5}, 1);
+    bad.sampling.top_p = 1.5f;
+    EXPECT_EQ(s.Submit(bad, nullptr).status().code(), StatusCode::kInvalidArgument);
+    CompletionRequest stops = Greedy({2, 5}, 1);
+    stops.stop = {"x"};
+    EXPECT_EQ(s.Submit(stops, nullptr).status().code(), StatusCode::kInvalidArgument);  // no tokenizer
+  }
+  SchedulerOptions full;
+  full.max_queue = 0;
+  Scheduler s(*engine, nullptr, full);
+  auto r = s.Submit(Greedy({2, 5}, 1), nullptr);
+  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(s.Stats().requests_rejected, 1u);
+}
+
+TEST(SchedulerTest, DegeneracyGuardEndsALoopAndSaysSo) {
+  auto engine = TinyEngine(1);
+  Scheduler s(*engine, nullptr, SchedulerOptions{});
+  CompletionRequest r = Greedy({2, 10, 20}, 90);
+  r.sampling.logit_bias[42] = 100.0f;  // forces token 42 forever
+  auto [tokens, ev] = SubmitAndCollect(s, r).get();
+  EXPECT_EQ(tokens.size(), 32u);
+  EXPECT_EQ(ev.finish_reason, "stop");
+  EXPECT_EQ(ev.degenerate, "token 42 repeated 32 times");
+  EXPECT_EQ(s.Stats().requests_degenerate, 1u);
+}
+
+}  // namespace
+}  // namespace g4
