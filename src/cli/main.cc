@@ -75,6 +75,19 @@ g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int thr
     return g4::NotFound("model '" + model + "' does not exist" +
                         (model == DefaultModel() ? " (run scripts/fetch-default-model.sh to get the default model)" : ""));
   G4_ASSIGN_OR_RETURN(auto loaded, g4::LoadModel(model));
+  std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=scalar compute=f32 weights=%s threads=%d context=%d\n",
+               std::string(g4::DTypeName(loaded->weights.embed->dtype)).c_str(), threads,
+               ctx > 0 ? ctx : std::min(loaded->config.max_position, 4096));
+  if (loaded->weights.total_bytes > (size_t{128} << 20)) {  // progress for large models
+    int last = -1;
+    g4::PrefaultWeights(*loaded, [&](double f) {
+      const int pct = static_cast<int>(f * 100);
+      if (pct == last) return;
+      last = pct;
+      std::fprintf(stderr, "\rgemma4rt: loading weights %3d%% of %.1f MiB", pct, loaded->weights.total_bytes / 1048576.0);
+      if (pct == 100) std::fprintf(stderr, "\n");
+    });
+  }
   Session s;
   auto tok = g4::LoadTokenizerFor(*loaded);
   if (tok.ok()) s.tokenizer = std::move(tok).value();
@@ -83,9 +96,6 @@ g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int thr
   o.max_context = ctx;
   o.prefill_chunk = chunk;
   G4_ASSIGN_OR_RETURN(s.engine, g4::Engine::Create(std::move(loaded), g4::MakeCpuBackend(threads), o));
-  std::fprintf(stderr, "gemma4rt: device policy: backend=%s simd=scalar compute=f32 weights=%s threads=%d context=%d\n",
-               s.engine->backend().Name().c_str(), std::string(g4::DTypeName(s.engine->model().weights.embed->dtype)).c_str(),
-               threads, s.engine->options().max_context);
   return s;
 }
 

@@ -2,6 +2,7 @@
 // bound weight views.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -26,5 +27,9 @@ struct LoadedModel {
 // InvalidArgument or Unimplemented from the config parser, DataLoss from the safetensors reader,
 // NotFound/InvalidArgument from weight binding; every message names the file.
 StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::string& path);
+
+// Reads every page of the bound weights once (they are mmap'd, so a cold file would otherwise be
+// read during the first request), calling progress(fraction done in [0, 1]) about every 1%.
+void PrefaultWeights(const LoadedModel& model, const std::function<void(double)>& progress);
 
 }  // namespace g4
