@@ -2,6 +2,8 @@
 //   gemma4rt info     [-m MODEL]
 //   gemma4rt logits   [-m MODEL] (-p TEXT | --tokens 2,105,...) [--top K] [--json] [--chunk N]
 //   gemma4rt generate [-m MODEL] (-p TEXT | --tokens ...) [--chat] [-n N] [sampling flags]
+//   gemma4rt serve    [-m MODEL] [--host H] [--port P] [-np SLOTS] ...   (src/server/serve.h)
+//   gemma4rt bench    [-m MODEL] [-t T] [-p 512] [-n 128] [--depth 0,1024] [--json]  (src/cli/bench.h)
 // MODEL defaults to $GEMMA4RT_MODEL, else the default model fetched by
 // scripts/fetch-default-model.sh (~/.cache/gemma4rt/gemma-3-270m-q4_k_m.gguf).
 #include <algorithm>
@@ -15,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -22,6 +26,8 @@
 #include "model/model.h"
 #include "runtime/engine.h"
 #include "runtime/generate.h"
+#include "cli/bench.h"
+#include "server/serve.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -32,15 +38,6 @@ using g4::Status;
 int Fail(const Status& s) {
   std::fprintf(stderr, "gemma4rt: error: %s\n", s.ToString().c_str());
   return 1;
-}
-
-std::string DefaultModel() {
-  if (const char* m = std::getenv("GEMMA4RT_MODEL")) return m;
-  if (const char* m = std::getenv("GEMMA4RT_DEFAULT_MODEL")) return m;
-  const char* cache = std::getenv("GEMMA4RT_CACHE");
-  const char* home = std::getenv("HOME");
-  const std::string dir = cache ? cache : std::string(home ? home : ".") + "/.cache/gemma4rt";
-  return dir + "/gemma-3-270m-q4_k_m.gguf";
 }
 
 // Parses "2,105,2364" into ids. Errors name the bad element.
@@ -73,19 +70,20 @@ struct Session {
 g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int threads) {
   if (!std::filesystem::exists(model))
     return g4::NotFound("model '" + model + "' does not exist" +
-                        (model == DefaultModel() ? " (run scripts/fetch-default-model.sh to get the default model)" : ""));
+                        (model == g4::DefaultModelPath() ? " (run scripts/fetch-default-model.sh to get the default model)" : ""));
   G4_ASSIGN_OR_RETURN(auto loaded, g4::LoadModel(model));
   std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=scalar compute=f32 weights=%s threads=%d context=%d\n",
                std::string(g4::DTypeName(loaded->weights.embed->dtype)).c_str(), threads,
                ctx > 0 ? ctx : std::min(loaded->config.max_position, 4096));
   if (loaded->weights.total_bytes > (size_t{128} << 20)) {  // progress for large models
     int last = -1;
+    const bool tty = isatty(STDERR_FILENO);
     g4::PrefaultWeights(*loaded, [&](double f) {
       const int pct = static_cast<int>(f * 100);
-      if (pct == last) return;
+      if (pct == last || (!tty && pct % 25 != 0)) return;  // a line every 25% when not a terminal
       last = pct;
-      std::fprintf(stderr, "\rgemma4rt: loading weights %3d%% of %.1f MiB", pct, loaded->weights.total_bytes / 1048576.0);
-      if (pct == 100) std::fprintf(stderr, "\n");
+      std::fprintf(stderr, "%sgemma4rt: loading weights %3d%% of %.1f MiB%s", tty ? "\r" : "", pct,
+                   loaded->weights.total_bytes / 1048576.0, tty && pct < 100 ? "" : "\n");
     });
   }
   Session s;
@@ -120,9 +118,16 @@ g4::StatusOr<std::vector<int32_t>> PromptIds(const Session& s, const std::string
 }  // namespace
 
 int main(int argc, char** argv) {
+  // `serve` has its own flag set (llama-server's names, also from GEMMA4RT_* environment variables).
+  if (argc >= 2 && std::string(argv[1]) == "serve") return g4::server::ServeMain(argc - 2, argv + 2);
+  // `bench` takes llama-bench's flags (src/cli/bench.h).
+  if (argc >= 2 && std::string(argv[1]) == "bench") return g4::cli::BenchMain(argc - 2, argv + 2);
   CLI::App app{"gemma4rt: Gemma 3 / Gemma 4 inference engine"};
   app.require_subcommand(1);
-  std::string model = DefaultModel(), prompt, tokens_text, system;
+  app.footer("Also: gemma4rt serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [-c CTX] [-np SLOTS] [-t THREADS] "
+             "[--api-key KEY] [--metrics] [--alias NAME]  (gemma4rt serve --help)\n"
+             "      gemma4rt bench [-m MODEL] [-t THREADS] [-p 512] [-n 128] [--depth 0,1024,4096] [--json]");
+  std::string model = g4::DefaultModelPath(), prompt, tokens_text, system;
   int top = 5, chunk = 512, ctx = 0, n_predict = 128;
   int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   bool json_out = false, chat = false, think = false, ignore_eos = false, show_ids = false;

@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 
 #include "model/gguf_model.h"
@@ -33,6 +34,15 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::string& path) {
   if (!w.ok()) return Status(w.status().code(), path + ": " + w.status().message());
   m->weights = std::move(w).value();
   return m;
+}
+
+std::string DefaultModelPath() {
+  if (const char* m = std::getenv("GEMMA4RT_MODEL"); m && *m) return m;
+  if (const char* m = std::getenv("GEMMA4RT_DEFAULT_MODEL"); m && *m) return m;
+  const char* cache = std::getenv("GEMMA4RT_CACHE");
+  const char* home = std::getenv("HOME");
+  const std::string dir = cache && *cache ? cache : std::string(home ? home : ".") + "/.cache/gemma4rt";
+  return dir + "/gemma-3-270m-q4_k_m.gguf";
 }
 
 void PrefaultWeights(const LoadedModel& model, const std::function<void(double)>& progress) {

@@ -28,6 +28,11 @@ struct LoadedModel {
 // NotFound/InvalidArgument from weight binding; every message names the file.
 StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::string& path);
 
+// Where commands look for a model when none is given: $GEMMA4RT_MODEL, else
+// $GEMMA4RT_DEFAULT_MODEL, else <cache>/gemma-3-270m-q4_k_m.gguf with <cache> = $GEMMA4RT_CACHE or
+// ~/.cache/gemma4rt (where scripts/fetch-default-model.sh puts it). The path may not exist.
+std::string DefaultModelPath();
+
 // Reads every page of the bound weights once (they are mmap'd, so a cold file would otherwise be
 // read during the first request), calling progress(fraction done in [0, 1]) about every 1%.
 void PrefaultWeights(const LoadedModel& model, const std::function<void(double)>& progress);

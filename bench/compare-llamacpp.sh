@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# Compares gemma4rt with llama.cpp on the same GGUF, same thread count, same test sizes.
+#
+#   bench/compare-llamacpp.sh [-m GGUF] [-t THREADS] [-r REPS] [-p 512] [-n 128] [--rounds K] [--build-only]
+#
+# llama.cpp's own llama-bench is built from the llama.cpp sources vendored in the
+# llama-cpp-python source distribution on PyPI (pip download, no install; no other network), with
+# -DGGML_NATIVE=ON, target llama-bench only. The build is cached in
+# $GEMMA4RT_CACHE/llama.cpp-build (default ~/.cache/gemma4rt/llama.cpp-build), so a second run
+# starts benchmarking at once.
+#
+# Then K rounds (default 2) run both engines alternately, A B then B A (so drift over time does
+# not favour one engine): `gemma4rt bench --json -p P -n N -t T -r REPS` and
+# `llama-bench -o json -p P -n N -t T -r REPS`. Each engine's figure is the median of all its
+# samples over the rounds. Prints ppP and tgN in tokens/s for both and the ratio
+# gemma4rt / llama.cpp; the raw JSON of every run is kept in $OUT_DIR (default a temp dir, printed).
+#
+# Environment: GEMMA4RT_BIN (default build/gemma4rt, built with scripts/build.sh when missing),
+# GEMMA4RT_MODEL (default model), GEMMA4RT_CACHE, LLAMA_CPP_PYTHON_VERSION (default 0.3.36),
+# OUT_DIR.
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+CACHE="${GEMMA4RT_CACHE:-$HOME/.cache/gemma4rt}"
+VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
+MODEL="${GEMMA4RT_MODEL:-$CACHE/gemma-3-270m-q4_k_m.gguf}"
+THREADS="$(nproc)"
+REPS=3
+P=512
+N=128
+ROUNDS=2
+BUILD_ONLY=0
+
+usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
+while (($#)); do
+  case "$1" in
+    -m) MODEL="$2"; shift 2 ;;
+    -t) THREADS="$2"; shift 2 ;;
+    -r) REPS="$2"; shift 2 ;;
+    -p) P="$2"; shift 2 ;;
+    -n) N="$2"; shift 2 ;;
+    --rounds) ROUNDS="$2"; shift 2 ;;
+    --build-only) BUILD_ONLY=1; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "compare-llamacpp: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+  esac
+done
+for v in THREADS REPS P N ROUNDS; do
+  [[ "${!v}" =~ ^[0-9]+$ ]] || { echo "compare-llamacpp: $v must be a non-negative integer, got '${!v}'" >&2; exit 2; }
+done
+((THREADS >= 1 && REPS >= 1 && ROUNDS >= 1)) || { echo "compare-llamacpp: -t, -r and --rounds must be >= 1" >&2; exit 2; }
+log() { echo "compare-llamacpp: $*" >&2; }
+
+# ---- llama-bench, built once from the PyPI sdist --------------------------------------------
+SDIST_DIR="$CACHE/sdist"
+SRC_DIR="$CACHE/llama.cpp-src/llama_cpp_python-$VERSION"
+BUILD_DIR="$CACHE/llama.cpp-build"
+LLAMA_BENCH="$BUILD_DIR/bin/llama-bench"
+STAMP="$BUILD_DIR/.gemma4rt-stamp"
+WANT_STAMP="llama-cpp-python==$VERSION native=ON"
+
+if [ -x "$LLAMA_BENCH" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$WANT_STAMP" ]; then
+  log "using cached $LLAMA_BENCH ($WANT_STAMP)"
+else
+  command -v cmake >/dev/null || { log "cmake is needed (bash scripts/setup.sh)"; exit 1; }
+  PY="$(command -v python3 || true)"
+  [ -n "$PY" ] || { log "python3 (with pip) is needed to download the llama.cpp sources"; exit 1; }
+  mkdir -p "$SDIST_DIR"
+  TARBALL="$SDIST_DIR/llama_cpp_python-$VERSION.tar.gz"
+  if [ ! -f "$TARBALL" ]; then
+    log "downloading llama-cpp-python==$VERSION source distribution from PyPI (about 75 MB)"
+    "$PY" -m pip download --quiet --no-deps --no-binary :all: --disable-pip-version-check \
+      -d "$SDIST_DIR" "llama-cpp-python==$VERSION" >&2
+  fi
+  [ -f "$TARBALL" ] || { log "pip did not produce $TARBALL"; exit 1; }
+  if [ ! -f "$SRC_DIR/vendor/llama.cpp/CMakeLists.txt" ]; then
+    log "unpacking vendor/llama.cpp"
+    mkdir -p "$CACHE/llama.cpp-src"
+    rm -rf "$SRC_DIR"
+    tar -xzf "$TARBALL" -C "$CACHE/llama.cpp-src" "llama_cpp_python-$VERSION/vendor/llama.cpp"
+  fi
+  GEN=()
+  command -v ninja >/dev/null && GEN=(-G Ninja)
+  rm -rf "$BUILD_DIR"
+  log "configuring llama.cpp (GGML_NATIVE=ON, CPU only) in $BUILD_DIR"
+  # Everything that could reach the network (curl/openssl, the web UI, tests' model downloads)
+  # is off; static libraries so the binary does not depend on the source tree.
+  cmake -S "$SRC_DIR/vendor/llama.cpp" -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release \
+    -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
+    -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_LLGUIDANCE=OFF >"$CACHE/llama.cpp-configure.log" 2>&1 \
+    || { log "cmake configure failed; see $CACHE/llama.cpp-configure.log"; tail -20 "$CACHE/llama.cpp-configure.log" >&2; exit 1; }
+  log "building llama-bench with $(nproc) jobs (several minutes on a small machine; once)"
+  cmake --build "$BUILD_DIR" --target llama-bench -j"$(nproc)" >"$CACHE/llama.cpp-build.log" 2>&1 \
+    || { log "build failed; see $CACHE/llama.cpp-build.log"; tail -30 "$CACHE/llama.cpp-build.log" >&2; exit 1; }
+  [ -x "$LLAMA_BENCH" ] || { log "build finished but $LLAMA_BENCH is missing"; exit 1; }
+  echo "$WANT_STAMP" >"$STAMP"
+  log "built $LLAMA_BENCH"
+fi
+((BUILD_ONLY)) && { echo "$LLAMA_BENCH"; exit 0; }
+
+# ---- gemma4rt ---------------------------------------------------------------------------------
+G4="${GEMMA4RT_BIN:-$ROOT/build/gemma4rt}"
+if [ ! -x "$G4" ]; then
+  log "building gemma4rt (scripts/build.sh)"
+  bash "$ROOT/scripts/build.sh" >&2
+fi
+if ! "$G4" bench --help >/dev/null 2>&1; then
+  log "$G4 has no 'bench' subcommand (src/cli/bench.cc must be wired into src/cli/main.cc)"; exit 1
+fi
+[ -f "$MODEL" ] || { log "model '$MODEL' does not exist (scripts/fetch-default-model.sh fetches the default one)"; exit 1; }
+
+OUT_DIR="${OUT_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/compare-llamacpp.XXXXXX")}"
+mkdir -p "$OUT_DIR"
+log "model $MODEL, threads $THREADS, pp$P tg$N, $REPS repetitions x $ROUNDS rounds; raw JSON in $OUT_DIR"
+
+# Other processes on the machine distort both engines (llama.cpp's spinning OpenMP threads most):
+# the 1-minute load average before each run is logged and printed with the results.
+load1() { cut -d' ' -f1 /proc/loadavg; }
+if awk -v l="$(load1)" -v t="$THREADS" 'BEGIN { exit !(l > 0.5) }'; then
+  log "warning: load average is $(load1) before starting; other processes will distort the figures"
+fi
+run_g4() {
+  local out="$OUT_DIR/gemma4rt.$1.json"
+  echo "gemma4rt round $1: load $(load1)" >>"$OUT_DIR/load.txt"
+  log "round $1: gemma4rt bench (load $(load1))"
+  "$G4" bench -m "$MODEL" -t "$THREADS" -p "$P" -n "$N" -r "$REPS" --json >"$out" 2>"$OUT_DIR/gemma4rt.$1.log" \
+    || { log "gemma4rt bench failed:"; cat "$OUT_DIR/gemma4rt.$1.log" >&2; exit 1; }
+}
+run_llama() {
+  local out="$OUT_DIR/llama.$1.json"
+  echo "llama.cpp round $1: load $(load1)" >>"$OUT_DIR/load.txt"
+  log "round $1: llama-bench (load $(load1))"
+  "$LLAMA_BENCH" -m "$MODEL" -t "$THREADS" -p "$P" -n "$N" -r "$REPS" -o json >"$out" 2>"$OUT_DIR/llama.$1.log" \
+    || { log "llama-bench failed:"; tail -20 "$OUT_DIR/llama.$1.log" >&2; exit 1; }
+}
+for ((k = 1; k <= ROUNDS; ++k)); do
+  if ((k % 2)); then run_g4 "$k"; run_llama "$k"; else run_llama "$k"; run_g4 "$k"; fi
+done
+
+python3 - "$OUT_DIR" "$P" "$N" "$THREADS" "$MODEL" <<'PYEOF'
+import glob, json, statistics, sys, os
+out_dir, P, N, T, model = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+
+def g4_samples(kind, n):
+    s = []
+    for f in sorted(glob.glob(os.path.join(out_dir, "gemma4rt.*.json"))):
+        j = json.load(open(f))
+        for r in j["results"]:
+            if r["test"].startswith(kind) and r["depth"] == 0 and r[("n_prompt" if kind == "pp" else "n_gen")] == n:
+                s += r["samples_ts"]
+    return s
+
+def llama_samples(kind, n):
+    s = []
+    for f in sorted(glob.glob(os.path.join(out_dir, "llama.*.json"))):
+        for r in json.load(open(f)):
+            if r.get("n_depth", 0) != 0:
+                continue
+            if kind == "pp" and r["n_prompt"] == n and r["n_gen"] == 0:
+                s += r["samples_ts"]
+            if kind == "tg" and r["n_gen"] == n and r["n_prompt"] == 0:
+                s += r["samples_ts"]
+    return s
+
+g4 = json.load(open(sorted(glob.glob(os.path.join(out_dir, "gemma4rt.*.json")))[0]))
+ll = json.load(open(sorted(glob.glob(os.path.join(out_dir, "llama.*.json")))[0]))
+print(f"model: {model}")
+print(f"threads: {T}   gemma4rt: {g4.get('device_policy', '')}   llama.cpp: build {ll[0].get('build_commit', '?')} ({ll[0].get('cpu_info', '')})")
+print()
+print(f"| test | gemma4rt t/s | llama.cpp t/s | gemma4rt / llama.cpp |")
+print(f"|---|---:|---:|---:|")
+summary = {}
+for kind, n in (("pp", P), ("tg", N)):
+    if n == 0:
+        continue
+    a, b = g4_samples(kind, n), llama_samples(kind, n)
+    if not a or not b:
+        print(f"| {kind}{n} | missing | missing | |")
+        continue
+    ma, mb = statistics.median(a), statistics.median(b)
+    summary[f"{kind}{n}"] = {"gemma4rt": ma, "llama.cpp": mb, "ratio": ma / mb,
+                             "gemma4rt_samples": a, "llama.cpp_samples": b}
+    print(f"| {kind}{n} | {ma:.2f} (n={len(a)}) | {mb:.2f} (n={len(b)}) | {ma / mb:.3f} |")
+print()
+print(f"gemma4rt peak RSS {g4.get('peak_rss_bytes', 0) / 2**20:.1f} MiB, copy bandwidth {g4.get('bandwidth_gbps', 0):.2f} GB/s, "
+      f"decode at {100 * (g4.get('bandwidth_fraction') or 0):.1f}% of the bandwidth limit")
+loads = open(os.path.join(out_dir, "load.txt")).read().split("\n")
+print("1-minute load average before each run: " + "; ".join(l for l in loads if l))
+json.dump(summary, open(os.path.join(out_dir, "summary.json"), "w"), indent=1)
+print(f"(medians over all samples; raw JSON and summary.json in {out_dir})")
+PYEOF

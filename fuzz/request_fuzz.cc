@@ -1,0 +1,134 @@
+// libFuzzer target for the server's request layer (src/server/api.h): every input is one request
+// body for one endpoint, parsed and validated exactly as the HTTP server does; accepted requests
+// are checked against the invariants the scheduler relies on and rendered into every response shape.
+//
+// Input: byte 0 picks the endpoint ('C' chat, 'P' completions, 'T' /tokenize, 'D' /detokenize,
+// 'A' /apply-template; any other byte: its value mod 5) and, with its high bit set, a model without
+// a tokenizer; the remaining bytes are the body. Seeds in fuzz/corpus/requests/; dictionary
+// fuzz/request.dict. Built and run by scripts/fuzz-requests.sh (clang, -fsanitize=fuzzer,address,
+// undefined); not part of the CMake build. The tokenizer is the tiny Gemma 4 one from tests/data
+// (path compiled in as REQUEST_FUZZ_TOKENIZER_DIR).
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include "server/api.h"
+#include "tokenizer/tokenizer.h"
+
+namespace {
+
+using g4::server::ApiError;
+using g4::server::Endpoint;
+using g4::server::ModelInfo;
+
+[[noreturn]] void Die(const char* what, std::string_view body) {
+  std::fprintf(stderr, "request_fuzz: invariant violated: %s\nbody: %.*s\n", what, static_cast<int>(body.size()), body.data());
+  std::abort();
+}
+
+const g4::Tokenizer* Tok() {
+  static std::unique_ptr<g4::Tokenizer> t = [] {
+    auto r = g4::Tokenizer::FromHfDirectory(REQUEST_FUZZ_TOKENIZER_DIR);
+    if (!r.ok()) {
+      std::fprintf(stderr, "request_fuzz: %s\n", r.status().ToString().c_str());
+      std::abort();
+    }
+    return std::move(r).value();
+  }();
+  return t.get();
+}
+
+ModelInfo Info(bool tokenizer) {
+  ModelInfo m;
+  m.id = "tiny";
+  m.accepted_ids = {"tiny", "tiny.gguf"};
+  m.template_kind = g4::ChatTemplateKind::kGemma4;
+  m.tokenizer = tokenizer ? Tok() : nullptr;
+  m.context_size = 256;
+  m.vocab_size = tokenizer ? Tok()->vocab_size() : 512;
+  m.bos_id = 2;
+  m.default_sampling.top_k = 64;
+  m.default_sampling.top_p = 0.95f;
+  m.default_stop_ids = {1, 106};
+  return m;
+}
+
+void CheckError(const ApiError& e, std::string_view body) {
+  if (e.status != 400 && e.status != 404) Die("a request error that is not 400/404", body);
+  if (e.message.empty()) Die("an error without a message", body);
+  const std::string dumped = g4::server::ErrorJson(e).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  if (!g4::server::IsValidUtf8(dumped)) Die("error JSON is not UTF-8", body);
+}
+
+void CheckRequest(const g4::server::ParsedRequest& r, const ModelInfo& m, std::string_view body) {
+  const g4::CompletionRequest& c = r.completion;
+  if (c.prompt.empty()) Die("empty prompt accepted", body);
+  if (c.prompt.front() != m.bos_id) Die("prompt does not start with BOS", body);
+  if (c.prompt.size() > 1 && c.prompt[1] == m.bos_id && r.endpoint == Endpoint::kCompletion && !r.prompt_text.empty() &&
+      r.prompt_text.rfind("<bos><bos>", 0) != 0)
+    Die("double BOS", body);
+  for (int32_t id : c.prompt)
+    if (id < 0 || id >= m.vocab_size) Die("prompt id outside the vocabulary", body);
+  if (c.max_tokens < 1) Die("max_tokens < 1", body);
+  if (static_cast<int64_t>(c.prompt.size()) + c.max_tokens > m.context_size) Die("prompt + max_tokens beyond the context", body);
+  if (!c.sampling.ValidateForVocab(m.vocab_size).ok()) Die("invalid sampling params accepted", body);
+  for (const std::string& s : c.stop)
+    if (s.empty()) Die("empty stop string accepted", body);
+  if (!c.stop.empty() && !m.tokenizer) Die("stop strings without a tokenizer", body);
+  if (r.include_usage && !r.stream) Die("include_usage without stream", body);
+
+  // Render every response shape from fake events.
+  g4::server::ResponseMeta meta;
+  meta.id = g4::server::NewResponseId(r.endpoint);
+  meta.model = r.model;
+  meta.endpoint = r.endpoint;
+  meta.include_usage = r.include_usage;
+  meta.return_token_ids = r.return_token_ids;
+  meta.prompt_token_ids = c.prompt;
+  g4::CompletionEvent fin;
+  fin.done = true;
+  fin.finish_reason = c.max_tokens & 1 ? "length" : "stop";
+  fin.text = r.prompt_text.substr(0, 8);
+  fin.prompt_tokens = static_cast<int>(c.prompt.size());
+  g4::server::CompletionResult res{r.prompt_text, c.prompt, fin};
+  std::string out = g4::server::CompletionResponseJson(meta, res).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  out += g4::server::FirstChunk(meta) + g4::server::DeltaChunk(meta, r.prompt_text, c.prompt) + g4::server::FinalChunks(meta, fin);
+  if (out.empty()) Die("no output", body);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  if (size == 0) return 0;
+  const uint8_t sel = data[0];
+  const bool tokenizer = (sel & 0x80) == 0;
+  int ep = sel % 5;
+  switch (sel) {
+    case 'C': ep = 0; break;
+    case 'P': ep = 1; break;
+    case 'T': ep = 2; break;
+    case 'D': ep = 3; break;
+    case 'A': ep = 4; break;
+  }
+  const std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
+  const ModelInfo m = Info(tokenizer);
+  if (ep <= 1) {
+    auto r = ep == 0 ? g4::server::ParseChatRequest(body, m) : g4::server::ParseCompletionRequest(body, m);
+    if (r.ok()) CheckRequest(r.value(), m, body);
+    else CheckError(r.error(), body);
+    return 0;
+  }
+  auto r = ep == 2 ? g4::server::HandleTokenize(body, m)
+           : ep == 3 ? g4::server::HandleDetokenize(body, m)
+                     : g4::server::HandleApplyTemplate(body, m);
+  if (r.ok()) {
+    const std::string s = r.value().dump();  // strict: a response must be valid UTF-8 JSON
+    if (s.empty()) Die("empty response", body);
+  } else {
+    CheckError(r.error(), body);
+  }
+  return 0;
+}

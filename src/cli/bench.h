@@ -1,0 +1,19 @@
+// `gemma4rt bench`: llama-bench-style throughput measurement with the Engine directly.
+//
+//   gemma4rt bench [-m MODEL] [-t THREADS] [-p 512] [-n 128] [-d 0,1024,4096] [-r 3] [-ub 512] [--json]
+//
+// pp<P>: P random tokens prefilled in one Prefill call (chunked by -ub) after `depth` tokens are
+// already in the KV cache, tokens/s. tg<N>: N single-token Decode steps after `depth` tokens,
+// tokens/s. Each figure is the median of -r repetitions (after one warm-up). Also reported: peak
+// resident memory (VmHWM, taken before the bandwidth test), a multi-threaded memcpy bandwidth test
+// in the same process (GB/s counting bytes read + written, best of a few) and decode's fraction
+// of the bandwidth limit, (weight bytes read per token + KV bytes read per token) / time per token
+// / bandwidth. -p, -n and -d take comma-separated lists.
+#pragma once
+
+namespace g4::cli {
+
+// argv holds the arguments after "bench" (argv[0] is the first of them). Returns the exit code.
+int BenchMain(int argc, char** argv);
+
+}  // namespace g4::cli

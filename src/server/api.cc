@@ -1,0 +1,750 @@
+#include "server/api.h"
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "tokenizer/utf8.h"
+
+namespace g4::server {
+namespace {
+
+using json = nlohmann::json;
+
+#define API_RETURN_IF_ERROR(expr)        \
+  do {                                   \
+    if (auto api_err_ = (expr)) return *api_err_; \
+  } while (0)
+
+using MaybeError = std::optional<ApiError>;
+
+// U+10FFFF (a noncharacter) marks bytes that were not UTF-8, so the parser can still tell us where.
+constexpr std::string_view kInvalidMark = "\xF4\x8F\xBF\xBF";
+constexpr int kMaxDepth = 64;
+constexpr size_t kMaxStops = 16;
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+std::string TypeName(const json& v) {
+  if (v.is_null()) return "null";
+  if (v.is_boolean()) return "a boolean";
+  if (v.is_number()) return "a number";
+  if (v.is_string()) return "a string";
+  if (v.is_array()) return "an array";
+  return "an object";
+}
+
+ApiError WrongType(const std::string& param, const std::string& expected, const json& got) {
+  return BadRequest(param + " must be " + expected + ", got " + TypeName(got), param);
+}
+
+// A present, non-null field, or nullptr.
+const json* Field(const json& o, const char* key) {
+  auto it = o.find(key);
+  if (it == o.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+MaybeError OptBool(const json& o, const char* key, std::optional<bool>* out) {
+  const json* v = Field(o, key);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) return WrongType(key, "a boolean", *v);
+  *out = v->get<bool>();
+  return std::nullopt;
+}
+
+MaybeError OptNumber(const json& o, const char* key, std::optional<double>* out) {
+  const json* v = Field(o, key);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) return WrongType(key, "a number", *v);
+  *out = v->get<double>();
+  return std::nullopt;
+}
+
+// Integers; a float with an integral value (5.0) is accepted, 5.5 is not.
+MaybeError IntValue(const json& v, const std::string& param, int64_t lo, int64_t hi, int64_t* out) {
+  if (v.is_number_unsigned()) {
+    const uint64_t u = v.get<uint64_t>();
+    if (u > static_cast<uint64_t>(hi)) return BadRequest(param + " is too large (" + std::to_string(u) + ")", param);
+    *out = static_cast<int64_t>(u);
+  } else if (v.is_number_integer()) {
+    *out = v.get<int64_t>();
+  } else if (v.is_number_float()) {
+    const double d = v.get<double>();
+    if (d != std::floor(d)) return BadRequest(param + " must be an integer, got " + Dump(v), param);
+    if (d < static_cast<double>(lo) || d > static_cast<double>(hi))
+      return BadRequest(param + " is out of range (" + Dump(v) + ")", param);
+    *out = static_cast<int64_t>(d);
+  } else {
+    return WrongType(param, "an integer", v);
+  }
+  if (*out < lo || *out > hi) return BadRequest(param + " is out of range (" + std::to_string(*out) + ")", param);
+  return std::nullopt;
+}
+
+MaybeError OptInt(const json& o, const char* key, std::optional<int64_t>* out) {
+  const json* v = Field(o, key);
+  if (!v) return std::nullopt;
+  int64_t x = 0;
+  API_RETURN_IF_ERROR(IntValue(*v, key, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), &x));
+  *out = x;
+  return std::nullopt;
+}
+
+// The field name a Status message starts with ("top_p must be ..." -> "top_p"; "messages[2].role:
+// ..." -> "messages[2].role"); "" when the message does not start with one.
+std::string ParamFromMessage(const std::string& m, bool strip_index) {
+  size_t n = 0;
+  while (n < m.size() && (std::isalnum(static_cast<unsigned char>(m[n])) || m[n] == '_' || m[n] == '[' || m[n] == ']' ||
+                          m[n] == '.'))
+    ++n;
+  if (n == 0 || n == m.size() || (m[n] != ' ' && m[n] != ':')) return "";
+  std::string p = m.substr(0, n);
+  if (strip_index) p = p.substr(0, p.find('['));
+  while (!p.empty() && p.back() == '.') p.pop_back();
+  return p;
+}
+
+// Path of the first string (value or key) holding kInvalidMark, or "".
+std::string FindMarked(const json& j, const std::string& path, int depth) {
+  if (depth > kMaxDepth) return "";
+  if (j.is_string()) return j.get_ref<const std::string&>().find(kInvalidMark) != std::string::npos ? path : "";
+  if (j.is_array()) {
+    for (size_t i = 0; i < j.size(); ++i) {
+      std::string p = FindMarked(j[i], path + "[" + std::to_string(i) + "]", depth + 1);
+      if (!p.empty()) return p;
+    }
+  } else if (j.is_object()) {
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      const std::string child = path.empty() ? it.key() : path + "." + it.key();
+      if (it.key().find(kInvalidMark) != std::string::npos) return path.empty() ? "(a key)" : path;
+      std::string p = FindMarked(it.value(), child, depth + 1);
+      if (!p.empty()) return p;
+    }
+  }
+  return "";
+}
+
+// Nesting depth of JSON text (brackets outside strings), stopping early past kMaxDepth.
+bool TooDeep(std::string_view s) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxDepth) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
+
+ApiOr<json> ParseText(std::string_view body) {
+  try {
+    return json::parse(body.begin(), body.end());
+  } catch (const json::exception& e) {
+    std::string what = e.what();
+    if (const size_t p = what.find("] "); what.rfind("[json.exception", 0) == 0 && p != std::string::npos)
+      what = what.substr(p + 2);
+    return BadRequest("malformed JSON: " + utf8::Sanitize(what), "", "invalid_json");
+  }
+}
+
+ApiOr<std::vector<std::string>> ParseStop(const json& o) {
+  std::vector<std::string> stops;
+  const json* v = Field(o, "stop");
+  if (!v) return stops;
+  if (v->is_string()) {
+    if (!v->get_ref<const std::string&>().empty()) stops.push_back(v->get<std::string>());
+    return stops;
+  }
+  if (!v->is_array()) return WrongType("stop", "a string or an array of strings", *v);
+  if (v->size() > kMaxStops) return BadRequest("stop: at most " + std::to_string(kMaxStops) + " stop strings", "stop");
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json& s = (*v)[i];
+    if (!s.is_string()) return WrongType("stop[" + std::to_string(i) + "]", "a string", s);
+    if (!s.get_ref<const std::string&>().empty()) stops.push_back(s.get<std::string>());
+  }
+  return stops;
+}
+
+ApiOr<std::vector<ChatMessage>> ParseMessages(const json& o) {
+  const json* v = Field(o, "messages");
+  if (!v) return BadRequest("messages is required", "messages", "missing_required_parameter");
+  if (!v->is_array()) return WrongType("messages", "an array", *v);
+  if (v->empty()) return BadRequest("messages must not be empty", "messages");
+  std::vector<ChatMessage> out;
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json& m = (*v)[i];
+    const std::string at = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) return WrongType(at, "an object", m);
+    const json* role = Field(m, "role");
+    if (!role) return BadRequest(at + ".role is required", at + ".role", "missing_required_parameter");
+    if (!role->is_string()) return WrongType(at + ".role", "a string", *role);
+    ChatMessage cm;
+    cm.role = role->get<std::string>();
+    if (cm.role == "developer") cm.role = "system";  // OpenAI's newer name for the system role
+    if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "model")
+      return BadRequest(at + ".role must be one of system, developer, user, assistant (got '" + utf8::Sanitize(cm.role) + "')",
+                        at + ".role");
+    if (const json* tc = Field(m, "tool_calls"); tc && !(tc->is_array() && tc->empty()))
+      return BadRequest(at + ".tool_calls: tool calls are not supported", at + ".tool_calls", "unsupported_parameter");
+    const json* c = Field(m, "content");
+    if (!c) {
+      if (cm.role != "assistant" && cm.role != "model")
+        return BadRequest(at + ".content is required", at + ".content", "missing_required_parameter");
+    } else if (c->is_string()) {
+      cm.content = c->get<std::string>();
+    } else if (c->is_array()) {
+      for (size_t k = 0; k < c->size(); ++k) {
+        const json& part = (*c)[k];
+        const std::string pat = at + ".content[" + std::to_string(k) + "]";
+        if (!part.is_object()) return WrongType(pat, "an object", part);
+        const json* type = Field(part, "type");
+        if (!type || !type->is_string())
+          return BadRequest(pat + ".type must be a string", pat + ".type", type ? "" : "missing_required_parameter");
+        if (type->get_ref<const std::string&>() != "text")
+          return BadRequest(pat + ".type: only text content parts are supported (got '" +
+                                utf8::Sanitize(type->get<std::string>()) + "')",
+                            pat + ".type", "unsupported_value");
+        const json* text = Field(part, "text");
+        if (!text || !text->is_string()) return BadRequest(pat + ".text must be a string", pat + ".text");
+        if (k > 0) cm.content += "\n";
+        cm.content += text->get<std::string>();
+      }
+    } else {
+      return WrongType(at + ".content", "a string or an array of content parts", *c);
+    }
+    out.push_back(std::move(cm));
+  }
+  return out;
+}
+
+MaybeError ParseTemplateOptions(const json& o, ChatTemplateOptions* opts) {
+  const json* k = Field(o, "chat_template_kwargs");
+  if (!k) return std::nullopt;
+  if (!k->is_object()) return WrongType("chat_template_kwargs", "an object", *k);
+  if (const json* t = Field(*k, "enable_thinking")) {
+    if (!t->is_boolean()) return WrongType("chat_template_kwargs.enable_thinking", "a boolean", *t);
+    opts->enable_thinking = t->get<bool>();
+  }
+  if (const json* t = Field(*k, "add_generation_prompt")) {
+    if (!t->is_boolean()) return WrongType("chat_template_kwargs.add_generation_prompt", "a boolean", *t);
+    opts->add_generation_prompt = t->get<bool>();
+  }
+  return std::nullopt;
+}
+
+ApiOr<std::string> RenderMessages(const json& o, const ModelInfo& model) {
+  auto messages = ParseMessages(o);
+  if (!messages.ok()) return messages.error();
+  ChatTemplateOptions opts;
+  API_RETURN_IF_ERROR(ParseTemplateOptions(o, &opts));
+  StatusOr<std::string> text = RenderChatTemplate(model.template_kind, messages.value(), opts);
+  if (!text.ok()) {
+    std::string param = ParamFromMessage(text.status().message(), false);
+    if (param.rfind("messages", 0) != 0) param = "messages";
+    return BadRequest(text.status().message(), param);
+  }
+  return std::move(text).value();
+}
+
+MaybeError TokenIds(const json& a, const std::string& param, const ModelInfo& model, std::vector<int32_t>* out) {
+  for (size_t i = 0; i < a.size(); ++i) {
+    int64_t id = 0;
+    const std::string p = param + "[" + std::to_string(i) + "]";
+    if (!a[i].is_number()) return WrongType(p, "a token id", a[i]);
+    API_RETURN_IF_ERROR(IntValue(a[i], p, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), &id));
+    if (id < 0 || id >= model.vocab_size)
+      return BadRequest(p + ": token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                            std::to_string(model.vocab_size) + ")",
+                        param, "invalid_token_id");
+    out->push_back(static_cast<int32_t>(id));
+  }
+  return std::nullopt;
+}
+
+// Completions' prompt -> ids with exactly one BOS at the front.
+MaybeError ParsePrompt(const json& o, const ModelInfo& model, ParsedRequest* r) {
+  const json* v = Field(o, "prompt");
+  if (!v) return BadRequest("prompt is required", "prompt", "missing_required_parameter");
+  const json* p = v;
+  if (v->is_array() && !v->empty() && (v->front().is_string() || v->front().is_array())) {
+    if (v->size() > 1) return BadRequest("prompt: batches of prompts are not supported; send one prompt per request", "prompt",
+                                         "unsupported_value");
+    p = &v->front();
+  }
+  std::vector<int32_t>& ids = r->completion.prompt;
+  if (p->is_string()) {
+    if (!model.tokenizer)
+      return BadRequest("prompt: this model has no tokenizer; send the prompt as token ids", "prompt", "unsupported_value");
+    r->prompt_text = p->get<std::string>();
+    ids = model.tokenizer->Encode(r->prompt_text, /*add_bos=*/false, /*parse_special=*/true);
+  } else if (p->is_array()) {
+    if (p->empty()) return BadRequest("prompt must not be empty", "prompt");
+    API_RETURN_IF_ERROR(TokenIds(*p, "prompt", model, &ids));
+  } else {
+    return WrongType("prompt", "a string, an array of strings or an array of token ids", *v);
+  }
+  if (model.bos_id >= 0 && (ids.empty() || ids.front() != model.bos_id)) ids.insert(ids.begin(), model.bos_id);
+  return std::nullopt;
+}
+
+MaybeError ParseSampling(const json& o, const ModelInfo& model, SamplingParams* s) {
+  struct F {
+    const char* key;
+    float* out;
+  } floats[] = {{"temperature", &s->temperature},          {"top_p", &s->top_p},
+                {"min_p", &s->min_p},                      {"presence_penalty", &s->presence_penalty},
+                {"frequency_penalty", &s->frequency_penalty}, {"repetition_penalty", &s->repetition_penalty}};
+  for (const F& f : floats) {
+    std::optional<double> d;
+    API_RETURN_IF_ERROR(OptNumber(o, f.key, &d));
+    if (!d) continue;
+    if (std::fabs(*d) > std::numeric_limits<float>::max())
+      return BadRequest(std::string(f.key) + " is out of range (" + Dump(o[f.key]) + ")", f.key);
+    *f.out = static_cast<float>(*d);
+  }
+  if (const json* v = Field(o, "top_k")) {
+    int64_t k = 0;
+    API_RETURN_IF_ERROR(IntValue(*v, "top_k", -1, std::numeric_limits<int32_t>::max(), &k));
+    s->top_k = static_cast<int>(k);
+  }
+  if (const json* v = Field(o, "seed")) {
+    if (v->is_number_unsigned()) {
+      s->seed = v->get<uint64_t>();
+    } else {
+      int64_t seed = 0;
+      API_RETURN_IF_ERROR(IntValue(*v, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), &seed));
+      s->seed = static_cast<uint64_t>(seed);
+    }
+  }
+  if (const json* v = Field(o, "logit_bias")) {
+    if (!v->is_object()) return WrongType("logit_bias", "an object mapping token ids to biases", *v);
+    for (auto it = v->begin(); it != v->end(); ++it) {
+      const std::string& key = it.key();
+      size_t pos = 0;
+      long long id = -1;
+      try {
+        id = std::stoll(key, &pos);
+      } catch (...) {
+        pos = 0;
+      }
+      if (key.empty() || pos != key.size() || id < 0 || id >= model.vocab_size)
+        return BadRequest("logit_bias: '" + utf8::Sanitize(key) + "' is not a token id in [0, " +
+                              std::to_string(model.vocab_size) + ")",
+                          "logit_bias");
+      if (!it.value().is_number()) return WrongType("logit_bias[" + key + "]", "a number", it.value());
+      const double b = it.value().get<double>();
+      if (!(b >= -100 && b <= 100))
+        return BadRequest("logit_bias[" + key + "] must be in [-100, 100], got " + Dump(it.value()), "logit_bias");
+      s->logit_bias[static_cast<int32_t>(id)] = static_cast<float>(b);
+    }
+  }
+  Status st = s->ValidateForVocab(model.vocab_size);
+  if (!st.ok()) return BadRequest(st.message(), ParamFromMessage(st.message(), true));
+  return std::nullopt;
+}
+
+// Fields we validate and refuse when they ask for something not supported.
+MaybeError ParseUnsupported(const json& o, Endpoint ep) {
+  std::optional<int64_t> n;
+  API_RETURN_IF_ERROR(OptInt(o, "n", &n));
+  if (n && *n < 1) return BadRequest("n must be at least 1, got " + std::to_string(*n), "n");
+  if (n && *n > 1) return BadRequest("n > 1 is not supported (one choice per request)", "n", "unsupported_value");
+  std::optional<int64_t> best_of;
+  API_RETURN_IF_ERROR(OptInt(o, "best_of", &best_of));
+  if (best_of && *best_of != 1) return BadRequest("best_of must be 1 (got " + std::to_string(*best_of) + ")", "best_of", "unsupported_value");
+  if (const json* lp = Field(o, "logprobs")) {
+    bool wants = false;
+    if (lp->is_boolean()) {
+      wants = lp->get<bool>();
+    } else if (ep == Endpoint::kCompletion && lp->is_number()) {
+      int64_t k = 0;
+      API_RETURN_IF_ERROR(IntValue(*lp, "logprobs", 0, 20, &k));
+      wants = k > 0;
+    } else {
+      return WrongType("logprobs", ep == Endpoint::kChat ? "a boolean" : "an integer", *lp);
+    }
+    if (wants) return BadRequest("logprobs are not supported by this server", "logprobs", "unsupported_parameter");
+  }
+  if (const json* t = Field(o, "top_logprobs")) {
+    int64_t k = 0;
+    API_RETURN_IF_ERROR(IntValue(*t, "top_logprobs", 0, 20, &k));
+    if (k > 0) return BadRequest("top_logprobs are not supported by this server", "top_logprobs", "unsupported_parameter");
+  }
+  std::optional<bool> echo;
+  API_RETURN_IF_ERROR(OptBool(o, "echo", &echo));
+  if (echo.value_or(false)) return BadRequest("echo is not supported", "echo", "unsupported_parameter");
+  if (const json* s = Field(o, "suffix")) {
+    if (!s->is_string()) return WrongType("suffix", "a string", *s);
+    if (!s->get_ref<const std::string&>().empty())
+      return BadRequest("suffix is not supported", "suffix", "unsupported_parameter");
+  }
+  if (const json* t = Field(o, "tools")) {
+    if (!t->is_array()) return WrongType("tools", "an array", *t);
+    if (!t->empty()) return BadRequest("tools are not supported", "tools", "unsupported_parameter");
+  }
+  if (const json* rf = Field(o, "response_format")) {
+    if (!rf->is_object()) return WrongType("response_format", "an object", *rf);
+    const json* type = Field(*rf, "type");
+    if (!type || !type->is_string() || type->get_ref<const std::string&>() != "text")
+      return BadRequest("response_format: only {\"type\": \"text\"} is supported", "response_format", "unsupported_value");
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+ApiError BadRequest(std::string message, std::string param, std::string code) {
+  return ApiError{400, std::move(message), "invalid_request_error", std::move(param), std::move(code)};
+}
+
+ApiError ErrorForStatus(int status, std::string message) {
+  ApiError e{status, std::move(message), "invalid_request_error", "", ""};
+  switch (status) {
+    case 401: e.type = "authentication_error"; e.code = "invalid_api_key"; break;
+    case 403: e.type = "permission_error"; break;
+    case 404: e.code = "not_found"; break;
+    case 405: e.code = "method_not_allowed"; break;
+    case 413: e.code = "request_too_large"; break;
+    case 429: e.type = "rate_limit_error"; e.code = "queue_full"; break;
+    case 503: e.type = "unavailable_error"; e.code = "unavailable"; break;
+    default:
+      if (status >= 500) e.type = "server_error";
+  }
+  return e;
+}
+
+json ErrorJson(const ApiError& e) {
+  json err = {{"message", e.message}, {"type", e.type}, {"param", nullptr}, {"code", nullptr}};
+  if (!e.param.empty()) err["param"] = e.param;
+  if (!e.code.empty()) err["code"] = e.code;
+  return json{{"error", err}};
+}
+
+ApiError FromStatus(const Status& s) {
+  const std::string& m = s.message();
+  switch (s.code()) {
+    case StatusCode::kInvalidArgument: {
+      constexpr std::string_view kCtx = "context_length_exceeded:";
+      if (m.rfind(kCtx, 0) == 0)
+        return BadRequest(std::string(TrimPythonWhitespace(m.substr(kCtx.size()))), "max_tokens", "context_length_exceeded");
+      return BadRequest(m, ParamFromMessage(m, true));
+    }
+    case StatusCode::kResourceExhausted: return ErrorForStatus(429, m);
+    case StatusCode::kFailedPrecondition: return ErrorForStatus(503, m);
+    case StatusCode::kNotFound: return ErrorForStatus(404, m);
+    case StatusCode::kUnimplemented: return BadRequest(m, "", "unsupported_value");
+    default: return ErrorForStatus(500, s.ToString());
+  }
+}
+
+bool IsValidUtf8(std::string_view s) { return utf8::IsValid(s); }
+
+ApiOr<json> ParseJsonBody(std::string_view body) {
+  if (TooDeep(body)) return BadRequest("malformed JSON: nesting deeper than " + std::to_string(kMaxDepth) + " levels", "", "invalid_json");
+  if (utf8::IsValid(body)) return ParseText(body);
+  // Mark each invalid byte, parse, and name the string that held one.
+  std::string marked;
+  marked.reserve(body.size() + 16);
+  for (size_t i = 0; i < body.size();) {
+    const int n = utf8::ValidSeqLen(body, i);
+    if (n > 0) {
+      marked.append(body.substr(i, n));
+      i += n;
+    } else {
+      marked.append(kInvalidMark);
+      ++i;
+    }
+  }
+  auto j = ParseText(marked);
+  if (!j.ok()) return BadRequest("the request body is not valid UTF-8", "", "invalid_utf8");
+  const std::string path = FindMarked(j.value(), "", 0);
+  if (path.empty()) return BadRequest("the request body is not valid UTF-8", "", "invalid_utf8");
+  return BadRequest(path + " is not valid UTF-8", path, "invalid_utf8");
+}
+
+ApiOr<ParsedRequest> ParseRequestJson(const json& o, Endpoint ep, const ModelInfo& model) {
+  if (!o.is_object()) return BadRequest("the request body must be a JSON object, got " + TypeName(o));
+  ParsedRequest r;
+  r.endpoint = ep;
+  r.model = model.id;
+  if (const json* m = Field(o, "model")) {
+    if (!m->is_string()) return WrongType("model", "a string", *m);
+    const std::string& name = m->get_ref<const std::string&>();
+    if (!name.empty() && std::find(model.accepted_ids.begin(), model.accepted_ids.end(), name) == model.accepted_ids.end()) {
+      ApiError e = ErrorForStatus(404, "The model '" + utf8::Sanitize(name) + "' does not exist; this server serves '" +
+                                           model.id + "'");
+      e.param = "model";
+      e.code = "model_not_found";
+      return e;
+    }
+  }
+  API_RETURN_IF_ERROR(ParseUnsupported(o, ep));
+  std::optional<bool> stream, ignore_eos, return_ids;
+  API_RETURN_IF_ERROR(OptBool(o, "stream", &stream));
+  API_RETURN_IF_ERROR(OptBool(o, "ignore_eos", &ignore_eos));
+  API_RETURN_IF_ERROR(OptBool(o, "return_token_ids", &return_ids));
+  r.stream = stream.value_or(false);
+  r.completion.ignore_eos = ignore_eos.value_or(false);
+  r.return_token_ids = return_ids.value_or(false);
+  if (const json* so = Field(o, "stream_options")) {
+    if (!so->is_object()) return WrongType("stream_options", "an object", *so);
+    if (!r.stream) return BadRequest("stream_options is only allowed when stream is true", "stream_options");
+    std::optional<bool> iu;
+    if (const json* v = Field(*so, "include_usage")) {
+      if (!v->is_boolean()) return WrongType("stream_options.include_usage", "a boolean", *v);
+      iu = v->get<bool>();
+    }
+    r.include_usage = iu.value_or(false);
+  }
+  r.completion.sampling = model.default_sampling;
+  API_RETURN_IF_ERROR(ParseSampling(o, model, &r.completion.sampling));
+  r.completion.stop_ids = model.default_stop_ids;
+  auto stops = ParseStop(o);
+  if (!stops.ok()) return stops.error();
+  r.completion.stop = std::move(stops.value());
+  if (!r.completion.stop.empty() && !model.tokenizer)
+    return BadRequest("stop: this model has no tokenizer, so stop strings cannot be matched", "stop", "unsupported_value");
+
+  std::optional<int64_t> max_tokens, max_completion;
+  API_RETURN_IF_ERROR(OptInt(o, "max_tokens", &max_tokens));
+  API_RETURN_IF_ERROR(OptInt(o, "max_completion_tokens", &max_completion));
+  const char* mt_param = max_completion ? "max_completion_tokens" : "max_tokens";
+  if (max_completion) max_tokens = max_completion;
+  if (max_tokens && *max_tokens < 1)
+    return BadRequest(std::string(mt_param) + " must be at least 1, got " + std::to_string(*max_tokens), mt_param);
+  if (max_tokens && *max_tokens > model.context_size)
+    return BadRequest(std::string(mt_param) + " is too large: " + std::to_string(*max_tokens) + "; the context size is " +
+                          std::to_string(model.context_size) + " tokens (prompt and completion together)",
+                      mt_param);
+
+  const char* prompt_param = ep == Endpoint::kChat ? "messages" : "prompt";
+  if (ep == Endpoint::kChat) {
+    if (!model.tokenizer)
+      return BadRequest("messages: this model has no tokenizer; use /v1/completions with token ids", "messages", "unsupported_value");
+    auto text = RenderMessages(o, model);
+    if (!text.ok()) return text.error();
+    r.prompt_text = std::move(text.value());
+    r.completion.prompt = model.tokenizer->Encode(r.prompt_text, /*add_bos=*/false, /*parse_special=*/true);
+  } else {
+    API_RETURN_IF_ERROR(ParsePrompt(o, model, &r));
+  }
+  const int64_t p = static_cast<int64_t>(r.completion.prompt.size());
+  if (p >= model.context_size)
+    return BadRequest("This model's maximum context length is " + std::to_string(model.context_size) +
+                          " tokens. However, your prompt has " + std::to_string(p) + " tokens, which leaves no room for a completion.",
+                      prompt_param, "context_length_exceeded");
+  if (max_tokens && p + *max_tokens > model.context_size)
+    return BadRequest("This model's maximum context length is " + std::to_string(model.context_size) + " tokens. However, you requested " +
+                          std::to_string(p + *max_tokens) + " tokens (" + std::to_string(p) + " in the prompt, " +
+                          std::to_string(*max_tokens) + " for the completion). Reduce the prompt or " + mt_param + ".",
+                      mt_param, "context_length_exceeded");
+  const int64_t room = model.context_size - p;
+  r.completion.max_tokens = static_cast<int>(max_tokens ? *max_tokens : (ep == Endpoint::kChat ? room : std::min<int64_t>(16, room)));
+  return r;
+}
+
+ApiOr<ParsedRequest> ParseChatRequest(std::string_view body, const ModelInfo& model) {
+  auto j = ParseJsonBody(body);
+  if (!j.ok()) return j.error();
+  return ParseRequestJson(j.value(), Endpoint::kChat, model);
+}
+
+ApiOr<ParsedRequest> ParseCompletionRequest(std::string_view body, const ModelInfo& model) {
+  auto j = ParseJsonBody(body);
+  if (!j.ok()) return j.error();
+  return ParseRequestJson(j.value(), Endpoint::kCompletion, model);
+}
+
+ApiOr<json> HandleTokenize(std::string_view body, const ModelInfo& model) {
+  auto jr = ParseJsonBody(body);
+  if (!jr.ok()) return jr.error();
+  const json& o = jr.value();
+  if (!o.is_object()) return BadRequest("the request body must be a JSON object, got " + TypeName(o));
+  if (!model.tokenizer) return BadRequest("this model has no tokenizer", "content", "unsupported_value");
+  const json* c = Field(o, "content");
+  if (!c) return BadRequest("content is required", "content", "missing_required_parameter");
+  if (!c->is_string()) return WrongType("content", "a string", *c);
+  std::optional<bool> add_special, parse_special, with_pieces;
+  API_RETURN_IF_ERROR(OptBool(o, "add_special", &add_special));
+  API_RETURN_IF_ERROR(OptBool(o, "parse_special", &parse_special));
+  API_RETURN_IF_ERROR(OptBool(o, "with_pieces", &with_pieces));
+  std::vector<int32_t> ids = model.tokenizer->Encode(c->get_ref<const std::string&>(), false, parse_special.value_or(true));
+  if (add_special.value_or(false) && model.bos_id >= 0 && (ids.empty() || ids.front() != model.bos_id))
+    ids.insert(ids.begin(), model.bos_id);
+  json tokens = json::array();
+  for (int32_t id : ids) {
+    if (!with_pieces.value_or(false)) {
+      tokens.push_back(id);
+      continue;
+    }
+    const std::string piece = model.tokenizer->TokenText(id);
+    json p = piece;
+    if (!utf8::IsValid(piece)) {  // a byte token: its bytes, as llama-server does
+      p = json::array();
+      for (unsigned char b : piece) p.push_back(static_cast<int>(b));
+    }
+    tokens.push_back(json{{"id", id}, {"piece", p}});
+  }
+  return json{{"tokens", tokens}};
+}
+
+ApiOr<json> HandleDetokenize(std::string_view body, const ModelInfo& model) {
+  auto jr = ParseJsonBody(body);
+  if (!jr.ok()) return jr.error();
+  const json& o = jr.value();
+  if (!o.is_object()) return BadRequest("the request body must be a JSON object, got " + TypeName(o));
+  if (!model.tokenizer) return BadRequest("this model has no tokenizer", "tokens", "unsupported_value");
+  const json* t = Field(o, "tokens");
+  if (!t) return BadRequest("tokens is required", "tokens", "missing_required_parameter");
+  if (!t->is_array()) return WrongType("tokens", "an array of token ids", *t);
+  std::vector<int32_t> ids;
+  API_RETURN_IF_ERROR(TokenIds(*t, "tokens", model, &ids));
+  return json{{"content", utf8::Sanitize(model.tokenizer->Decode(ids, /*skip_special=*/false))}};
+}
+
+ApiOr<json> HandleApplyTemplate(std::string_view body, const ModelInfo& model) {
+  auto jr = ParseJsonBody(body);
+  if (!jr.ok()) return jr.error();
+  const json& o = jr.value();
+  if (!o.is_object()) return BadRequest("the request body must be a JSON object, got " + TypeName(o));
+  auto text = RenderMessages(o, model);
+  if (!text.ok()) return text.error();
+  return json{{"prompt", text.value()}};
+}
+
+json ModelsJson(const ModelInfo& model) {
+  json m = {{"id", model.id},       {"object", "model"},          {"created", model.created},
+            {"owned_by", "gemma4rt"}, {"max_model_len", model.context_size}};
+  return json{{"object", "list"}, {"data", json::array({m})}};
+}
+
+// ---- responses ----
+
+std::string NewResponseId(Endpoint endpoint) {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string id = endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-";
+  for (int i = 0; i < 24; ++i) id += kHex[rng() & 15];
+  return id;
+}
+
+int64_t UnixNow() {
+  return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string FinishReason(const CompletionEvent& e) { return e.finish_reason == "length" ? "length" : "stop"; }
+
+json UsageJson(const CompletionEvent& e) {
+  return json{{"prompt_tokens", e.prompt_tokens},
+              {"completion_tokens", e.completion_tokens},
+              {"total_tokens", e.prompt_tokens + e.completion_tokens}};
+}
+
+json TimingsJson(const CompletionEvent& e) {
+  auto per = [](double ms, int n) { return n > 0 && ms > 0 ? ms / n : 0.0; };
+  auto rate = [](double ms, int n) { return n > 0 && ms > 0 ? 1000.0 * n / ms : 0.0; };
+  return json{{"prompt_n", e.prompt_tokens},
+              {"prompt_ms", e.prompt_ms},
+              {"prompt_per_token_ms", per(e.prompt_ms, e.prompt_tokens)},
+              {"prompt_per_second", rate(e.prompt_ms, e.prompt_tokens)},
+              {"predicted_n", e.completion_tokens},
+              {"predicted_ms", e.predicted_ms},
+              {"predicted_per_token_ms", per(e.predicted_ms, e.completion_tokens)},
+              {"predicted_per_second", rate(e.predicted_ms, e.completion_tokens)},
+              {"queue_ms", e.queue_ms}};
+}
+
+namespace {
+
+json Envelope(const ResponseMeta& meta, bool chunk) {
+  const char* object = meta.endpoint == Endpoint::kChat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion";
+  return json{{"id", meta.id}, {"object", object}, {"created", meta.created}, {"model", meta.model}};
+}
+
+// A streaming choice: chat {"delta": {...}}, completions {"text": ...}.
+json ChunkChoice(const ResponseMeta& meta, const json& delta, const std::string& text) {
+  json c = {{"index", 0}};
+  if (meta.endpoint == Endpoint::kChat) c["delta"] = delta;
+  else c["text"] = text;
+  c["logprobs"] = nullptr;
+  c["finish_reason"] = nullptr;
+  return c;
+}
+
+std::string Chunk(const ResponseMeta& meta, json choice) {
+  json j = Envelope(meta, true);
+  j["choices"] = json::array({std::move(choice)});
+  if (meta.include_usage) j["usage"] = nullptr;
+  return SseEvent(j);
+}
+
+}  // namespace
+
+json CompletionResponseJson(const ResponseMeta& meta, const CompletionResult& r) {
+  json j = Envelope(meta, false);
+  json c = {{"index", 0}};
+  if (meta.endpoint == Endpoint::kChat) c["message"] = json{{"role", "assistant"}, {"content", r.text}};
+  else c["text"] = r.text;
+  c["logprobs"] = nullptr;
+  c["finish_reason"] = FinishReason(r.final_event);
+  if (!r.final_event.degenerate.empty()) c["degenerate"] = r.final_event.degenerate;
+  if (meta.return_token_ids) c["token_ids"] = r.tokens;
+  j["choices"] = json::array({c});
+  j["usage"] = UsageJson(r.final_event);
+  j["timings"] = TimingsJson(r.final_event);
+  if (meta.return_token_ids) j["prompt_token_ids"] = meta.prompt_token_ids;
+  return j;
+}
+
+std::string SseEvent(const json& j) { return "data: " + Dump(j) + "\n\n"; }
+
+std::string FirstChunk(const ResponseMeta& meta) {
+  if (meta.endpoint != Endpoint::kChat) return "";
+  json choice = ChunkChoice(meta, json{{"role", "assistant"}, {"content", ""}}, "");
+  if (meta.return_token_ids) choice["prompt_token_ids"] = meta.prompt_token_ids;
+  return Chunk(meta, std::move(choice));
+}
+
+std::string DeltaChunk(const ResponseMeta& meta, const std::string& text, const std::vector<int32_t>& tokens) {
+  json choice = ChunkChoice(meta, json{{"content", text}}, text);
+  if (meta.return_token_ids) choice["token_ids"] = tokens;
+  return Chunk(meta, std::move(choice));
+}
+
+std::string FinalChunks(const ResponseMeta& meta, const CompletionEvent& e) {
+  json delta = json::object();
+  if (!e.text.empty()) delta["content"] = e.text;
+  json choice = ChunkChoice(meta, delta, e.text);
+  choice["finish_reason"] = FinishReason(e);
+  if (!e.degenerate.empty()) choice["degenerate"] = e.degenerate;
+  if (meta.return_token_ids) choice["token_ids"] = e.tokens;
+  json j = Envelope(meta, true);
+  j["choices"] = json::array({choice});
+  if (meta.include_usage) j["usage"] = nullptr;
+  j["timings"] = TimingsJson(e);
+  std::string out = SseEvent(j);
+  if (meta.include_usage) {
+    json u = Envelope(meta, true);
+    u["choices"] = json::array();
+    u["usage"] = UsageJson(e);
+    out += SseEvent(u);
+  }
+  out += kSseDone;
+  return out;
+}
+
+std::string ErrorChunks(const ApiError& e) { return SseEvent(ErrorJson(e)) + std::string(kSseDone); }
+
+}  // namespace g4::server

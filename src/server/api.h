@@ -1,0 +1,184 @@
+// The OpenAI-compatible request/response layer of `gemma4rt serve`, as pure functions (no HTTP, no
+// threads): request JSON -> validated CompletionRequest, scheduler events -> response JSON/SSE.
+// Conventions: ../shared/spec/serving.md (OpenAI shapes, llama-server extras, vLLM ranges).
+//
+// Requests (POST /v1/chat/completions, POST /v1/completions):
+//   model              optional string; must be one of ModelInfo::accepted_ids, else 404 model_not_found
+//   messages (chat)    non-empty array of {role: system|developer|user|assistant|model, content:
+//                      string | [{type:"text", text}] | null (assistant only)}; rendered with the
+//                      model family's chat template (which writes <bos>), then encoded without BOS
+//   prompt (compl.)    string | [string] | [int] | [[int]]; raw text, no template; exactly one BOS
+//                      (added unless the prompt already starts with it). More than one prompt: 400.
+//   max_completion_tokens / max_tokens   int >= 1 (the former wins). Default: chat = the rest of
+//                      the context (vLLM), completions = 16 (OpenAI, vLLM). prompt + max_tokens must
+//                      fit the context (400 context_length_exceeded).
+//   temperature, top_p, top_k, min_p, presence_penalty, frequency_penalty, repetition_penalty,
+//   seed, logit_bias   as SamplingParams (ranges in sampler.h); unset fields keep the model's
+//                      generation defaults (generation_config.json).
+//   stop               string | [string] (empty strings ignored, at most 16)
+//   n                  int; only 1 is supported (n > 1: 400 naming `n`)
+//   logprobs / top_logprobs   validated; asking for log-probabilities is refused (400)
+//   stream, stream_options.include_usage   (stream_options without stream: 400)
+//   chat_template_kwargs.enable_thinking   Gemma 4 thinking switch
+//   ignore_eos (vLLM), return_token_ids (vLLM: choice.token_ids + prompt_token_ids)
+//   echo / suffix / best_of > 1 / tools / non-text response_format: 400 (not supported)
+// Unknown fields are ignored (OpenAI SDKs send extras). Every error is an ApiError with the HTTP
+// status, an OpenAI `type`, the offending `param` (JSON path, e.g. "messages[1].content") and a
+// `code` where one applies.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/sampler.h"
+#include "runtime/scheduler.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace g4::server {
+
+// An OpenAI-shaped error: {"error": {"message", "type", "param", "code"}} with an HTTP status.
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // "" -> null
+  std::string code;   // "" -> null
+};
+
+// 400 invalid_request_error naming `param`.
+ApiError BadRequest(std::string message, std::string param = "", std::string code = "");
+// The status's usual type and code (401 authentication_error/invalid_api_key, 404 not_found,
+// 413 request_too_large, 429 rate_limit_error/queue_full, 503 unavailable_error, 500 server_error).
+ApiError ErrorForStatus(int status, std::string message);
+nlohmann::json ErrorJson(const ApiError& e);
+// A Status from the engine/scheduler as an ApiError: InvalidArgument -> 400 (param = the message's
+// first word when it names a field; "context_length_exceeded:" -> that code), ResourceExhausted ->
+// 429, FailedPrecondition -> 503, anything else -> 500.
+ApiError FromStatus(const Status& s);
+
+// A value or an ApiError.
+template <typename T>
+class ApiOr {
+ public:
+  ApiOr(ApiError e) : v_(std::move(e)) {}
+  ApiOr(T v) : v_(std::move(v)) {}
+  bool ok() const { return std::holds_alternative<T>(v_); }
+  const ApiError& error() const { return std::get<ApiError>(v_); }
+  T& value() { return std::get<T>(v_); }
+  const T& value() const { return std::get<T>(v_); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+
+ private:
+  std::variant<ApiError, T> v_;
+};
+
+// What the request layer needs to know about the served model.
+struct ModelInfo {
+  std::string id;                         // the id responses carry and /v1/models lists
+  std::vector<std::string> accepted_ids;  // ids a request's `model` may name (id, file/dir name, path)
+  ChatTemplateKind template_kind = ChatTemplateKind::kGemma3;
+  const Tokenizer* tokenizer = nullptr;   // null: token-id prompts only, no chat, no stop strings
+  int context_size = 0;                   // tokens per sequence (prompt + completion)
+  int vocab_size = 0;                     // valid prompt ids are [0, vocab_size)
+  int32_t bos_id = 2;
+  SamplingParams default_sampling;        // the model's generation defaults
+  std::vector<int32_t> default_stop_ids;  // from the model's generation config
+  int64_t created = 0;                    // unix time the model was loaded
+};
+
+enum class Endpoint { kChat, kCompletion };
+
+struct ParsedRequest {
+  Endpoint endpoint = Endpoint::kChat;
+  std::string model;            // the id to answer with (ModelInfo::id)
+  std::string prompt_text;      // chat: the rendered template; completion: the prompt string ("" for ids)
+  CompletionRequest completion; // ready for Scheduler::Submit
+  bool stream = false;
+  bool include_usage = false;
+  bool return_token_ids = false;
+};
+
+// Parses the raw body (must be a JSON object) of POST /v1/chat/completions or /v1/completions.
+ApiOr<ParsedRequest> ParseChatRequest(std::string_view body, const ModelInfo& model);
+ApiOr<ParsedRequest> ParseCompletionRequest(std::string_view body, const ModelInfo& model);
+// The same from an already parsed document (the fuzzer and tests use both paths).
+ApiOr<ParsedRequest> ParseRequestJson(const nlohmann::json& j, Endpoint endpoint, const ModelInfo& model);
+
+// Parses a body as a JSON object. Malformed JSON -> 400 (the parser's message); bytes that are not
+// UTF-8 inside a string -> 400 naming that string's path ("messages[0].content").
+ApiOr<nlohmann::json> ParseJsonBody(std::string_view body);
+
+// llama-server extras.
+//   POST /tokenize     {"content": str, "add_special": bool=false, "parse_special": bool=true,
+//                       "with_pieces": bool=false} -> {"tokens": [id | {"id", "piece"}]}
+//   POST /detokenize   {"tokens": [int]} -> {"content": str}
+//   POST /apply-template  {"messages": [...], "chat_template_kwargs": {...}} -> {"prompt": str}
+ApiOr<nlohmann::json> HandleTokenize(std::string_view body, const ModelInfo& model);
+ApiOr<nlohmann::json> HandleDetokenize(std::string_view body, const ModelInfo& model);
+ApiOr<nlohmann::json> HandleApplyTemplate(std::string_view body, const ModelInfo& model);
+
+// GET /v1/models.
+nlohmann::json ModelsJson(const ModelInfo& model);
+
+// ---- responses ----
+
+// Identity of one response: id ("chatcmpl-..." / "cmpl-..."), creation time, model id.
+struct ResponseMeta {
+  std::string id;
+  int64_t created = 0;
+  std::string model;
+  Endpoint endpoint = Endpoint::kChat;
+  bool include_usage = false;
+  bool return_token_ids = false;
+  std::vector<int32_t> prompt_token_ids;  // echoed with return_token_ids
+};
+// A fresh id with the endpoint's prefix and 24 random hex digits.
+std::string NewResponseId(Endpoint endpoint);
+int64_t UnixNow();
+
+// What a finished request produced: the concatenated text and ids and the final event.
+struct CompletionResult {
+  std::string text;
+  std::vector<int32_t> tokens;
+  CompletionEvent final_event;  // done == true
+};
+
+// "stop" or "length" (a "cancelled" request reports "stop"; it is only seen when shutting down).
+std::string FinishReason(const CompletionEvent& final_event);
+// {prompt_tokens, completion_tokens, total_tokens}
+nlohmann::json UsageJson(const CompletionEvent& final_event);
+// llama-server's timings: prompt_n, prompt_ms, prompt_per_token_ms, prompt_per_second,
+// predicted_n, predicted_ms, predicted_per_token_ms, predicted_per_second (+ queue_ms).
+nlohmann::json TimingsJson(const CompletionEvent& final_event);
+
+// The non-streamed response: chat.completion or text_completion. The choice carries
+// "degenerate": "<why>" when the degeneracy guard ended the generation (finish_reason stays
+// "stop"), and "token_ids" with return_token_ids.
+nlohmann::json CompletionResponseJson(const ResponseMeta& meta, const CompletionResult& result);
+
+// Streaming (SSE). One `data: <json>\n\n` event per call.
+std::string SseEvent(const nlohmann::json& j);
+inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
+// The first chunk: chat: delta {role: "assistant", content: ""}; completions: nothing (returns "").
+std::string FirstChunk(const ResponseMeta& meta);
+// A content chunk for `text` (and `tokens` with return_token_ids).
+std::string DeltaChunk(const ResponseMeta& meta, const std::string& text, const std::vector<int32_t>& tokens);
+// The last content chunk: the final event's text, finish_reason, timings, degenerate; then (with
+// include_usage) the usage chunk with empty choices; then [DONE].
+std::string FinalChunks(const ResponseMeta& meta, const CompletionEvent& final_event);
+// An error inside a stream (after the 200 went out): `data: {"error": ...}` then [DONE].
+std::string ErrorChunks(const ApiError& e);
+
+// Whether `s` is valid UTF-8 (shortest forms, no surrogates, <= U+10FFFF).
+bool IsValidUtf8(std::string_view s);
+
+}  // namespace g4::server

@@ -1,0 +1,416 @@
+#include "server/http_server.h"
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <httplib.h>
+
+#include "server/metrics.h"
+#include "tokenizer/utf8.h"
+
+namespace g4::server {
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+void SetError(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  if (e.status == 401) res.set_header("WWW-Authenticate", "Bearer");
+  res.set_content(Dump(ErrorJson(e)), "application/json");
+}
+
+void SetJson(httplib::Response& res, const json& j) {
+  res.status = 200;
+  res.set_content(Dump(j), "application/json");
+}
+
+// Constant-time comparison, so a key cannot be guessed byte by byte from response times.
+bool SameKey(const std::string& a, const std::string& b) {
+  unsigned diff = a.size() != b.size();
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(b[i % (b.size() + !b.size())]);
+  return diff == 0;
+}
+
+// Events of one request, pushed by the scheduler thread and drained by an HTTP worker.
+struct EventQueue {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<CompletionEvent> events;
+
+  void Push(const CompletionEvent& e) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      events.push_back(e);
+    }
+    cv.notify_one();
+  }
+  // Waits up to `timeout` for an event, then takes every queued one. False on timeout.
+  bool PopAll(std::vector<CompletionEvent>* out, std::chrono::milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu);
+    if (!cv.wait_for(lock, timeout, [&] { return !events.empty(); })) return false;
+    for (auto& e : events) out->push_back(std::move(e));
+    events.clear();
+    return true;
+  }
+};
+
+constexpr auto kPoll = std::chrono::milliseconds(100);
+
+}  // namespace
+
+struct HttpServer::Impl {
+  HttpOptions opt;
+  httplib::Server svr;
+  std::thread thread;
+  int port = -1;
+  bool started = false, stopped = false;
+  std::mutex stop_mu;
+  std::atomic<bool> stopping{false};
+
+  std::atomic<bool> ready{false};
+  ModelInfo info;  // immutable once ready
+  Scheduler* scheduler = nullptr;
+  HttpCounters counters;
+
+  std::mutex inflight_mu;
+  std::map<uint64_t, std::weak_ptr<RequestHandle>> inflight;
+  uint64_t next_inflight = 0;
+
+  uint64_t Track(const std::shared_ptr<RequestHandle>& h) {
+    std::lock_guard<std::mutex> lock(inflight_mu);
+    inflight[++next_inflight] = h;
+    return next_inflight;
+  }
+  void Untrack(uint64_t id) {
+    std::lock_guard<std::mutex> lock(inflight_mu);
+    inflight.erase(id);
+  }
+  void CancelAll() {
+    std::lock_guard<std::mutex> lock(inflight_mu);
+    for (auto& [id, w] : inflight)
+      if (auto h = w.lock()) h->Cancel();
+  }
+
+  void LogCompletion(const std::string& path, const ResponseMeta& meta, const CompletionEvent& e) {
+    if (!opt.log_requests) return;
+    std::fprintf(stderr,
+                 "gemma4rt: POST %s %s prompt=%d completion=%d finish=%s queue=%.1fms prompt=%.1fms predicted=%.1fms%s%s%s\n",
+                 path.c_str(), meta.id.c_str(), e.prompt_tokens, e.completion_tokens, e.finish_reason.c_str(), e.queue_ms,
+                 e.prompt_ms, e.predicted_ms, e.degenerate.empty() ? "" : " degenerate=\"",
+                 e.degenerate.c_str(), e.degenerate.empty() ? "" : "\"");
+    if (!e.error.ok()) std::fprintf(stderr, "gemma4rt: %s failed: %s\n", meta.id.c_str(), e.error.ToString().c_str());
+  }
+
+  bool CheckReady(httplib::Response& res) {
+    if (ready.load(std::memory_order_acquire)) return true;
+    SetError(res, ErrorForStatus(503, "the model is loading; retry when /health answers 200"));
+    res.set_header("Retry-After", "1");
+    return false;
+  }
+
+  void Completion(const httplib::Request& req, httplib::Response& res, Endpoint ep);
+  void Routes();
+};
+
+namespace {
+
+// The streaming side of one request: owns the handle; cancels it unless the final event went out.
+struct StreamState {
+  std::shared_ptr<RequestHandle> handle;
+  std::shared_ptr<EventQueue> queue;
+  ResponseMeta meta;
+  std::string path;
+  HttpServer::Impl* impl = nullptr;
+  uint64_t track_id = 0;
+  bool started = false, finished = false;
+
+  ~StreamState() {
+    if (!finished) handle->Cancel();
+    impl->Untrack(track_id);
+  }
+
+  bool Fail() {  // the client is gone: free the slot now
+    handle->Cancel();
+    return false;
+  }
+
+  bool Provide(httplib::DataSink& sink);
+};
+
+}  // namespace
+
+bool StreamState::Provide(httplib::DataSink& sink) {
+  if (finished) return false;
+  if (!started) {
+    started = true;
+    const std::string first = FirstChunk(meta);
+    if (!first.empty() && !sink.write(first.data(), first.size())) return Fail();
+    return true;
+  }
+  std::vector<CompletionEvent> events;
+  if (!queue->PopAll(&events, kPoll)) {
+    if (impl->stopping.load()) handle->Cancel();  // the final "cancelled" event follows
+    if (!sink.is_writable()) return Fail();
+    return true;
+  }
+  std::string out;
+  for (const CompletionEvent& e : events) {
+    if (!e.done) {
+      if (!e.text.empty() || (meta.return_token_ids && !e.tokens.empty())) out += DeltaChunk(meta, e.text, e.tokens);
+      continue;
+    }
+    finished = true;
+    impl->LogCompletion(path, meta, e);
+    if (!e.error.ok()) out += ErrorChunks(ErrorForStatus(500, "generation failed: " + e.error.ToString()));
+    else if (e.finish_reason == "cancelled") out += ErrorChunks(ErrorForStatus(503, "the request was cancelled (server shutting down)"));
+    else out += FinalChunks(meta, e);
+    break;
+  }
+  if (!out.empty() && !sink.write(out.data(), out.size())) {
+    if (!finished) return Fail();
+    return false;
+  }
+  if (finished) sink.done();
+  return true;
+}
+
+void HttpServer::Impl::Completion(const httplib::Request& req, httplib::Response& res, Endpoint ep) {
+  if (!CheckReady(res)) return;
+  if (stopping.load()) return SetError(res, ErrorForStatus(503, "the server is shutting down"));
+  auto parsed = ep == Endpoint::kChat ? ParseChatRequest(req.body, info) : ParseCompletionRequest(req.body, info);
+  if (!parsed.ok()) return SetError(res, parsed.error());
+  ParsedRequest& p = parsed.value();
+  ResponseMeta meta;
+  meta.id = NewResponseId(ep);
+  meta.created = UnixNow();
+  meta.model = p.model;
+  meta.endpoint = ep;
+  meta.include_usage = p.include_usage;
+  meta.return_token_ids = p.return_token_ids;
+  if (p.return_token_ids) meta.prompt_token_ids = p.completion.prompt;
+  auto queue = std::make_shared<EventQueue>();
+  auto submitted = scheduler->Submit(std::move(p.completion), [queue](const CompletionEvent& e) { queue->Push(e); });
+  if (!submitted.ok()) {
+    ApiError e = FromStatus(submitted.status());
+    if (e.status == 429) res.set_header("Retry-After", "1");
+    return SetError(res, e);
+  }
+  std::shared_ptr<RequestHandle> handle = std::move(submitted).value();
+  const uint64_t track_id = Track(handle);
+
+  if (p.stream) {
+    auto st = std::make_shared<StreamState>();
+    st->handle = handle;
+    st->queue = queue;
+    st->meta = std::move(meta);
+    st->path = req.path;
+    st->impl = this;
+    st->track_id = track_id;
+    res.status = 200;
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    res.set_chunked_content_provider(
+        "text/event-stream", [st](size_t, httplib::DataSink& sink) { return st->Provide(sink); },
+        [st](bool) {
+          if (!st->finished) st->handle->Cancel();
+        });
+    return;
+  }
+
+  struct Untracker {
+    Impl* impl;
+    uint64_t id;
+    std::shared_ptr<RequestHandle> h;
+    bool done = false;
+    ~Untracker() {
+      if (!done) h->Cancel();
+      impl->Untrack(id);
+    }
+  } untracker{this, track_id, handle};
+  CompletionResult result;
+  std::vector<CompletionEvent> events;
+  bool done = false;
+  while (!done) {
+    events.clear();
+    if (!queue->PopAll(&events, kPoll)) {
+      if (stopping.load()) handle->Cancel();
+      continue;
+    }
+    for (CompletionEvent& e : events) {
+      result.text += e.text;
+      result.tokens.insert(result.tokens.end(), e.tokens.begin(), e.tokens.end());
+      if (e.done) {
+        result.final_event = std::move(e);
+        done = true;
+        break;
+      }
+    }
+  }
+  untracker.done = true;
+  const CompletionEvent& fin = result.final_event;
+  LogCompletion(req.path, meta, fin);
+  if (!fin.error.ok()) return SetError(res, ErrorForStatus(500, "generation failed: " + fin.error.ToString()));
+  if (fin.finish_reason == "cancelled") return SetError(res, ErrorForStatus(503, "the request was cancelled (server shutting down)"));
+  SetJson(res, CompletionResponseJson(meta, result));
+}
+
+void HttpServer::Impl::Routes() {
+  auto guard = [](auto fn) {
+    return [fn](const httplib::Request& req, httplib::Response& res) {
+      try {
+        fn(req, res);
+      } catch (const std::exception& e) {
+        SetError(res, ErrorForStatus(500, std::string("internal error: ") + e.what()));
+      } catch (...) {
+        SetError(res, ErrorForStatus(500, "internal error"));
+      }
+    };
+  };
+  svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what += std::string(": ") + e.what();
+    } catch (...) {
+    }
+    SetError(res, ErrorForStatus(500, what));
+  });
+  // Statuses httplib produces itself (404 no route, 413 body too large, 400 unparsable HTTP)
+  // arrive here with an empty body; ours already carry JSON.
+  svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    std::string msg;
+    switch (res.status) {
+      case 404: msg = "no route for " + req.method + " " + req.path; break;
+      case 413: msg = "the request body is too large"; break;
+      case 400: msg = "bad request (malformed HTTP)"; break;
+      case 414: msg = "the request URI is too long"; break;
+      default: msg = "HTTP error " + std::to_string(res.status);
+    }
+    SetError(res, ErrorForStatus(res.status, utf8::Sanitize(msg)));
+  });
+  svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (opt.api_keys.empty() || req.path == "/health" || req.path == "/v1/health") return httplib::Server::HandlerResponse::Unhandled;
+    const std::string auth = req.get_header_value("Authorization");
+    constexpr std::string_view kBearer = "Bearer ";
+    bool ok = false;
+    if (auth.size() > kBearer.size() && auth.compare(0, kBearer.size(), kBearer) == 0) {
+      const std::string key = auth.substr(kBearer.size());
+      for (const std::string& k : opt.api_keys) ok |= SameKey(key, k);
+    }
+    if (ok) return httplib::Server::HandlerResponse::Unhandled;
+    SetError(res, ErrorForStatus(401, auth.empty() ? "missing API key: send Authorization: Bearer <key>" : "invalid API key"));
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  svr.set_logger([this](const httplib::Request&, const httplib::Response& res) { counters.Count(res.status); });
+
+  auto health = guard([this](const httplib::Request&, httplib::Response& res) {
+    if (ready.load(std::memory_order_acquire)) return SetJson(res, json{{"status", "ok"}});
+    json j = ErrorJson(ErrorForStatus(503, "Loading model"));
+    j["status"] = "loading";
+    res.status = 503;
+    res.set_header("Retry-After", "1");
+    res.set_content(Dump(j), "application/json");
+  });
+  svr.Get("/health", health);
+  svr.Get("/v1/health", health);
+  auto models = guard([this](const httplib::Request&, httplib::Response& res) {
+    if (CheckReady(res)) SetJson(res, ModelsJson(info));
+  });
+  svr.Get("/v1/models", models);
+  svr.Get("/models", models);
+  svr.Get("/metrics", guard([this](const httplib::Request& req, httplib::Response& res) {
+    if (!opt.metrics) return SetError(res, ErrorForStatus(404, "metrics are disabled; start the server with --metrics"));
+    if (!CheckReady(res)) return;
+    const auto http = counters.Snapshot();
+    res.status = 200;
+    res.set_content(RenderMetrics(scheduler->Stats(), &http), "text/plain; version=0.0.4; charset=utf-8");
+  }));
+  auto chat = guard([this](const httplib::Request& req, httplib::Response& res) { Completion(req, res, Endpoint::kChat); });
+  auto completions = guard([this](const httplib::Request& req, httplib::Response& res) { Completion(req, res, Endpoint::kCompletion); });
+  svr.Post("/v1/chat/completions", chat);
+  svr.Post("/chat/completions", chat);
+  svr.Post("/v1/completions", completions);
+  svr.Post("/completions", completions);
+  auto simple = [this, guard](ApiOr<json> (*fn)(std::string_view, const ModelInfo&)) {
+    return guard([this, fn](const httplib::Request& req, httplib::Response& res) {
+      if (!CheckReady(res)) return;
+      auto r = fn(req.body, info);
+      if (!r.ok()) return SetError(res, r.error());
+      SetJson(res, r.value());
+    });
+  };
+  svr.Post("/tokenize", simple(&HandleTokenize));
+  svr.Post("/detokenize", simple(&HandleDetokenize));
+  svr.Post("/apply-template", simple(&HandleApplyTemplate));
+}
+
+HttpServer::HttpServer(HttpOptions options) : impl_(std::make_unique<Impl>()) { impl_->opt = std::move(options); }
+
+HttpServer::~HttpServer() { Stop(); }
+
+Status HttpServer::Start() {
+  Impl& m = *impl_;
+  if (m.started) return FailedPrecondition("the HTTP server was already started");
+  std::signal(SIGPIPE, SIG_IGN);
+  const int threads = m.opt.http_threads > 0 ? m.opt.http_threads : 64;
+  m.svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  m.svr.set_payload_max_length(m.opt.max_body_bytes);
+  m.svr.set_read_timeout(30, 0);
+  m.svr.set_write_timeout(30, 0);
+  m.Routes();
+  if (m.opt.port == 0) {
+    m.port = m.svr.bind_to_any_port(m.opt.host);
+  } else {
+    m.port = m.svr.bind_to_port(m.opt.host, m.opt.port) ? m.opt.port : -1;
+  }
+  if (m.port <= 0)
+    return FailedPrecondition("cannot listen on " + m.opt.host + ":" + std::to_string(m.opt.port) +
+                              " (address in use, or not a local address?)");
+  m.started = true;
+  m.thread = std::thread([&m] { m.svr.listen_after_bind(); });
+  // Stop() is a no-op on a server that is not yet running: wait until it runs.
+  for (int i = 0; i < 5000 && !m.svr.is_running(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  return OkStatus();
+}
+
+int HttpServer::port() const { return impl_->port; }
+
+void HttpServer::SetReady(ModelInfo info, Scheduler* scheduler) {
+  impl_->info = std::move(info);
+  impl_->scheduler = scheduler;
+  impl_->ready.store(true, std::memory_order_release);
+}
+
+void HttpServer::Stop() {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.stop_mu);
+  if (!m.started || m.stopped) return;
+  m.stopped = true;
+  m.stopping.store(true);
+  m.CancelAll();
+  // Let cancelled requests send their last event (streams end with an error event and [DONE])
+  // before the sockets go: httplib stops writing once it is shutting down.
+  for (int i = 0; i < 300; ++i) {
+    {
+      std::lock_guard<std::mutex> inflight_lock(m.inflight_mu);
+      if (m.inflight.empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  m.svr.stop();
+  if (m.thread.joinable()) m.thread.join();
+}
+
+}  // namespace g4::server

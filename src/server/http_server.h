@@ -1,0 +1,64 @@
+// The HTTP front of `gemma4rt serve` (cpp-httplib): routes, API keys, body limits, SSE streaming,
+// OpenAI-shaped errors. Requests become Scheduler::Submit calls; the scheduler thread pushes each
+// request's events into a per-request queue that the HTTP worker thread drains.
+//
+// Routes: POST /v1/chat/completions, POST /v1/completions (stream or not), GET /v1/models,
+// GET /health (200 {"status":"ok"}, 503 while loading), GET /metrics (with `metrics` only),
+// POST /tokenize, POST /detokenize, POST /apply-template. Unknown routes: 404 JSON.
+// Every route but /health needs `Authorization: Bearer KEY` when api_keys is not empty (401).
+// Bodies over max_body_bytes: 413. Queue full: 429. Internal errors: 500. All errors are
+// {"error": {"message", "type", "param", "code"}}; no input can take the server down.
+// A streaming client that goes away has its request cancelled at the next write, which frees the
+// slot at the scheduler's next step.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "runtime/scheduler.h"
+#include "server/api.h"
+
+namespace g4::server {
+
+struct HttpOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                      // 0: an ephemeral port (see HttpServer::port())
+  std::vector<std::string> api_keys;    // empty: no authentication
+  bool metrics = false;                 // serve GET /metrics
+  size_t max_body_bytes = 8u << 20;     // larger request bodies get 413
+  int http_threads = 0;                 // worker threads (each streaming client holds one); 0 = 64
+  bool log_requests = true;             // one stderr line per completion request
+};
+
+class HttpServer {
+ public:
+  explicit HttpServer(HttpOptions options);
+  ~HttpServer();  // Stop()
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds host:port and serves from a background thread. Until SetReady every model route answers
+  // 503 and /health answers 503 {"status":"loading"}. Ignores SIGPIPE (process-wide): a client
+  // that disconnects must not kill the server. Errors: FailedPrecondition if the address cannot be
+  // bound.
+  Status Start();
+  int port() const;
+
+  // Makes the model available. `scheduler` must stay alive until Stop() returns.
+  void SetReady(ModelInfo info, Scheduler* scheduler);
+
+  // Cancels every in-flight request and gives them up to 3 s to send their final event (a stream
+  // ends with an error event and [DONE]), then stops accepting connections and joins the server
+  // thread. Idempotent.
+  void Stop();
+
+  struct Impl;  // public only so the .cc's helpers can name it
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace g4::server

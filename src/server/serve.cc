@@ -1,0 +1,242 @@
+#include "server/serve.h"
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+
+#include "backends/cpu/cpu_backend.h"
+#include "model/model.h"
+#include "runtime/generate.h"
+#include "server/api.h"
+
+namespace g4::server {
+namespace {
+
+std::string Trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t\r\n"), e = s.find_last_not_of(" \t\r\n");
+  return b == std::string::npos ? "" : s.substr(b, e - b + 1);
+}
+
+std::vector<std::string> SplitKeys(const std::string& text, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, sep))
+    if (!Trim(item).empty()) out.push_back(Trim(item));
+  return out;
+}
+
+// "dir/model.gguf" -> "model.gguf"; "dir/checkpoint/" -> "checkpoint".
+std::string BaseName(const std::string& path) {
+  std::filesystem::path p(path);
+  if (!p.has_filename()) p = p.parent_path();
+  return p.filename().string();
+}
+
+std::atomic<int> g_signal{0};
+void OnSignal(int sig) { g_signal.store(sig); }
+
+}  // namespace
+
+std::string DefaultServeModel() {
+  if (const char* m = std::getenv("GEMMA4RT_DEFAULT_MODEL"); m && *m) return m;
+  const char* cache = std::getenv("GEMMA4RT_CACHE");
+  const char* home = std::getenv("HOME");
+  const std::string dir = cache ? cache : std::string(home ? home : ".") + "/.cache/gemma4rt";
+  return dir + "/gemma-3-270m-q4_k_m.gguf";
+}
+
+ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
+  ServeOptions o;
+  o.model = DefaultServeModel();
+  std::string api_key, api_key_file;
+  bool no_degeneracy = false;
+  CLI::App app{"gemma4rt serve: OpenAI-compatible HTTP server (every flag also from GEMMA4RT_<FLAG>)", "gemma4rt serve"};
+  app.add_option("-m,--model", o.model, "GGUF file or Hugging Face checkpoint directory")->envname("GEMMA4RT_MODEL");
+  app.add_option("--host", o.host, "address to listen on")->envname("GEMMA4RT_HOST");
+  app.add_option("--port", o.port, "port to listen on (0 = any free port)")->envname("GEMMA4RT_PORT")->check(CLI::Range(0, 65535));
+  app.add_option("-c,--ctx-size", o.ctx, "context size per slot in tokens (0 = the model's maximum, capped at 4096)")
+      ->envname("GEMMA4RT_CTX_SIZE")->check(CLI::Range(0, 1 << 24));
+  app.add_option("--parallel", o.parallel, "parallel slots (continuous batching); -np works too")
+      ->envname("GEMMA4RT_PARALLEL")->check(CLI::Range(1, 1024));
+  app.add_option("-t,--threads", o.threads, "CPU threads (0 = all cores)")->envname("GEMMA4RT_THREADS")->check(CLI::Range(0, 1024));
+  app.add_option("--api-key", api_key, "API key clients must send as 'Authorization: Bearer KEY' (comma-separated for several)")
+      ->envname("GEMMA4RT_API_KEY");
+  app.add_option("--api-key-file", api_key_file, "file with API keys, one per line")->envname("GEMMA4RT_API_KEY_FILE");
+  app.add_flag("--metrics", o.metrics, "serve Prometheus metrics at GET /metrics")->envname("GEMMA4RT_METRICS");
+  app.add_option("--alias", o.alias, "model id in /v1/models and responses (default: the model's file name)")->envname("GEMMA4RT_ALIAS");
+  app.add_option("--max-body-bytes", o.max_body_bytes, "largest request body accepted (larger: 413)")
+      ->envname("GEMMA4RT_MAX_BODY_BYTES")->check(CLI::Range(size_t{1}, size_t{1} << 32));
+  app.add_option("--max-queue", o.max_queue, "requests waiting for a slot before 429")->envname("GEMMA4RT_MAX_QUEUE")->check(CLI::Range(0, 1 << 20));
+  app.add_flag("--no-degeneracy-check", no_degeneracy, "do not end generations that loop")->envname("GEMMA4RT_NO_DEGENERACY_CHECK");
+  app.add_option("--prefill-chunk", o.prefill_chunk, "prompt tokens per prefill step")->envname("GEMMA4RT_PREFILL_CHUNK")->check(CLI::Range(1, 1 << 16));
+  // llama-server's two-letter short flag; CLI11 only has one-letter short names.
+  std::vector<std::string> argv_s{"gemma4rt serve"};
+  for (const std::string& a : args) {
+    if (a == "-np") argv_s.push_back("--parallel");
+    else if (a.rfind("-np=", 0) == 0) argv_s.push_back("--parallel=" + a.substr(4));
+    else argv_s.push_back(a);
+  }
+  std::vector<char*> argv;
+  for (std::string& a : argv_s) argv.push_back(a.data());
+  try {
+    app.parse(static_cast<int>(argv.size()), argv.data());
+  } catch (const CLI::ParseError& e) {
+    return ParsedFlags{std::nullopt, app.exit(e)};
+  }
+  o.degeneracy_check = !no_degeneracy;
+  o.api_keys = SplitKeys(api_key, ',');
+  if (!api_key_file.empty()) {
+    std::ifstream f(api_key_file);
+    if (!f) {
+      std::fprintf(stderr, "gemma4rt serve: error: cannot read --api-key-file '%s'\n", api_key_file.c_str());
+      return ParsedFlags{std::nullopt, 1};
+    }
+    std::stringstream ss;
+    ss << f.rdbuf();
+    std::vector<std::string> keys = SplitKeys(ss.str(), '\n');
+    if (keys.empty()) {
+      std::fprintf(stderr, "gemma4rt serve: error: --api-key-file '%s' holds no key\n", api_key_file.c_str());
+      return ParsedFlags{std::nullopt, 1};
+    }
+    o.api_keys.insert(o.api_keys.end(), keys.begin(), keys.end());
+  }
+  if (o.threads == 0) o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return ParsedFlags{o, 0};
+}
+
+StatusOr<std::unique_ptr<ServeInstance>> ServeInstance::Start(const ServeOptions& options, std::function<void()> before_load) {
+  if (!std::filesystem::exists(options.model))
+    return NotFound("model '" + options.model + "' does not exist" +
+                    (options.model == DefaultServeModel() ? " (run scripts/fetch-default-model.sh to get the default model)" : ""));
+  if (options.parallel < 1) return InvalidArgument("--parallel must be >= 1");
+  std::unique_ptr<ServeInstance> s(new ServeInstance());
+  s->opt_ = options;
+  const int threads = std::max(1, options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency()));
+  s->opt_.threads = threads;
+  s->backend_ = MakeCpuBackend(threads);
+  std::fprintf(stderr, "gemma4rt: device policy: backend=%s simd=scalar compute=f32 threads=%d slots=%d\n",
+               s->backend_->Name().c_str(), threads, options.parallel);
+  HttpOptions h;
+  h.host = options.host;
+  h.port = options.port;
+  h.api_keys = options.api_keys;
+  h.metrics = options.metrics;
+  h.max_body_bytes = options.max_body_bytes;
+  h.http_threads = std::max(64, options.parallel + options.max_queue + 16);
+  h.log_requests = options.log_requests;
+  s->http_ = std::make_unique<HttpServer>(h);
+  G4_RETURN_IF_ERROR(s->http_->Start());
+  std::fprintf(stderr, "gemma4rt: listening on http://%s:%d\n", options.host.c_str(), s->http_->port());
+  ServeInstance* self = s.get();
+  s->loader_ = std::thread([self, before_load] { self->Load(before_load); });
+  return s;
+}
+
+void ServeInstance::Load(std::function<void()> before_load) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto finish = [&](Status st) {
+    if (!st.ok()) std::fprintf(stderr, "gemma4rt: error: loading %s failed: %s\n", opt_.model.c_str(), st.ToString().c_str());
+    std::lock_guard<std::mutex> lock(mu_);
+    load_result_ = st;
+    cv_.notify_all();
+  };
+  if (before_load) before_load();
+  auto loaded = LoadModel(opt_.model);
+  if (!loaded.ok()) return finish(loaded.status());
+  std::unique_ptr<LoadedModel> model = std::move(loaded).value();
+  PrefaultWeights(*model, nullptr);  // read the mmap'd weights now, not during the first request
+  ModelInfo info;
+  Status st = ModelGenerationDefaults(*model, &info.default_sampling, &info.default_stop_ids);
+  if (!st.ok()) return finish(st);
+  auto tok = LoadTokenizerFor(*model);
+  if (tok.ok()) {
+    tokenizer_ = std::move(tok).value();
+  } else {
+    std::fprintf(stderr, "gemma4rt: no tokenizer (%s): token-id prompts only\n", tok.status().ToString().c_str());
+  }
+  const ModelConfig& c = model->config;
+  info.template_kind = c.family == ModelFamily::kGemma4 ? ChatTemplateKind::kGemma4 : ChatTemplateKind::kGemma3;
+  info.vocab_size = c.ple_dim > 0 ? std::min(c.vocab, c.ple_vocab) : c.vocab;
+  info.bos_id = tokenizer_ ? tokenizer_->bos_id() : c.bos_id;
+  info.tokenizer = tokenizer_.get();
+  const std::string base = BaseName(opt_.model);
+  info.id = opt_.alias.empty() ? base : opt_.alias;
+  info.accepted_ids = {info.id, base, opt_.model, std::filesystem::absolute(opt_.model).string()};
+  if (const std::string stem = std::filesystem::path(base).stem().string(); stem != base) info.accepted_ids.push_back(stem);
+  const std::string weights = std::string(DTypeName(model->weights.embed->dtype));
+  const std::string arch = c.architecture;
+  EngineOptions eo;
+  eo.max_seqs = opt_.parallel;
+  eo.max_context = opt_.ctx;
+  auto engine = Engine::Create(std::move(model), std::move(backend_), eo);
+  if (!engine.ok()) return finish(engine.status());
+  engine_ = std::move(engine).value();
+  SchedulerOptions so;
+  so.max_queue = opt_.max_queue;
+  so.prefill_chunk = opt_.prefill_chunk;
+  so.degeneracy.enabled = opt_.degeneracy_check;
+  scheduler_ = std::make_unique<Scheduler>(*engine_, tokenizer_.get(), so);
+  info.context_size = scheduler_->context_size();
+  info.created = UnixNow();
+  std::fprintf(stderr, "gemma4rt: model loaded: %s (%s) weights=%s context=%d slots=%d tokenizer=%s in %.1f s; serving as '%s'\n",
+               opt_.model.c_str(), arch.c_str(), weights.c_str(), info.context_size, opt_.parallel, tokenizer_ ? "yes" : "no",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), info.id.c_str());
+  http_->SetReady(std::move(info), scheduler_.get());
+  finish(OkStatus());
+}
+
+Status ServeInstance::WaitLoaded() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return load_result_.has_value(); });
+  return *load_result_;
+}
+
+std::optional<Status> ServeInstance::LoadResult() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return load_result_;
+}
+
+void ServeInstance::Stop() {
+  if (http_) http_->Stop();
+  if (loader_.joinable()) loader_.join();
+  scheduler_.reset();
+  engine_.reset();
+}
+
+ServeInstance::~ServeInstance() { Stop(); }
+
+int ServeMain(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  ParsedFlags flags = ParseServeFlags(args);
+  if (!flags.options) return flags.exit_code;
+  auto inst = ServeInstance::Start(*flags.options);
+  if (!inst.ok()) {
+    std::fprintf(stderr, "gemma4rt: error: %s\n", inst.status().ToString().c_str());
+    return 1;
+  }
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGTERM, OnSignal);
+  for (;;) {
+    if (const int sig = g_signal.load()) {
+      std::fprintf(stderr, "gemma4rt: signal %d, shutting down\n", sig);
+      break;
+    }
+    if (auto r = (*inst)->LoadResult(); r && !r->ok()) {
+      (*inst)->Stop();
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  (*inst)->Stop();
+  return 0;
+}
+
+}  // namespace g4::server

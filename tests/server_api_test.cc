@@ -1,0 +1,568 @@
+// The server's request/response layer without HTTP (src/server/api.h, metrics.h, serve.h flags):
+// every request field, every bad-input class with its status and `param`, exactly one BOS, the
+// response and SSE shapes, Prometheus text.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <set>
+#include <sstream>
+
+#include "server/api.h"
+#include "server/metrics.h"
+#include "server/serve.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace g4::server {
+namespace {
+
+using json = nlohmann::json;
+
+const Tokenizer& Tok() {
+  static std::unique_ptr<Tokenizer> t = [] {
+    auto r = Tokenizer::FromHfDirectory(std::string(GEMMA4RT_TEST_DATA_DIR) + "/data/tokenizer_gemma4_tiny");
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return std::move(r).value();
+  }();
+  return *t;
+}
+
+ModelInfo Info(bool with_tokenizer = true) {
+  ModelInfo m;
+  m.id = "tiny";
+  m.accepted_ids = {"tiny", "tiny.gguf"};
+  m.template_kind = ChatTemplateKind::kGemma4;
+  m.tokenizer = with_tokenizer ? &Tok() : nullptr;
+  m.context_size = 64;
+  m.vocab_size = with_tokenizer ? Tok().vocab_size() : 512;
+  m.bos_id = 2;
+  m.default_sampling.temperature = 1.0f;
+  m.default_sampling.top_k = 64;
+  m.default_sampling.top_p = 0.95f;
+  m.default_stop_ids = {1, 106};
+  return m;
+}
+
+ApiOr<ParsedRequest> Chat(const json& j, const ModelInfo& m = Info()) { return ParseChatRequest(j.dump(), m); }
+ApiOr<ParsedRequest> Compl(const json& j, const ModelInfo& m = Info()) { return ParseCompletionRequest(j.dump(), m); }
+
+json UserMsg(const std::string& text) { return json::array({{{"role", "user"}, {"content", text}}}); }
+
+#define EXPECT_API_ERROR(result, status_, param_)                                  \
+  do {                                                                              \
+    const auto& r_ = (result);                                                      \
+    ASSERT_FALSE(r_.ok()) << "expected an error";                                   \
+    EXPECT_EQ(r_.error().status, status_) << r_.error().message;                    \
+    EXPECT_EQ(r_.error().param, param_) << r_.error().message;                      \
+  } while (0)
+
+TEST(ServerApiTest, ChatRendersTheTemplateAndEncodesWithoutAddingBos) {
+  json req = {{"model", "tiny"}, {"messages", {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hi"}}}}};
+  auto r = Chat(req);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  auto text = RenderGemma4Chat({{"system", "Be brief."}, {"user", "Hi"}});
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(r->prompt_text, *text);
+  EXPECT_EQ(r->completion.prompt, Tok().Encode(*text, false, true));
+  EXPECT_EQ(r->completion.prompt[0], 2);
+  EXPECT_NE(r->completion.prompt[1], 2) << "exactly one BOS";
+  EXPECT_EQ(r->model, "tiny");
+  EXPECT_FALSE(r->stream);
+  EXPECT_EQ(r->endpoint, Endpoint::kChat);
+  // Model defaults where the request is silent; the rest of the context by default.
+  EXPECT_FLOAT_EQ(r->completion.sampling.temperature, 1.0f);
+  EXPECT_EQ(r->completion.sampling.top_k, 64);
+  EXPECT_EQ(r->completion.stop_ids, (std::vector<int32_t>{1, 106}));
+  EXPECT_EQ(r->completion.max_tokens, 64 - static_cast<int>(r->completion.prompt.size()));
+}
+
+TEST(ServerApiTest, ChatAcceptsContentPartsDeveloperRoleAndThinking) {
+  json parts = {{{"type", "text"}, {"text", "a"}}, {{"type", "text"}, {"text", "b"}}};
+  auto r = Chat({{"messages", {{{"role", "developer"}, {"content", "sys"}}, {{"role", "user"}, {"content", parts}}}}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->prompt_text, *RenderGemma4Chat({{"system", "sys"}, {"user", "a\nb"}}));
+  auto t = Chat({{"messages", UserMsg("x")}, {"chat_template_kwargs", {{"enable_thinking", true}}}});
+  ASSERT_TRUE(t.ok());
+  EXPECT_NE(t->prompt_text.find("<|think|>"), std::string::npos);
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"chat_template_kwargs", {{"enable_thinking", "yes"}}}}), 400,
+                   "chat_template_kwargs.enable_thinking");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"chat_template_kwargs", 3}}), 400, "chat_template_kwargs");
+}
+
+TEST(ServerApiTest, EveryFieldIsReadIntoTheRequest) {
+  json req = {{"messages", UserMsg("Hi")},
+              {"max_completion_tokens", 7},
+              {"max_tokens", 9},
+              {"temperature", 0.5},
+              {"top_p", 0.9},
+              {"top_k", 40},
+              {"min_p", 0.05},
+              {"presence_penalty", 0.5},
+              {"frequency_penalty", -0.5},
+              {"repetition_penalty", 1.1},
+              {"seed", 1234},
+              {"stop", {"\n\n", "", "END"}},
+              {"n", 1},
+              {"logprobs", false},
+              {"top_logprobs", 0},
+              {"stream", true},
+              {"stream_options", {{"include_usage", true}}},
+              {"logit_bias", {{"17", -5.5}}},
+              {"ignore_eos", true},
+              {"return_token_ids", true},
+              {"user", "someone"},
+              {"response_format", {{"type", "text"}}}};
+  auto r = Chat(req);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  const CompletionRequest& c = r->completion;
+  EXPECT_EQ(c.max_tokens, 7) << "max_completion_tokens wins over max_tokens";
+  EXPECT_FLOAT_EQ(c.sampling.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(c.sampling.top_p, 0.9f);
+  EXPECT_EQ(c.sampling.top_k, 40);
+  EXPECT_FLOAT_EQ(c.sampling.min_p, 0.05f);
+  EXPECT_FLOAT_EQ(c.sampling.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(c.sampling.frequency_penalty, -0.5f);
+  EXPECT_FLOAT_EQ(c.sampling.repetition_penalty, 1.1f);
+  EXPECT_EQ(c.sampling.seed, 1234u);
+  EXPECT_EQ(c.stop, (std::vector<std::string>{"\n\n", "END"})) << "empty stop strings are ignored";
+  EXPECT_FLOAT_EQ(c.sampling.logit_bias.at(17), -5.5f);
+  EXPECT_TRUE(c.ignore_eos);
+  EXPECT_TRUE(r->stream);
+  EXPECT_TRUE(r->include_usage);
+  EXPECT_TRUE(r->return_token_ids);
+  auto s = Chat({{"messages", UserMsg("Hi")}, {"stop", "x"}, {"seed", 18446744073709551615ull}, {"top_k", -1}});
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_EQ(s->completion.stop, std::vector<std::string>{"x"});
+  EXPECT_EQ(s->completion.sampling.seed, 18446744073709551615ull);
+  auto neg = Chat({{"messages", UserMsg("Hi")}, {"seed", -1}, {"max_tokens", 5.0}});
+  ASSERT_TRUE(neg.ok()) << neg.error().message;
+  EXPECT_EQ(neg->completion.sampling.seed, static_cast<uint64_t>(-1));
+  EXPECT_EQ(neg->completion.max_tokens, 5) << "an integral float is an integer";
+}
+
+TEST(ServerApiTest, CompletionPromptFormsGetExactlyOneBos) {
+  const std::vector<int32_t> body = Tok().Encode("Hello world", false, true);
+  std::vector<int32_t> with_bos = {2};
+  with_bos.insert(with_bos.end(), body.begin(), body.end());
+  for (const json& prompt : {json("Hello world"), json("<bos>Hello world"), json::array({"Hello world"}), json(body),
+                             json(with_bos), json::array({json(body)})}) {
+    auto r = Compl({{"prompt", prompt}});
+    ASSERT_TRUE(r.ok()) << prompt.dump() << ": " << r.error().message;
+    EXPECT_EQ(r->completion.prompt, with_bos) << prompt.dump();
+    EXPECT_EQ(r->completion.max_tokens, 16) << "OpenAI's completions default";
+  }
+  auto ids_only = Compl({{"prompt", {5, 6, 7}}}, Info(false));
+  ASSERT_TRUE(ids_only.ok()) << ids_only.error().message;
+  EXPECT_EQ(ids_only->completion.prompt, (std::vector<int32_t>{2, 5, 6, 7}));
+}
+
+TEST(ServerApiTest, BadPromptsAndMessages) {
+  EXPECT_API_ERROR(Compl(json::object()), 400, "prompt");
+  EXPECT_API_ERROR(Compl({{"prompt", json::array()}}), 400, "prompt");
+  EXPECT_API_ERROR(Compl({{"prompt", {"a", "b"}}}), 400, "prompt");
+  EXPECT_API_ERROR(Compl({{"prompt", 5}}), 400, "prompt");
+  EXPECT_API_ERROR(Compl({{"prompt", {1, -3}}}), 400, "prompt");
+  EXPECT_API_ERROR(Compl({{"prompt", {1, 999999}}}), 400, "prompt");
+  EXPECT_API_ERROR(Compl({{"prompt", {1, "x"}}}), 400, "prompt[1]");
+  EXPECT_API_ERROR(Compl({{"prompt", "text"}}, Info(false)), 400, "prompt");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}}, Info(false)), 400, "messages");
+  EXPECT_API_ERROR(Chat(json::object()), 400, "messages");
+  EXPECT_API_ERROR(Chat({{"messages", "hi"}}), 400, "messages");
+  EXPECT_API_ERROR(Chat({{"messages", json::array()}}), 400, "messages");
+  EXPECT_API_ERROR(Chat({{"messages", {5}}}), 400, "messages[0]");
+  EXPECT_API_ERROR(Chat({{"messages", {{{"content", "x"}}}}}), 400, "messages[0].role");
+  EXPECT_API_ERROR(Chat({{"messages", {{{"role", "tool"}, {"content", "x"}}}}}), 400, "messages[0].role");
+  EXPECT_API_ERROR(Chat({{"messages", {{{"role", 3}, {"content", "x"}}}}}), 400, "messages[0].role");
+  EXPECT_API_ERROR(Chat({{"messages", {{{"role", "user"}}}}}), 400, "messages[0].content");
+  EXPECT_API_ERROR(Chat({{"messages", {{{"role", "user"}, {"content", 7}}}}}), 400, "messages[0].content");
+  json image = {{{"type", "image_url"}, {"image_url", {{"url", "http://x"}}}}};
+  EXPECT_API_ERROR(Chat({{"messages", {{{"role", "user"}, {"content", image}}}}}), 400, "messages[0].content[0].type");
+  // Gemma 3's template enforces alternation: the renderer's message names the index.
+  ModelInfo g3 = Info();
+  g3.template_kind = ChatTemplateKind::kGemma3;
+  auto alt = Chat({{"messages", {{{"role", "user"}, {"content", "a"}}, {{"role", "user"}, {"content", "b"}}}}}, g3);
+  ASSERT_FALSE(alt.ok());
+  EXPECT_EQ(alt.error().status, 400);
+  EXPECT_EQ(alt.error().param.rfind("messages", 0), 0u) << alt.error().param;
+}
+
+TEST(ServerApiTest, MalformedJsonWrongTypesAndInvalidUtf8) {
+  for (std::string body : {"", "{", "{\"messages\": [}", "nul", "{\"a\":1} trailing", "{\"a\":\"\\ud800\"}"}) {
+    auto r = ParseChatRequest(body, Info());
+    ASSERT_FALSE(r.ok()) << body;
+    EXPECT_EQ(r.error().status, 400) << body;
+    EXPECT_EQ(r.error().code, "invalid_json") << body;
+  }
+  EXPECT_API_ERROR(ParseChatRequest("[1,2]", Info()), 400, "");
+  EXPECT_API_ERROR(ParseChatRequest("\"str\"", Info()), 400, "");
+  std::string deep(100000, '[');
+  EXPECT_API_ERROR(ParseChatRequest(deep, Info()), 400, "");
+  // Invalid UTF-8 inside a string names that string.
+  std::string bad = "{\"messages\":[{\"role\":\"user\",\"content\":\"ok \xC3\x28 no\"}]}";
+  auto r = ParseChatRequest(bad, Info());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().status, 400);
+  EXPECT_EQ(r.error().param, "messages[0].content");
+  EXPECT_EQ(r.error().code, "invalid_utf8");
+  auto p = ParseCompletionRequest("{\"prompt\":\"\xFF\"}", Info());
+  EXPECT_API_ERROR(p, 400, "prompt");
+  auto k = ParseCompletionRequest("{\"prompt\":\"x\", \"stop\":[\"a\",\"\xED\xA0\x80\"]}", Info());
+  EXPECT_API_ERROR(k, 400, "stop[1]");
+  // Wrong types name the field.
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"temperature", "hot"}}), 400, "temperature");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"temperature", true}}), 400, "temperature");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"top_k", "5"}}), 400, "top_k");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"top_k", 2.5}}), 400, "top_k");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"max_tokens", "10"}}), 400, "max_tokens");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"seed", 1.5}}), 400, "seed");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"stream", "yes"}}), 400, "stream");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"stop", 5}}), 400, "stop");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"stop", {"a", 1}}}), 400, "stop[1]");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"stop", json(std::vector<std::string>(17, "s"))}}), 400, "stop");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"model", 5}}), 400, "model");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"logit_bias", {1, 2}}}), 400, "logit_bias");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"logit_bias", {{"abc", 1}}}}), 400, "logit_bias");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"logit_bias", {{"5", 101}}}}), 400, "logit_bias");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"logit_bias", {{"99999999", 1}}}}), 400, "logit_bias");
+}
+
+TEST(ServerApiTest, OutOfRangeSamplingValues) {
+  struct Case {
+    const char* field;
+    json value;
+  } cases[] = {{"temperature", -0.1},       {"temperature", 1e39},       {"top_p", 0},      {"top_p", 1.5},
+               {"top_p", -1},               {"top_k", -2},               {"min_p", 1.5},    {"min_p", -0.1},
+               {"presence_penalty", 2.5},   {"frequency_penalty", -2.5}, {"repetition_penalty", 0},
+               {"repetition_penalty", -1},  {"top_k", 1e12}};
+  for (const Case& c : cases) {
+    auto r = Chat({{"messages", UserMsg("x")}, {c.field, c.value}});
+    EXPECT_API_ERROR(r, 400, c.field);
+  }
+  // Boundaries that are allowed.
+  for (const Case& c : std::vector<Case>{{"temperature", 0}, {"top_p", 1}, {"min_p", 1}, {"top_k", 0}, {"presence_penalty", -2}}) {
+    auto r = Chat({{"messages", UserMsg("x")}, {c.field, c.value}});
+    EXPECT_TRUE(r.ok()) << c.field << ": " << r.error().message;
+  }
+}
+
+TEST(ServerApiTest, MaxTokensAndContextLength) {
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"max_tokens", 0}}), 400, "max_tokens");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"max_tokens", -1}}), 400, "max_tokens");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"max_completion_tokens", 0}}), 400, "max_completion_tokens");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"max_tokens", 1e15}}), 400, "max_tokens");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"max_tokens", 1000000000000}}), 400, "max_tokens");
+  // Prompt + max_tokens beyond the 64-token context.
+  auto r = Compl({{"prompt", {5, 6, 7, 8, 9, 10, 11, 12, 13, 14}}, {"max_tokens", 60}});
+  EXPECT_API_ERROR(r, 400, "max_tokens");
+  EXPECT_EQ(r.error().code, "context_length_exceeded");
+  auto fits = Compl({{"prompt", {5, 6, 7, 8, 9, 10, 11, 12, 13, 14}}, {"max_tokens", 53}});
+  EXPECT_TRUE(fits.ok());
+  // A prompt that fills the context.
+  std::string longtext;
+  for (int i = 0; i < 100; ++i) longtext += "word" + std::to_string(i) + " ";
+  auto p = Compl({{"prompt", longtext}});
+  EXPECT_API_ERROR(p, 400, "prompt");
+  EXPECT_EQ(p.error().code, "context_length_exceeded");
+  auto c = Chat({{"messages", UserMsg(longtext)}});
+  EXPECT_API_ERROR(c, 400, "messages");
+  EXPECT_EQ(c.error().code, "context_length_exceeded");
+  // The default max_tokens never exceeds the room left.
+  std::vector<int> ids(60, 5);
+  auto d = Compl({{"prompt", ids}});
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->completion.max_tokens, 3);
+}
+
+TEST(ServerApiTest, UnsupportedFieldsAreRefusedByName) {
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"n", 2}}), 400, "n");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"n", 0}}), 400, "n");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"logprobs", true}}), 400, "logprobs");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"logprobs", 3}}), 400, "logprobs");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"top_logprobs", 5}}), 400, "top_logprobs");
+  EXPECT_API_ERROR(Compl({{"prompt", "x"}, {"logprobs", 2}}), 400, "logprobs");
+  EXPECT_TRUE(Compl({{"prompt", "x"}, {"logprobs", 0}}).ok());
+  EXPECT_API_ERROR(Compl({{"prompt", "x"}, {"echo", true}}), 400, "echo");
+  EXPECT_API_ERROR(Compl({{"prompt", "x"}, {"suffix", "y"}}), 400, "suffix");
+  EXPECT_API_ERROR(Compl({{"prompt", "x"}, {"best_of", 3}}), 400, "best_of");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"tools", {{{"type", "function"}}}}}), 400, "tools");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"response_format", {{"type", "json_object"}}}}), 400, "response_format");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"stream_options", {{"include_usage", true}}}}), 400, "stream_options");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"stream", true}, {"stream_options", {{"include_usage", 1}}}}), 400,
+                   "stream_options.include_usage");
+  EXPECT_API_ERROR(Compl({{"prompt", {5, 6}}, {"stop", "x"}}, Info(false)), 400, "stop");
+  // Nulls are "not given".
+  auto r = Chat({{"messages", UserMsg("x")}, {"temperature", nullptr}, {"stop", nullptr}, {"stream_options", nullptr},
+                 {"max_tokens", nullptr}, {"n", nullptr}, {"seed", nullptr}, {"tools", json::array()}});
+  EXPECT_TRUE(r.ok()) << r.error().message;
+}
+
+TEST(ServerApiTest, UnknownModelIs404AndKnownNamesAreAccepted) {
+  auto r = Chat({{"messages", UserMsg("x")}, {"model", "gpt-4"}});
+  EXPECT_API_ERROR(r, 404, "model");
+  EXPECT_EQ(r.error().code, "model_not_found");
+  for (const char* name : {"tiny", "tiny.gguf", ""}) EXPECT_TRUE(Chat({{"messages", UserMsg("x")}, {"model", name}}).ok()) << name;
+  EXPECT_TRUE(Chat({{"messages", UserMsg("x")}}).ok()) << "model is optional (llama-server)";
+}
+
+TEST(ServerApiTest, ErrorShapesAndStatusMapping) {
+  json j = ErrorJson(BadRequest("bad", "top_p"));
+  EXPECT_EQ(j["error"]["message"], "bad");
+  EXPECT_EQ(j["error"]["type"], "invalid_request_error");
+  EXPECT_EQ(j["error"]["param"], "top_p");
+  EXPECT_TRUE(j["error"]["code"].is_null());
+  EXPECT_TRUE(ErrorJson(ErrorForStatus(500, "x"))["error"]["param"].is_null());
+  EXPECT_EQ(ErrorForStatus(401, "k").code, "invalid_api_key");
+  EXPECT_EQ(ErrorForStatus(413, "k").code, "request_too_large");
+  EXPECT_EQ(ErrorForStatus(500, "k").type, "server_error");
+  ApiError ctx = FromStatus(InvalidArgument("context_length_exceeded: the prompt has 9 tokens"));
+  EXPECT_EQ(ctx.status, 400);
+  EXPECT_EQ(ctx.code, "context_length_exceeded");
+  EXPECT_EQ(ctx.message, "the prompt has 9 tokens");
+  EXPECT_EQ(FromStatus(InvalidArgument("top_p must be in (0, 1], got 0")).param, "top_p");
+  EXPECT_EQ(FromStatus(InvalidArgument("logit_bias[5] must be in [-100, 100]")).param, "logit_bias");
+  EXPECT_EQ(FromStatus(ResourceExhausted("queue full")).status, 429);
+  EXPECT_EQ(FromStatus(FailedPrecondition("shutting down")).status, 503);
+  EXPECT_EQ(FromStatus(Internal("boom")).status, 500);
+}
+
+ResponseMeta Meta(std::string id, int64_t created, Endpoint ep, bool include_usage = false) {
+  ResponseMeta m;
+  m.id = std::move(id);
+  m.created = created;
+  m.model = "tiny";
+  m.endpoint = ep;
+  m.include_usage = include_usage;
+  return m;
+}
+
+CompletionEvent Final(const std::string& reason, const std::string& degenerate = "") {
+  CompletionEvent e;
+  e.done = true;
+  e.finish_reason = reason;
+  e.degenerate = degenerate;
+  e.prompt_tokens = 10;
+  e.completion_tokens = 4;
+  e.prompt_ms = 20;
+  e.predicted_ms = 40;
+  return e;
+}
+
+TEST(ServerApiTest, NonStreamedResponses) {
+  ResponseMeta meta = Meta(NewResponseId(Endpoint::kChat), 1700000000, Endpoint::kChat);
+  EXPECT_EQ(meta.id.rfind("chatcmpl-", 0), 0u);
+  EXPECT_NE(meta.id, NewResponseId(Endpoint::kChat));
+  EXPECT_EQ(NewResponseId(Endpoint::kCompletion).rfind("cmpl-", 0), 0u);
+  CompletionResult res{"Hello", {5, 6}, Final("length")};
+  json j = CompletionResponseJson(meta, res);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["model"], "tiny");
+  EXPECT_EQ(j["created"], 1700000000);
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "Hello");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_FALSE(j["choices"][0].contains("degenerate"));
+  EXPECT_FALSE(j["choices"][0].contains("token_ids"));
+  EXPECT_EQ(j["usage"], json({{"prompt_tokens", 10}, {"completion_tokens", 4}, {"total_tokens", 14}}));
+  for (const char* k : {"prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second", "predicted_n", "predicted_ms",
+                        "predicted_per_token_ms", "predicted_per_second"})
+    EXPECT_TRUE(j["timings"].contains(k)) << k;
+  EXPECT_DOUBLE_EQ(j["timings"]["prompt_per_second"].get<double>(), 500.0);
+  EXPECT_DOUBLE_EQ(j["timings"]["predicted_per_token_ms"].get<double>(), 10.0);
+  // The degeneracy guard: an explicit field, finish_reason stays "stop".
+  meta.endpoint = Endpoint::kCompletion;
+  meta.return_token_ids = true;
+  meta.prompt_token_ids = {2, 3};
+  CompletionResult deg{"la la", {7, 7}, Final("stop", "token 7 repeated 32 times")};
+  json d = CompletionResponseJson(meta, deg);
+  EXPECT_EQ(d["object"], "text_completion");
+  EXPECT_EQ(d["choices"][0]["text"], "la la");
+  EXPECT_EQ(d["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(d["choices"][0]["degenerate"], "token 7 repeated 32 times");
+  EXPECT_EQ(d["choices"][0]["token_ids"], json({7, 7}));
+  EXPECT_EQ(d["prompt_token_ids"], json({2, 3}));
+  EXPECT_EQ(FinishReason(Final("cancelled")), "stop");
+  CompletionEvent zero = Final("stop");
+  zero.completion_tokens = 0;
+  zero.predicted_ms = 0;
+  EXPECT_EQ(TimingsJson(zero)["predicted_per_second"], 0.0);
+}
+
+// The `data:` payloads of an SSE stream, in order.
+std::vector<std::string> SseData(const std::string& stream) {
+  std::vector<std::string> out;
+  std::stringstream ss(stream);
+  std::string line;
+  while (std::getline(ss, line)) {
+    if (line.empty()) continue;
+    EXPECT_EQ(line.rfind("data: ", 0), 0u) << line;
+    out.push_back(line.substr(6));
+  }
+  return out;
+}
+
+TEST(ServerApiTest, StreamChunks) {
+  ResponseMeta meta = Meta("chatcmpl-x", 1, Endpoint::kChat, /*include_usage=*/true);
+  std::string all = FirstChunk(meta) + DeltaChunk(meta, "Hel", {}) + DeltaChunk(meta, "lo", {});
+  CompletionEvent fin = Final("stop", "a 2-token pattern repeated 8 times");
+  fin.text = "!";
+  all += FinalChunks(meta, fin);
+  std::vector<std::string> data = SseData(all);
+  ASSERT_EQ(data.size(), 6u);
+  EXPECT_EQ(data.back(), "[DONE]");
+  std::string text;
+  for (size_t i = 0; i + 1 < data.size(); ++i) {
+    json c = json::parse(data[i]);
+    EXPECT_EQ(c["id"], "chatcmpl-x");
+    EXPECT_EQ(c["object"], "chat.completion.chunk");
+    EXPECT_TRUE(c.contains("usage"));
+    if (i == 4) {  // the usage chunk
+      EXPECT_TRUE(c["choices"].empty());
+      EXPECT_EQ(c["usage"]["total_tokens"], 14);
+      continue;
+    }
+    EXPECT_TRUE(c["usage"].is_null());
+    ASSERT_EQ(c["choices"].size(), 1u);
+    const json& ch = c["choices"][0];
+    if (i == 0) {
+      EXPECT_EQ(ch["delta"]["role"], "assistant");
+    } else {
+      EXPECT_FALSE(ch["delta"].contains("role"));
+    }
+    if (ch["delta"].contains("content")) text += ch["delta"]["content"].get<std::string>();
+    if (i == 3) {
+      EXPECT_EQ(ch["finish_reason"], "stop");
+      EXPECT_EQ(ch["degenerate"], "a 2-token pattern repeated 8 times");
+      EXPECT_TRUE(c.contains("timings"));
+    } else {
+      EXPECT_TRUE(ch["finish_reason"].is_null());
+    }
+  }
+  EXPECT_EQ(text, "Hello!");
+  // Completions: no role chunk; text in choices[].text; no usage chunk without include_usage.
+  ResponseMeta cm = Meta("cmpl-y", 1, Endpoint::kCompletion);
+  EXPECT_EQ(FirstChunk(cm), "");
+  std::vector<std::string> d2 = SseData(DeltaChunk(cm, "a", {}) + FinalChunks(cm, Final("length")));
+  ASSERT_EQ(d2.size(), 3u);
+  json c0 = json::parse(d2[0]);
+  EXPECT_EQ(c0["object"], "text_completion");
+  EXPECT_EQ(c0["choices"][0]["text"], "a");
+  EXPECT_FALSE(c0.contains("usage"));
+  json c1 = json::parse(d2[1]);
+  EXPECT_EQ(c1["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(c1["choices"][0]["text"], "");
+  std::vector<std::string> e = SseData(ErrorChunks(ErrorForStatus(500, "boom")));
+  ASSERT_EQ(e.size(), 2u);
+  EXPECT_EQ(json::parse(e[0])["error"]["message"], "boom");
+}
+
+TEST(ServerApiTest, TokenizeDetokenizeApplyTemplateAndModels) {
+  auto t = HandleTokenize(R"({"content": "Hello world"})", Info());
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_EQ(t.value()["tokens"], json(Tok().Encode("Hello world", false, true)));
+  auto b = HandleTokenize(R"({"content": "Hello", "add_special": true, "with_pieces": true})", Info());
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b.value()["tokens"][0]["id"], 2);
+  EXPECT_EQ(b.value()["tokens"][0]["piece"], "<bos>");
+  auto d = HandleDetokenize(json{{"tokens", t.value()["tokens"]}}.dump(), Info());
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d.value()["content"], "Hello world");
+  EXPECT_API_ERROR(HandleTokenize(R"({"content": 5})", Info()), 400, "content");
+  EXPECT_API_ERROR(HandleTokenize(R"({})", Info()), 400, "content");
+  EXPECT_API_ERROR(HandleDetokenize(R"({"tokens": [1, -1]})", Info()), 400, "tokens");
+  EXPECT_API_ERROR(HandleDetokenize(R"({"tokens": "x"})", Info()), 400, "tokens");
+  EXPECT_API_ERROR(HandleDetokenize(R"({"tokens": [1]})", Info(false)), 400, "tokens");
+  auto a = HandleApplyTemplate(json{{"messages", UserMsg("Hi")}}.dump(), Info());
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a.value()["prompt"], *RenderGemma4Chat({{"user", "Hi"}}));
+  EXPECT_API_ERROR(HandleApplyTemplate("{}", Info()), 400, "messages");
+  json m = ModelsJson(Info());
+  EXPECT_EQ(m["object"], "list");
+  EXPECT_EQ(m["data"][0]["id"], "tiny");
+  EXPECT_EQ(m["data"][0]["object"], "model");
+  EXPECT_EQ(m["data"][0]["max_model_len"], 64);
+}
+
+TEST(ServerMetricsTest, PrometheusText) {
+  SchedulerStats s;
+  s.requests_total = 5;
+  s.requests_degenerate = 1;
+  s.prompt_tokens_total = 100;
+  s.generated_tokens_total = 40;
+  s.queue_depth = 2;
+  s.busy_slots = 3;
+  s.slots = 4;
+  s.kv_tokens_used = 256;
+  s.kv_tokens_capacity = 1024;
+  s.ttft_count = 3;
+  s.ttft_sum = 0.3;
+  for (int i = 0; i < SchedulerStats::kNumBuckets; ++i) s.ttft_bucket[i] = SchedulerStats::kBuckets[i] >= 0.1 ? 3 : 0;
+  std::map<int, uint64_t> http = {{200, 7}, {400, 2}};
+  const std::string m = RenderMetrics(s, &http);
+  for (const char* line : {"gemma4rt_requests_total 5\n", "gemma4rt_degenerate_responses_total 1\n",
+                           "gemma4rt_prompt_tokens_total 100\n", "gemma4rt_generated_tokens_total 40\n",
+                           "gemma4rt_queue_depth 2\n", "gemma4rt_busy_slots 3\n", "gemma4rt_kv_cache_usage_ratio 0.25\n",
+                           "gemma4rt_time_to_first_token_seconds_bucket{le=\"0.05\"} 0\n",
+                           "gemma4rt_time_to_first_token_seconds_bucket{le=\"0.1\"} 3\n",
+                           "gemma4rt_time_to_first_token_seconds_bucket{le=\"+Inf\"} 3\n",
+                           "gemma4rt_time_to_first_token_seconds_sum 0.3\n", "gemma4rt_time_to_first_token_seconds_count 3\n",
+                           "# TYPE gemma4rt_time_per_output_token_seconds histogram\n",
+                           "gemma4rt_http_requests_total{status=\"400\"} 2\n"})
+    EXPECT_NE(m.find(line), std::string::npos) << line << "\n" << m;
+  // Every sample line is "name{labels} value".
+  std::stringstream ss(m);
+  std::string line;
+  std::set<std::string> types;
+  while (std::getline(ss, line)) {
+    if (line.rfind("# TYPE ", 0) == 0) {
+      EXPECT_TRUE(types.insert(line.substr(7, line.find(' ', 7) - 7)).second) << line;
+    }
+    if (line.empty() || line[0] == '#') continue;
+    EXPECT_EQ(line.rfind("gemma4rt_", 0), 0u) << line;
+    EXPECT_NE(line.find(' '), std::string::npos) << line;
+  }
+  HttpCounters c;
+  c.Count(200);
+  c.Count(200);
+  c.Count(404);
+  EXPECT_EQ(c.Snapshot(), (std::map<int, uint64_t>{{200, 2}, {404, 1}}));
+}
+
+TEST(ServeFlagsTest, FlagsEnvironmentAndPrecedence) {
+  setenv("GEMMA4RT_PORT", "9999", 1);
+  setenv("GEMMA4RT_PARALLEL", "3", 1);
+  setenv("GEMMA4RT_METRICS", "1", 1);
+  setenv("GEMMA4RT_ALIAS", "from-env", 1);
+  ParsedFlags f = ParseServeFlags({"-m", "/x.gguf", "--port", "1234", "-c", "512", "-t", "2", "--api-key", "k1,k2",
+                                   "--max-body-bytes", "1000", "--max-queue", "5", "--no-degeneracy-check"});
+  unsetenv("GEMMA4RT_PORT");
+  unsetenv("GEMMA4RT_PARALLEL");
+  unsetenv("GEMMA4RT_METRICS");
+  unsetenv("GEMMA4RT_ALIAS");
+  ASSERT_TRUE(f.options.has_value());
+  const ServeOptions& o = *f.options;
+  EXPECT_EQ(o.model, "/x.gguf");
+  EXPECT_EQ(o.port, 1234) << "the command line wins";
+  EXPECT_EQ(o.parallel, 3) << "from the environment";
+  EXPECT_TRUE(o.metrics);
+  EXPECT_EQ(o.alias, "from-env");
+  EXPECT_EQ(o.ctx, 512);
+  EXPECT_EQ(o.threads, 2);
+  EXPECT_EQ(o.api_keys, (std::vector<std::string>{"k1", "k2"}));
+  EXPECT_EQ(o.max_body_bytes, 1000u);
+  EXPECT_EQ(o.max_queue, 5);
+  EXPECT_FALSE(o.degeneracy_check);
+  EXPECT_EQ(o.host, "127.0.0.1");
+  ParsedFlags np = ParseServeFlags({"-np", "8"});
+  ASSERT_TRUE(np.options.has_value());
+  EXPECT_EQ(np.options->parallel, 8);
+  EXPECT_EQ(np.options->port, 8080);
+  ParsedFlags bad = ParseServeFlags({"--port", "70000"});
+  EXPECT_FALSE(bad.options.has_value());
+  EXPECT_NE(bad.exit_code, 0);
+  ParsedFlags missing_file = ParseServeFlags({"--api-key-file", "/nonexistent/keys"});
+  EXPECT_FALSE(missing_file.options.has_value());
+  EXPECT_EQ(missing_file.exit_code, 1);
+}
+
+}  // namespace
+}  // namespace g4::server

@@ -1,0 +1,648 @@
+// `gemma4rt serve` end to end over HTTP, in process: the server on 127.0.0.1 with an ephemeral port,
+// httplib::Client as the client. Expected greedy outputs come from driving the engine directly
+// (runtime/generate.h), so the server must add nothing and lose nothing: exact token ids on the tiny
+// golden checkpoint (no tokenizer: token-id prompts), exact text on the real default model (Gemma 3
+// 270M; the test fails if it is missing: scripts/fetch-default-model.sh).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <future>
+#include <sstream>
+#include <thread>
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include "backends/cpu/cpu_backend.h"
+#include "model/model.h"
+#include "runtime/generate.h"
+#include "server/serve.h"
+#include "tokenizer/chat_template.h"
+
+namespace g4::server {
+namespace {
+
+using json = nlohmann::json;
+using namespace std::chrono_literals;
+
+std::string TinyModel() { return std::string(GEMMA4RT_TEST_DATA_DIR) + "/golden/gemma4-e2b-tiny"; }
+
+std::string RealModel() {
+  if (const char* m = std::getenv("GEMMA4RT_DEFAULT_MODEL"); m && *m) return m;
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : ".") + "/.cache/gemma4rt/gemma-3-270m-q4_k_m.gguf";
+}
+
+const char* kCapitals = "Question: What is the capital of Germany?\nAnswer: Berlin\nQuestion: What is the capital of France?\nAnswer:";
+
+ServeOptions Options(const std::string& model, int ctx, int parallel) {
+  ServeOptions o;
+  o.model = model;
+  o.ctx = ctx;
+  o.parallel = parallel;
+  return o;
+}
+
+std::unique_ptr<ServeInstance> StartServer(ServeOptions o, std::function<void()> before_load = nullptr, bool wait = true) {
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.threads = 2;
+  o.log_requests = false;
+  auto s = ServeInstance::Start(o, std::move(before_load));
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  if (!s.ok()) return nullptr;
+  if (wait) {
+    Status st = (*s)->WaitLoaded();
+    EXPECT_TRUE(st.ok()) << st.ToString();
+  }
+  return std::move(s).value();
+}
+
+std::unique_ptr<httplib::Client> Client(int port) {
+  auto c = std::make_unique<httplib::Client>("127.0.0.1", port);
+  c->set_read_timeout(300, 0);
+  c->set_write_timeout(30, 0);
+  return c;
+}
+
+struct Reply {
+  int status = 0;
+  json body;
+  std::string raw;
+};
+
+Reply Post(int port, const std::string& path, const std::string& body, const httplib::Headers& headers = {}) {
+  auto c = Client(port);
+  auto r = c->Post(path.c_str(), headers, body, "application/json");
+  Reply out;
+  if (!r) return out;
+  out.status = r->status;
+  out.raw = r->body;
+  out.body = json::parse(r->body, nullptr, false);
+  return out;
+}
+
+Reply Get(int port, const std::string& path, const httplib::Headers& headers = {}) {
+  auto c = Client(port);
+  auto r = c->Get(path.c_str(), headers);
+  Reply out;
+  if (!r) return out;
+  out.status = r->status;
+  out.raw = r->body;
+  out.body = json::parse(r->body, nullptr, false);
+  return out;
+}
+
+// POSTs and reads the response as it streams; on_data sees everything received so far and returns
+// false to hang up. Returns the bytes received and the status.
+std::pair<int, std::string> PostStream(int port, const std::string& path, const std::string& body,
+                                       std::function<bool(const std::string&)> on_data = nullptr) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(300, 0);
+  httplib::Request req;
+  req.method = "POST";
+  req.path = path;
+  req.body = body;
+  req.set_header("Content-Type", "application/json");
+  std::string got;
+  req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+    got.append(d, n);
+    return on_data ? on_data(got) : true;
+  };
+  httplib::Response res;
+  httplib::Error err = httplib::Error::Success;
+  c.send(req, res, err);
+  return {res.status, got};
+}
+
+// Parses an SSE body: every event must be `data: <json>` or the final `data: [DONE]`.
+struct Sse {
+  std::vector<json> chunks;
+  bool done = false;
+  std::string text;               // concatenated content deltas (chat) or texts (completions)
+  std::vector<int32_t> token_ids; // concatenated choices[0].token_ids
+};
+Sse ParseSse(const std::string& body) {
+  Sse s;
+  std::stringstream ss(body);
+  std::string line;
+  while (std::getline(ss, line)) {
+    if (line.empty()) continue;
+    EXPECT_EQ(line.rfind("data: ", 0), 0u) << line;
+    EXPECT_FALSE(s.done) << "an event after [DONE]";
+    const std::string data = line.substr(6);
+    if (data == "[DONE]") {
+      s.done = true;
+      continue;
+    }
+    json j = json::parse(data, nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << data;
+    s.chunks.push_back(j);
+    if (!j.contains("choices") || j["choices"].empty()) continue;
+    const json& c = j["choices"][0];
+    if (c.contains("delta") && c["delta"].contains("content")) s.text += c["delta"]["content"].get<std::string>();
+    if (c.contains("text")) s.text += c["text"].get<std::string>();
+    if (c.contains("token_ids"))
+      for (const auto& id : c["token_ids"]) s.token_ids.push_back(id.get<int32_t>());
+  }
+  return s;
+}
+
+// The engine driven directly: the expected output of a greedy request.
+class Reference {
+ public:
+  explicit Reference(const std::string& path, int ctx) {
+    auto m = LoadModel(path);
+    EXPECT_TRUE(m.ok()) << m.status().ToString();
+    auto tok = LoadTokenizerFor(**m);
+    if (tok.ok()) tokenizer_ = std::move(tok).value();
+    EXPECT_TRUE(ModelGenerationDefaults(**m, &sampling_, &stop_ids_).ok());
+    EngineOptions o;
+    o.max_context = ctx;
+    auto e = Engine::Create(std::move(m).value(), MakeCpuBackend(2), o);
+    EXPECT_TRUE(e.ok());
+    engine_ = std::move(e).value();
+  }
+  GenerateResult Run(std::vector<int32_t> prompt, int max_tokens, std::vector<std::string> stop = {}, bool ignore_eos = false) {
+    GenerateRequest r;
+    r.prompt = std::move(prompt);
+    r.max_tokens = max_tokens;
+    r.sampling = sampling_;
+    r.sampling.temperature = 0;
+    r.stop_ids = stop_ids_;
+    r.stop = std::move(stop);
+    r.ignore_eos = ignore_eos;
+    GenerateResult out;
+    Status st = Generate(*engine_, tokenizer_.get(), 0, r, nullptr, &out);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    return out;
+  }
+  std::vector<int32_t> Completion(const std::string& text) const {
+    std::vector<int32_t> ids = tokenizer_->Encode(text, false, true);
+    ids.insert(ids.begin(), tokenizer_->bos_id());
+    return ids;
+  }
+  std::vector<int32_t> Chat(const std::string& user) const {
+    auto text = RenderGemma3Chat({{"user", user}});
+    EXPECT_TRUE(text.ok());
+    return tokenizer_->Encode(*text, false, true);
+  }
+
+ private:
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<Engine> engine_;
+  SamplingParams sampling_;
+  std::vector<int32_t> stop_ids_;
+};
+
+// Polls until pred() or the timeout; returns pred().
+bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return pred();
+}
+
+// ---------------------------------------------------------------- tiny golden checkpoint
+
+TEST(ServerHttpTinyTest, TokenIdCompletionsMatchTheEngineStreamedAndNot) {
+  auto srv = StartServer(Options(TinyModel(), 128, 2));
+  ASSERT_TRUE(srv);
+  Reference ref(TinyModel(), 128);
+  const std::vector<int32_t> prompt = {2, 17, 300, 41};
+  GenerateResult want = ref.Run(prompt, 8, {}, /*ignore_eos=*/true);
+  ASSERT_EQ(want.tokens.size(), 8u);
+  json req = {{"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true}, {"return_token_ids", true}};
+  Reply r = Post(srv->port(), "/v1/completions", req.dump());
+  ASSERT_EQ(r.status, 200) << r.raw;
+  EXPECT_EQ(r.body["choices"][0]["token_ids"], json(want.tokens));
+  EXPECT_EQ(r.body["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(r.body["usage"]["prompt_tokens"], 4);
+  EXPECT_EQ(r.body["usage"]["completion_tokens"], 8);
+  EXPECT_EQ(r.body["prompt_token_ids"], json(prompt));
+  // Without a leading BOS the server adds exactly one.
+  json nobos = req;
+  nobos["prompt"] = {17, 300, 41};
+  Reply r2 = Post(srv->port(), "/v1/completions", nobos.dump());
+  ASSERT_EQ(r2.status, 200) << r2.raw;
+  EXPECT_EQ(r2.body["choices"][0]["token_ids"], json(want.tokens));
+  req["stream"] = true;
+  auto [status, body] = PostStream(srv->port(), "/v1/completions", req.dump());
+  ASSERT_EQ(status, 200);
+  Sse s = ParseSse(body);
+  EXPECT_TRUE(s.done);
+  EXPECT_EQ(s.token_ids, want.tokens);
+  // No tokenizer: chat and text prompts are refused, naming the field.
+  Reply chat = Post(srv->port(), "/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}]})");
+  EXPECT_EQ(chat.status, 400);
+  EXPECT_EQ(chat.body["error"]["param"], "messages");
+  Reply text = Post(srv->port(), "/v1/completions", R"({"prompt":"hi"})");
+  EXPECT_EQ(text.status, 400);
+  EXPECT_EQ(text.body["error"]["param"], "prompt");
+}
+
+TEST(ServerHttpTinyTest, HealthIs503WhileLoading) {
+  std::promise<void> release;
+  std::shared_future<void> go = release.get_future().share();
+  auto srv = StartServer(Options(TinyModel(), 64, 1), [go] { go.wait(); }, /*wait=*/false);
+  ASSERT_TRUE(srv);
+  Reply h = Get(srv->port(), "/health");
+  EXPECT_EQ(h.status, 503);
+  EXPECT_EQ(h.body["status"], "loading");
+  EXPECT_EQ(h.body["error"]["type"], "unavailable_error");
+  Reply c = Post(srv->port(), "/v1/completions", R"({"prompt":[2,5]})");
+  EXPECT_EQ(c.status, 503);
+  EXPECT_TRUE(c.body["error"].contains("message"));
+  release.set_value();
+  ASSERT_TRUE(srv->WaitLoaded().ok());
+  Reply ok = Get(srv->port(), "/health");
+  EXPECT_EQ(ok.status, 200);
+  EXPECT_EQ(ok.body, json({{"status", "ok"}}));
+}
+
+TEST(ServerHttpTinyTest, ApiKeyBodyLimitRoutesAndMetricsSwitch) {
+  ServeOptions o = Options(TinyModel(), 64, 1);
+  o.api_keys = {"sekret", "other"};
+  o.max_body_bytes = 1000;
+  auto srv = StartServer(o);
+  ASSERT_TRUE(srv);
+  const int port = srv->port();
+  const httplib::Headers good = {{"Authorization", "Bearer sekret"}};
+  EXPECT_EQ(Get(port, "/health").status, 200) << "/health is public";
+  for (const httplib::Headers& h : {httplib::Headers{}, httplib::Headers{{"Authorization", "Bearer wrong"}},
+                                    httplib::Headers{{"Authorization", "sekret"}}}) {
+    Reply r = Get(port, "/v1/models", h);
+    EXPECT_EQ(r.status, 401);
+    EXPECT_EQ(r.body["error"]["type"], "authentication_error");
+    EXPECT_EQ(r.body["error"]["code"], "invalid_api_key");
+    EXPECT_EQ(Post(port, "/v1/completions", R"({"prompt":[2,5]})", h).status, 401);
+  }
+  Reply models = Get(port, "/v1/models", {{"Authorization", "Bearer other"}});
+  ASSERT_EQ(models.status, 200);
+  EXPECT_EQ(models.body["data"][0]["id"], "gemma4-e2b-tiny");
+  Reply fine = Post(port, "/v1/completions", R"({"prompt":[2,5],"max_tokens":2,"model":"gemma4-e2b-tiny"})", good);
+  EXPECT_EQ(fine.status, 200) << fine.raw;
+  // 413 for a body over --max-body-bytes, as OpenAI-shaped JSON.
+  Reply big = Post(port, "/v1/completions", json{{"prompt", std::vector<int>(600, 5)}}.dump(), good);
+  EXPECT_EQ(big.status, 413);
+  EXPECT_EQ(big.body["error"]["code"], "request_too_large");
+  // Unknown routes and methods: 404 JSON; /metrics without --metrics: 404.
+  for (auto [method, path] : {std::pair{"GET", "/v2/nothing"}, {"GET", "/v1/completions"}, {"GET", "/metrics"}}) {
+    Reply r = Get(port, path, good);
+    EXPECT_EQ(r.status, 404) << method << " " << path;
+    EXPECT_TRUE(r.body["error"]["message"].is_string()) << r.raw;
+  }
+  EXPECT_EQ(Post(port, "/v1/nothing", "{}", good).status, 404);
+  // An unknown model is 404 naming `model`.
+  Reply unknown = Post(port, "/v1/completions", R"({"prompt":[2,5],"model":"gpt-4o"})", good);
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_EQ(unknown.body["error"]["param"], "model");
+  EXPECT_EQ(unknown.body["error"]["code"], "model_not_found");
+}
+
+TEST(ServerHttpTinyTest, DegeneracyGuardIsReportedInTheChoiceAndTheMetrics) {
+  ServeOptions o = Options(TinyModel(), 128, 1);
+  o.metrics = true;
+  auto srv = StartServer(o);
+  ASSERT_TRUE(srv);
+  // A +100 logit bias makes greedy decoding repeat token 7: a loop the guard must end.
+  json req = {{"prompt", {2, 17, 300}}, {"max_tokens", 100}, {"temperature", 0}, {"ignore_eos", true},
+              {"logit_bias", {{"7", 100}}}};
+  Reply r = Post(srv->port(), "/v1/completions", req.dump());
+  ASSERT_EQ(r.status, 200) << r.raw;
+  const json& c = r.body["choices"][0];
+  EXPECT_EQ(c["finish_reason"], "stop") << "clients keep working: stop, not a new reason";
+  EXPECT_EQ(c["degenerate"], "token 7 repeated 32 times");
+  EXPECT_EQ(r.body["usage"]["completion_tokens"], 32);
+  req["stream"] = true;
+  Sse s = ParseSse(PostStream(srv->port(), "/v1/completions", req.dump()).second);
+  ASSERT_TRUE(s.done);
+  ASSERT_FALSE(s.chunks.empty());
+  EXPECT_EQ(s.chunks.back()["choices"][0]["degenerate"], "token 7 repeated 32 times");
+  EXPECT_EQ(s.chunks.back()["choices"][0]["finish_reason"], "stop");
+  Reply m = Get(srv->port(), "/metrics");
+  EXPECT_NE(m.raw.find("\ngemma4rt_degenerate_responses_total 2\n"), std::string::npos) << m.raw;
+  // An ordinary answer carries no such field.
+  Reply plain = Post(srv->port(), "/v1/completions", R"({"prompt":[2,17,300],"max_tokens":3,"temperature":0})");
+  ASSERT_EQ(plain.status, 200);
+  EXPECT_FALSE(plain.body["choices"][0].contains("degenerate"));
+  // --no-degeneracy-check: the loop runs to max_tokens.
+  o.degeneracy_check = false;
+  auto off = StartServer(o);
+  ASSERT_TRUE(off);
+  req["stream"] = false;
+  Reply r2 = Post(off->port(), "/v1/completions", req.dump());
+  ASSERT_EQ(r2.status, 200);
+  EXPECT_EQ(r2.body["choices"][0]["finish_reason"], "length");
+  EXPECT_FALSE(r2.body["choices"][0].contains("degenerate"));
+}
+
+// ---------------------------------------------------------------- the real default model
+
+class ServerHttpRealTest : public ::testing::Test {
+ protected:
+  static constexpr int kCtx = 512;
+  static void SetUpTestSuite() {
+    if (!std::filesystem::exists(RealModel())) return;
+    ServeOptions o = Options(RealModel(), kCtx, 8);
+    o.metrics = true;
+    server_ = StartServer(o).release();
+    ref_ = new Reference(RealModel(), kCtx);
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    delete ref_;
+    server_ = nullptr;
+    ref_ = nullptr;
+  }
+  void SetUp() override {
+    ASSERT_TRUE(std::filesystem::exists(RealModel()))
+        << RealModel() << " is missing: run scripts/fetch-default-model.sh (or set GEMMA4RT_DEFAULT_MODEL)";
+    ASSERT_NE(server_, nullptr);
+  }
+  int port() const { return server_->port(); }
+  static ServeInstance* server_;
+  static Reference* ref_;
+};
+ServeInstance* ServerHttpRealTest::server_ = nullptr;
+Reference* ServerHttpRealTest::ref_ = nullptr;
+
+TEST_F(ServerHttpRealTest, CompletionGreedyParisStreamedEqualsNonStreamed) {
+  GenerateResult want = ref_->Run(ref_->Completion(kCapitals), 4);
+  ASSERT_EQ(want.text.rfind(" Paris\n", 0), 0u) << want.text;
+  json req = {{"prompt", kCapitals}, {"max_tokens", 4}, {"temperature", 0}};
+  Reply r = Post(port(), "/v1/completions", req.dump());
+  ASSERT_EQ(r.status, 200) << r.raw;
+  EXPECT_EQ(r.body["object"], "text_completion");
+  EXPECT_EQ(r.body["choices"][0]["text"], want.text);
+  EXPECT_EQ(r.body["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(r.body["usage"]["prompt_tokens"], static_cast<int>(ref_->Completion(kCapitals).size()));
+  EXPECT_EQ(r.body["usage"]["completion_tokens"], 4);
+  EXPECT_EQ(r.body["usage"]["total_tokens"], r.body["usage"]["prompt_tokens"].get<int>() + 4);
+  EXPECT_EQ(r.body["timings"]["predicted_n"], 4);
+  EXPECT_GT(r.body["timings"]["prompt_ms"].get<double>(), 0);
+  req["stream"] = true;
+  req["stream_options"] = {{"include_usage", true}};
+  auto [status, body] = PostStream(port(), "/v1/completions", req.dump());
+  ASSERT_EQ(status, 200);
+  Sse s = ParseSse(body);
+  ASSERT_TRUE(s.done);
+  EXPECT_EQ(s.text, want.text);
+  ASSERT_GE(s.chunks.size(), 2u);
+  const std::string id = s.chunks[0]["id"];
+  for (size_t i = 0; i < s.chunks.size(); ++i) {
+    EXPECT_EQ(s.chunks[i]["id"], id);
+    EXPECT_EQ(s.chunks[i]["object"], "text_completion");
+  }
+  const json& last_content = s.chunks[s.chunks.size() - 2];
+  EXPECT_EQ(last_content["choices"][0]["finish_reason"], "length");
+  EXPECT_TRUE(last_content.contains("timings"));
+  const json& usage = s.chunks.back();
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"], r.body["usage"]);
+}
+
+TEST_F(ServerHttpRealTest, ChatGreedyStreamedEqualsNonStreamed) {
+  const std::string question = "What is the capital of France?";
+  GenerateResult want = ref_->Run(ref_->Chat(question), 6);
+  json req = {{"model", "gemma-3-270m-q4_k_m.gguf"}, {"messages", {{{"role", "user"}, {"content", question}}}},
+              {"max_tokens", 6}, {"temperature", 0}};
+  Reply r = Post(port(), "/v1/chat/completions", req.dump());
+  ASSERT_EQ(r.status, 200) << r.raw;
+  EXPECT_EQ(r.body["object"], "chat.completion");
+  EXPECT_EQ(r.body["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(r.body["choices"][0]["message"]["content"], want.text);
+  EXPECT_EQ(r.body["choices"][0]["finish_reason"], want.finish_reason);
+  EXPECT_EQ(r.body["usage"]["prompt_tokens"], static_cast<int>(ref_->Chat(question).size()));
+  req["stream"] = true;
+  auto [status, body] = PostStream(port(), "/v1/chat/completions", req.dump());
+  ASSERT_EQ(status, 200);
+  Sse s = ParseSse(body);
+  ASSERT_TRUE(s.done);
+  ASSERT_GE(s.chunks.size(), 2u);
+  EXPECT_EQ(s.chunks[0]["choices"][0]["delta"]["role"], "assistant");
+  for (const json& c : s.chunks) {
+    EXPECT_EQ(c["object"], "chat.completion.chunk");
+    EXPECT_FALSE(c.contains("usage")) << "no usage without include_usage";
+    ASSERT_EQ(c["choices"].size(), 1u);
+  }
+  for (size_t i = 0; i + 1 < s.chunks.size(); ++i) EXPECT_TRUE(s.chunks[i]["choices"][0]["finish_reason"].is_null());
+  EXPECT_EQ(s.chunks.back()["choices"][0]["finish_reason"], want.finish_reason);
+  EXPECT_EQ(s.text, want.text);
+  EXPECT_EQ(s.text.find("\xEF\xBF\xBD"), std::string::npos) << "no U+FFFD in deltas";
+}
+
+TEST_F(ServerHttpRealTest, StopStringsIncludingOnesThatStraddleTokens) {
+  for (auto [stop, want] : {std::pair<json, std::string>{"\n", " Paris"}, {json::array({"ris", "zzz"}), " Pa"}}) {
+    json req = {{"prompt", kCapitals}, {"max_tokens", 5}, {"temperature", 0}, {"stop", stop}};
+    Reply r = Post(port(), "/v1/completions", req.dump());
+    ASSERT_EQ(r.status, 200) << r.raw;
+    EXPECT_EQ(r.body["choices"][0]["text"], want) << stop.dump();
+    EXPECT_EQ(r.body["choices"][0]["finish_reason"], "stop");
+    req["stream"] = true;
+    Sse s = ParseSse(PostStream(port(), "/v1/completions", req.dump()).second);
+    EXPECT_EQ(s.text, want) << stop.dump();
+  }
+}
+
+TEST_F(ServerHttpRealTest, SameSeedSameSample) {
+  json req = {{"prompt", "Once upon a time"}, {"max_tokens", 8}, {"temperature", 1.0}, {"top_k", 0}, {"top_p", 1.0}, {"seed", 1234}};
+  Reply a = Post(port(), "/v1/completions", req.dump());
+  Reply b = Post(port(), "/v1/completions", req.dump());
+  ASSERT_EQ(a.status, 200) << a.raw;
+  ASSERT_EQ(b.status, 200) << b.raw;
+  EXPECT_EQ(a.body["choices"][0]["text"], b.body["choices"][0]["text"]);
+  req["stream"] = true;
+  Sse s = ParseSse(PostStream(port(), "/v1/completions", req.dump()).second);
+  EXPECT_EQ(s.text, a.body["choices"][0]["text"].get<std::string>());
+}
+
+TEST_F(ServerHttpRealTest, EveryBadInputGetsItsStatusAndParamWhileOthersRunUndisturbed) {
+  GenerateResult want = ref_->Run(ref_->Completion(kCapitals), 6);
+  json good = {{"prompt", kCapitals}, {"max_tokens", 6}, {"temperature", 0}, {"stream", true}};
+  auto running = std::async(std::launch::async, [&] { return PostStream(port(), "/v1/completions", good.dump()); });
+  const std::string long_prompt = [] {
+    std::string s;
+    for (int i = 0; i < 400; ++i) s += "word" + std::to_string(i) + " ";
+    return s;
+  }();
+  struct Case {
+    std::string path, body;
+    int status;
+    std::string param, code;
+  } cases[] = {
+      {"/v1/chat/completions", "{\"messages\": [", 400, "", "invalid_json"},
+      {"/v1/chat/completions", "[]", 400, "", ""},
+      {"/v1/chat/completions", R"({})", 400, "messages", "missing_required_parameter"},
+      {"/v1/chat/completions", R"({"messages":"hi"})", 400, "messages", ""},
+      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"temperature":-1})", 400, "temperature", ""},
+      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"temperature":"warm"})", 400, "temperature", ""},
+      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"top_p":0})", 400, "top_p", ""},
+      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"top_p":1.5})", 400, "top_p", ""},
+      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":1000000000})", 400, "max_tokens", ""},
+      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":510})", 400, "max_tokens",
+       "context_length_exceeded"},
+      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"n":2})", 400, "n", "unsupported_value"},
+      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}],"model":"llama"})", 404, "model", "model_not_found"},
+      {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"bad \xFF byte\"}]}", 400, "messages[0].content",
+       "invalid_utf8"},
+      {"/v1/completions", json{{"prompt", long_prompt}}.dump(), 400, "prompt", "context_length_exceeded"},
+      {"/v1/completions", R"({"prompt":[2, 99999999]})", 400, "prompt", "invalid_token_id"},
+      {"/v1/completions", R"({"prompt":["a","b"]})", 400, "prompt", "unsupported_value"},
+      {"/v1/completions", R"({"prompt":"a","stop":7})", 400, "stop", ""},
+      {"/tokenize", R"({"content":5})", 400, "content", ""},
+      {"/detokenize", R"({"tokens":[-4]})", 400, "tokens", "invalid_token_id"},
+  };
+  for (const Case& c : cases) {
+    Reply r = Post(port(), c.path, c.body);
+    EXPECT_EQ(r.status, c.status) << c.body << " -> " << r.raw;
+    ASSERT_TRUE(r.body.is_object() && r.body.contains("error")) << r.raw;
+    const json& e = r.body["error"];
+    EXPECT_TRUE(e["message"].is_string());
+    EXPECT_TRUE(e["type"].is_string());
+    if (c.param.empty()) {
+      EXPECT_TRUE(e["param"].is_null()) << r.raw;
+    } else {
+      EXPECT_EQ(e["param"], c.param) << c.body;
+    }
+    if (!c.code.empty()) {
+      EXPECT_EQ(e["code"], c.code) << c.body;
+    }
+  }
+  auto [status, body] = running.get();
+  ASSERT_EQ(status, 200);
+  EXPECT_EQ(ParseSse(body).text, want.text) << "a request running alongside bad ones is undisturbed";
+  EXPECT_EQ(Get(port(), "/health").status, 200);
+}
+
+TEST_F(ServerHttpRealTest, TokenizeDetokenizeRoundTripAndApplyTemplate) {
+  const std::string text = "Hello, world!\n\n  Ünïcödé 日本語 🙂 tabs\tand spaces";
+  Reply t = Post(port(), "/tokenize", json{{"content", text}}.dump());
+  ASSERT_EQ(t.status, 200) << t.raw;
+  EXPECT_GT(t.body["tokens"].size(), 5u);
+  Reply d = Post(port(), "/detokenize", json{{"tokens", t.body["tokens"]}}.dump());
+  ASSERT_EQ(d.status, 200) << d.raw;
+  EXPECT_EQ(d.body["content"], text);
+  Reply p = Post(port(), "/tokenize", json{{"content", "Hi"}, {"add_special", true}, {"with_pieces", true}}.dump());
+  ASSERT_EQ(p.status, 200);
+  EXPECT_EQ(p.body["tokens"][0]["piece"], "<bos>");
+  Reply a = Post(port(), "/apply-template", R"({"messages":[{"role":"user","content":"Hi"}]})");
+  ASSERT_EQ(a.status, 200);
+  EXPECT_EQ(a.body["prompt"], "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
+}
+
+TEST_F(ServerHttpRealTest, MetricsAfterSomeRequests) {
+  ASSERT_EQ(Post(port(), "/v1/completions", json{{"prompt", "One two"}, {"max_tokens", 2}, {"temperature", 0}}.dump()).status, 200);
+  ASSERT_EQ(Post(port(), "/v1/completions", R"({"prompt":"x","top_p":7})").status, 400);
+  auto c = Client(port());
+  auto r = c->Get("/metrics");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200);
+  EXPECT_EQ(r->get_header_value("Content-Type").rfind("text/plain; version=0.0.4", 0), 0u);
+  const std::string& m = r->body;
+  auto value = [&](const std::string& name) {
+    const size_t p = m.find("\n" + name + " ");
+    EXPECT_NE(p, std::string::npos) << name << "\n" << m;
+    return p == std::string::npos ? -1.0 : std::stod(m.substr(p + name.size() + 2));
+  };
+  EXPECT_GE(value("gemma4rt_requests_total"), 1);
+  EXPECT_GE(value("gemma4rt_prompt_tokens_total"), 3);
+  EXPECT_GE(value("gemma4rt_generated_tokens_total"), 2);
+  EXPECT_GE(value("gemma4rt_time_to_first_token_seconds_count"), 1);
+  EXPECT_GE(value("gemma4rt_time_per_output_token_seconds_count"), 1);
+  EXPECT_EQ(value("gemma4rt_busy_slots"), 0);
+  EXPECT_EQ(value("gemma4rt_queue_depth"), 0);
+  EXPECT_EQ(value("gemma4rt_slots"), 8);
+  EXPECT_EQ(value("gemma4rt_kv_cache_tokens_capacity"), 8 * kCtx);
+  EXPECT_GE(value("gemma4rt_degenerate_responses_total"), 0);
+  EXPECT_NE(m.find("gemma4rt_http_requests_total{status=\"400\"}"), std::string::npos) << m;
+  EXPECT_NE(m.find("gemma4rt_time_to_first_token_seconds_bucket{le=\"+Inf\"}"), std::string::npos);
+}
+
+TEST_F(ServerHttpRealTest, ClientDisconnectMidStreamFreesTheSlot) {
+  const uint64_t cancelled_before = server_->scheduler()->Stats().requests_cancelled;
+  json req = {{"prompt", "Write a very long story about a dragon."}, {"max_tokens", 400}, {"ignore_eos", true},
+              {"temperature", 0}, {"stream", true}};
+  std::atomic<bool> saw_content{false};
+  auto [status, body] = PostStream(port(), "/v1/completions", req.dump(), [&](const std::string& got) {
+    if (got.find("\"text\"") == std::string::npos) return true;
+    saw_content = true;
+    return false;  // hang up after the first delta
+  });
+  ASSERT_TRUE(saw_content.load()) << body;
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(WaitFor([&] { return server_->scheduler()->Stats().busy_slots == 0; }, 5s))
+      << "the slot of a disconnected client must be freed";
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(ms, 5000);
+  EXPECT_EQ(server_->scheduler()->Stats().requests_cancelled, cancelled_before + 1);
+  std::fprintf(stderr, "slot freed %.0f ms after the client hung up\n", ms);
+}
+
+TEST_F(ServerHttpRealTest, ConcurrentRequestsGetExactlyWhatTheyGetAlone) {
+  const std::vector<std::string> prompts = {"The capital of France is", "def fibonacci(n):", "Once upon a time, in a",
+                                            "1, 2, 3, 4,",             "The weather today is", "Water boils at a temperature of",
+                                            "My favourite colour is",  "In 1492, Columbus"};
+  auto request = [&](size_t i, bool stream) {
+    return json{{"prompt", prompts[i]}, {"max_tokens", 8}, {"temperature", 0}, {"ignore_eos", true},
+                {"return_token_ids", true}, {"stream", stream}}.dump();
+  };
+  auto ids_of = [&](size_t i, bool stream) {
+    if (stream) return ParseSse(PostStream(port(), "/v1/completions", request(i, true)).second).token_ids;
+    Reply r = Post(port(), "/v1/completions", request(i, false));
+    EXPECT_EQ(r.status, 200) << r.raw;
+    return r.body["choices"][0]["token_ids"].get<std::vector<int32_t>>();
+  };
+  std::vector<std::vector<int32_t>> alone(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    alone[i] = ids_of(i, false);
+    ASSERT_EQ(alone[i].size(), 8u) << prompts[i];
+  }
+  for (int stagger_ms : {0, 150}) {
+    std::vector<std::future<std::vector<int32_t>>> futures;
+    for (size_t i = 0; i < prompts.size(); ++i)
+      futures.push_back(std::async(std::launch::async, [&, i] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(stagger_ms * static_cast<int>(i)));
+        return ids_of(i, i % 2 == 1);  // half of them streamed
+      }));
+    for (size_t i = 0; i < prompts.size(); ++i)
+      EXPECT_EQ(futures[i].get(), alone[i]) << "prompt " << i << " '" << prompts[i] << "' stagger " << stagger_ms << " ms";
+  }
+  EXPECT_TRUE(WaitFor([&] { return server_->scheduler()->Stats().busy_slots == 0; }, 2s));
+}
+
+TEST(ServerHttpQueueTest, FullQueueIs429AndTheOthersFinish) {
+  ASSERT_TRUE(std::filesystem::exists(RealModel())) << RealModel() << " is missing: run scripts/fetch-default-model.sh";
+  ServeOptions o = Options(RealModel(), 512, 1);
+  o.max_queue = 1;
+  auto srv = StartServer(o);
+  ASSERT_TRUE(srv);
+  Scheduler* sched = srv->scheduler();
+  std::atomic<bool> hang_up{false};
+  json a = {{"prompt", "Count: 1, 2, 3,"}, {"max_tokens", 400}, {"ignore_eos", true}, {"temperature", 0}, {"stream", true}};
+  auto fa = std::async(std::launch::async, [&] {
+    return PostStream(srv->port(), "/v1/completions", a.dump(), [&](const std::string&) { return !hang_up.load(); });
+  });
+  ASSERT_TRUE(WaitFor([&] { auto s = sched->Stats(); return s.busy_slots == 1 && s.queue_depth == 0; }, 10s));
+  auto fb = std::async(std::launch::async, [&] {
+    return Post(srv->port(), "/v1/completions", R"({"prompt":"Hello","max_tokens":1,"temperature":0})");
+  });
+  ASSERT_TRUE(WaitFor([&] { return sched->Stats().queue_depth == 1; }, 10s));
+  Reply c = Post(srv->port(), "/v1/completions", R"({"prompt":"Hi","max_tokens":1})");
+  EXPECT_EQ(c.status, 429) << c.raw;
+  EXPECT_EQ(c.body["error"]["type"], "rate_limit_error");
+  EXPECT_EQ(c.body["error"]["code"], "queue_full");
+  hang_up = true;
+  fa.get();
+  Reply b = fb.get();
+  EXPECT_EQ(b.status, 200) << b.raw;
+  EXPECT_EQ(sched->Stats().requests_rejected, 1u);
+}
+
+}  // namespace
+}  // namespace g4::server
