@@ -3,7 +3,7 @@
 # second run installs nothing. Run as root (or with sudo available).
 set -euo pipefail
 PKGS=(build-essential cmake ninja-build pkg-config nlohmann-json3-dev libcli11-dev libgtest-dev
-      libgmock-dev libcpp-httplib-dev)
+      libgmock-dev libcpp-httplib-dev libhwy-dev)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -256,12 +258,12 @@ int BenchMain(int argc, char** argv) {
     return Fail(InvalidArgument("a test of " + std::to_string(longest) + " tokens exceeds the model's context (" +
                                 std::to_string(config.max_position) + " positions)"));
   std::vector<std::string> clamp_notes;
+  const int depth_limit = config.max_position - longest;
   for (int& d : depths) {
-    const int max_depth = config.max_position - longest;
-    if (d > max_depth) {
-      clamp_notes.push_back("depth " + std::to_string(d) + " clamped to " + std::to_string(max_depth) +
+    if (d > depth_limit) {
+      clamp_notes.push_back("depth " + std::to_string(d) + " clamped to " + std::to_string(depth_limit) +
                             " (model context " + std::to_string(config.max_position) + ")");
-      d = max_depth;
+      d = depth_limit;
     }
   }
   dedupe(depths);
@@ -294,7 +296,7 @@ int BenchMain(int argc, char** argv) {
 
   // Weights are mmap'd: read every page once so that no test pays for the first touch.
   int last_pct = -1;
-  const bool show_progress = size_bytes > (size_t{128} << 20);
+  const bool show_progress = size_bytes > (size_t{128} << 20) && isatty(STDERR_FILENO);  // no \r lines in logs
   PrefaultWeights(*loaded, [&](double f) {
     const int pct = static_cast<int>(f * 100);
     if (!show_progress || pct == last_pct) return;

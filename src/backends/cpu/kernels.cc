@@ -1,3 +1,5 @@
+// Scalar reference kernels (f32 accumulation): the definitions the SIMD kernels in kernels_hwy.cc
+// are tested against (tests/kernels_test.cc), plus the ops that have no SIMD version yet (Rope).
 #include "backends/cpu/kernels.h"
 
 #include <cmath>
@@ -17,7 +19,7 @@ namespace {
 
 // Dot product with 8 independent f32 accumulators (keeps the rounding error of long sums low and
 // lets the compiler vectorise).
-inline float Dot(const float* a, const float* b, int n) {
+inline float DotReference(const float* a, const float* b, int n) {
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -30,8 +32,8 @@ inline float Dot(const float* a, const float* b, int n) {
 
 }  // namespace
 
-void MatMul(const float* x, int rows, int K, const uint8_t* w, DType wt, int M, float scale, float* y, int ldy,
-            float* scratch) {
+void MatMulReference(const float* x, int rows, int K, const uint8_t* w, DType wt, int M, float scale, float* y,
+                     int ldy, float* scratch) {
   const size_t row_bytes = DTypeRowBytes(wt, K);
   for (int m = 0; m < M; ++m) {
     const uint8_t* wrow = w + m * row_bytes;
@@ -43,13 +45,14 @@ void MatMul(const float* x, int rows, int K, const uint8_t* w, DType wt, int M, 
       wf = scratch;
     }
     for (int n = 0; n < rows; ++n) {
-      const float d = Dot(x + static_cast<size_t>(n) * K, wf, K);
+      const float d = DotReference(x + static_cast<size_t>(n) * K, wf, K);
       y[static_cast<size_t>(n) * ldy + m] = scale == 1.0f ? d : d * scale;
     }
   }
 }
 
-void RmsNorm(const float* x, int rows, int cols, int group, const uint8_t* w, DType wt, float eps, float offset, float* y) {
+void RmsNormReference(const float* x, int rows, int cols, int group, const uint8_t* w, DType wt, float eps,
+                      float offset, float* y) {
   // Norm weights are small: convert once per call (they may be stored in any float dtype).
   thread_local std::vector<float> wf;
   if (w != nullptr) {
@@ -91,11 +94,11 @@ void Rope(float* x, int rows, int cols, int head_dim, const float* inv_freq, con
   }
 }
 
-void GeGlu(const float* a, const float* b, int64_t n, float* out) {
+void GeGluReference(const float* a, const float* b, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = GeluTanh(a[i]) * b[i];
 }
 
-void Softcap(const float* x, int64_t n, float cap, float* out) {
+void SoftcapReference(const float* x, int64_t n, float cap, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = cap * std::tanh(x[i] / cap);
 }
 

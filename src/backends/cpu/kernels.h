@@ -1,5 +1,9 @@
-// CPU reference kernels (scalar, f32 accumulation). Each follows the transformers function named
-// in its comment. Issue "CPU speed" adds SIMD versions beside these, tested against them.
+// CPU kernels. Each op has a scalar reference version (`...Reference`, kernels.cc, f32
+// accumulation, following the transformers function named in its comment) and a SIMD version
+// (kernels_hwy.cc, Google Highway, one source compiled for every x86 target from SSSE3 to AVX-512
+// and for NEON/SVE on Arm, the best one the CPU supports picked at run time). The SIMD versions are
+// the ones the backend calls; tests/kernels_test.cc checks them against the references on every
+// target the machine can run.
 #pragma once
 
 #include <cstdint>
@@ -15,22 +19,48 @@ float GeluTanh(float x);
 // y[n * ldy + m] = scale * sum_k x[n, k] * W[m, k] for n < rows, m < M.  x [rows, K] f32;
 // W [M, K] stored as `wt` (any float or block dtype) at `w`; y rows have stride ldy (>= M).
 // `scratch` holds K floats (one converted weight row).
+//
+// MatMul reads every weight block in its stored form and multiplies it with up to four activation
+// rows at once without writing the dequantised row anywhere (fused kernels for F32, F16, BF16 and
+// all ggml block types). The dequantised weights are bit-identical to ConvertToF32's and the sums
+// are f32, so MatMul differs from MatMulReference only in the order of the additions (and in
+// fused multiply-adds where the CPU has them). `scratch` is then unused.
 void MatMul(const float* x, int rows, int K, const uint8_t* w, DType wt, int M, float scale, float* y, int ldy,
             float* scratch);
+// Scalar reference: converts each weight row with ConvertToF32, then f32 dot products with eight
+// interleaved accumulators.
+void MatMulReference(const float* x, int rows, int K, const uint8_t* w, DType wt, int M, float scale, float* y,
+                     int ldy, float* scratch);
+
+// sum_i a[i] * b[i] in f32 (SIMD, several accumulators). For attention scores.
+float Dot(const float* a, const float* b, int n);
+// y[i] += alpha * x[i] (SIMD). For the attention-weighted sum of values.
+void Axpy(float alpha, const float* x, float* y, int n);
 
 // Per row and per group of `group` columns: y = x * (mean(x^2) + eps)^-1/2 * (offset + w[j]),
 // or without the weight factor when w == nullptr (Gemma4RMSNorm / Gemma3RMSNorm).
 // x, y [rows, cols]; cols % group == 0; w [group] of dtype wt. x may equal y.
+// The SIMD version sums the squares in f64 like the reference and applies the same f32 operations
+// in the same order, so it differs only by the order of that f64 sum.
 void RmsNorm(const float* x, int rows, int cols, int group, const uint8_t* w, DType wt, float eps, float offset, float* y);
+void RmsNormReference(const float* x, int rows, int cols, int group, const uint8_t* w, DType wt, float eps,
+                      float offset, float* y);
 
 // NeoX RoPE in place: for each row r and head of `head_dim` columns, pair (j, j + D/2) is
 // rotated by angle positions[r] * inv_freq[j] (angle, cos and sin in f32 as transformers).
 void Rope(float* x, int rows, int cols, int head_dim, const float* inv_freq, const int32_t* positions);
 
-// out = gelu_tanh(a) * b, n elements.
+// out = gelu_tanh(a) * b, n elements. The SIMD version uses Highway's vector tanh (a few ulp from
+// std::tanh), otherwise the reference's f32 operations in the same order.
 void GeGlu(const float* a, const float* b, int64_t n, float* out);
+void GeGluReference(const float* a, const float* b, int64_t n, float* out);
 
-// out = cap * tanh(x / cap), n elements.
+// out = cap * tanh(x / cap), n elements (SIMD version: Highway's vector tanh).
 void Softcap(const float* x, int64_t n, float cap, float* out);
+void SoftcapReference(const float* x, int64_t n, float cap, float* out);
+
+// Name of the SIMD target the kernels above run on ("AVX2", "AVX3", "SSE4", "NEON", "SVE",
+// "Scalar", ...): the best one this CPU supports among those compiled. For the device-policy line.
+const char* SimdTargetName();
 
 }  // namespace g4::cpu

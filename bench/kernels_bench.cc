@@ -1,0 +1,144 @@
+// Microbenchmarks of the CPU matrix kernels (Google Benchmark): the Highway kernels against the
+// scalar references, single-threaded, on the shapes of the default model (Gemma 3 270M Q4_K_M).
+//
+//   ./build/gemma4rt_bench                                  # everything
+//   ./build/gemma4rt_bench --benchmark_filter=LmHead        # the LM head (262144 x 640 Q8_0, 1 row)
+//
+// bytes_per_second is weight bytes read per second; BM_ReadBandwidth is the memory roofline for
+// the LM head's 178 MB (a plain sum over a buffer of the same size).
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backends/cpu/kernels.h"
+#include "base/thread_pool.h"
+#include "tensor/dtype.h"
+
+namespace g4 {
+namespace {
+
+// Random weight rows in `t` with finite scales of a realistic size (|d| < 0.03).
+std::vector<uint8_t> RandomWeights(DType t, int M, int K, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> w(DTypeRowBytes(t, K) * M);
+  for (auto& b : w) b = static_cast<uint8_t>(rng());
+  std::uniform_real_distribution<float> u(-0.03f, 0.03f);
+  auto put_half = [&](uint8_t* p) {
+    const uint16_t h = F32ToF16(u(rng));
+    p[0] = h & 0xff;
+    p[1] = h >> 8;
+  };
+  const size_t bb = DTypeBlockBytes(t);
+  const size_t nblocks = w.size() / bb;
+  for (size_t i = 0; i < nblocks; ++i) {
+    uint8_t* b = w.data() + i * bb;
+    switch (t) {
+      case DType::kF32: { float f = u(rng); std::memcpy(b, &f, 4); break; }
+      case DType::kF16: put_half(b); break;
+      case DType::kBF16: { const uint16_t h = F32ToBf16(u(rng)); b[0] = h & 0xff; b[1] = h >> 8; break; }
+      case DType::kQ8_0: case DType::kQ4_0: case DType::kQ5_0: put_half(b); break;
+      case DType::kQ4_1: case DType::kQ5_1: case DType::kQ4_K: case DType::kQ5_K: put_half(b); put_half(b + 2); break;
+      case DType::kQ6_K: put_half(b + 208); break;
+      default: break;
+    }
+  }
+  return w;
+}
+
+std::vector<float> RandomActs(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (auto& v : x) v = g(rng);
+  return x;
+}
+
+using MatMulFn = void (*)(const float*, int, int, const uint8_t*, DType, int, float, float*, int, float*);
+
+void RunMatMul(benchmark::State& state, MatMulFn fn, DType t, int M, int K, int rows) {
+  const std::vector<uint8_t> w = RandomWeights(t, M, K, 1);
+  const std::vector<float> x = RandomActs(static_cast<size_t>(rows) * K, 2);
+  std::vector<float> y(static_cast<size_t>(rows) * M), scratch(K);
+  for (auto _ : state) {
+    fn(x.data(), rows, K, w.data(), t, M, 1.0f, y.data(), M, scratch.data());
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(w.size()));
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * K * rows * state.iterations(), benchmark::Counter::kIsRate,
+                                                 benchmark::Counter::kIs1000);
+  state.SetLabel(cpu::SimdTargetName());
+}
+
+// The tied LM head of Gemma 3 270M: 262144 x 640 Q8_0 (178 MB), one activation row (decode).
+void BM_LmHead_Q8_0_Hwy(benchmark::State& s) { RunMatMul(s, cpu::MatMul, DType::kQ8_0, 262144, 640, 1); }
+void BM_LmHead_Q8_0_Reference(benchmark::State& s) { RunMatMul(s, cpu::MatMulReference, DType::kQ8_0, 262144, 640, 1); }
+BENCHMARK(BM_LmHead_Q8_0_Hwy)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(BM_LmHead_Q8_0_Reference)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+
+// The same split over threads as the CPU backend's ParallelMatMul (2 threads).
+void BM_LmHead_Q8_0_Hwy_2Threads(benchmark::State& state) {
+  const int M = 262144, K = 640;
+  const DType t = DType::kQ8_0;
+  const std::vector<uint8_t> w = RandomWeights(t, M, K, 1);
+  const std::vector<float> x = RandomActs(K, 2);
+  std::vector<float> y(M);
+  ThreadPool pool(2);
+  const size_t row_bytes = DTypeRowBytes(t, K);
+  std::vector<std::vector<float>> scratch(pool.size(), std::vector<float>(K));
+  for (auto _ : state) {
+    pool.ParallelFor(M, [&](int task, int64_t mb, int64_t me) {
+      cpu::MatMul(x.data(), 1, K, w.data() + mb * row_bytes, t, static_cast<int>(me - mb), 1.0f, y.data() + mb, M,
+                  scratch[task].data());
+    });
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(w.size()));
+}
+BENCHMARK(BM_LmHead_Q8_0_Hwy_2Threads)->Unit(benchmark::kMillisecond)->MinTime(2.0)->UseRealTime();
+
+// Memory roofline: sum of 64-bit words over a buffer the size of the LM head.
+void BM_ReadBandwidth(benchmark::State& state) {
+  std::vector<uint64_t> buf(DTypeRowBytes(DType::kQ8_0, 640) * 262144 / 8, 1);
+  for (auto _ : state) {
+    uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+    for (size_t i = 0; i + 4 <= buf.size(); i += 4) {
+      s0 += buf[i];
+      s1 += buf[i + 1];
+      s2 += buf[i + 2];
+      s3 += buf[i + 3];
+    }
+    benchmark::DoNotOptimize(s0 + s1 + s2 + s3);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(buf.size() * 8));
+}
+BENCHMARK(BM_ReadBandwidth)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+
+// Layer matmuls of the default model, decode (1 row) and prefill (64 rows), per weight type. The
+// weights (< 4 MB) stay in cache, so these measure the kernels' arithmetic.
+template <bool kHwy>
+void BM_Layer(benchmark::State& s) {
+  const DType t = static_cast<DType>(s.range(0));
+  const int M = static_cast<int>(s.range(1)), K = static_cast<int>(s.range(2)), rows = static_cast<int>(s.range(3));
+  RunMatMul(s, kHwy ? cpu::MatMul : cpu::MatMulReference, t, M, K, rows);
+}
+void LayerArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"dtype", "M", "K", "rows"});
+  // ffn_gate/ffn_up shape (2048 x 640) for the 32-element formats and plain floats, ffn_down
+  // (640 x 2048) for the k-quants (their rows need K % 256 == 0).
+  for (DType t : {DType::kQ5_0, DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K, DType::kF16, DType::kBF16,
+                  DType::kF32}) {
+    const bool k_quant = DTypeBlockElems(t) == 256;
+    for (int rows : {1, 64}) b->Args({static_cast<int64_t>(t), k_quant ? 640 : 2048, k_quant ? 2048 : 640, rows});
+  }
+}
+BENCHMARK(BM_Layer<true>)->Name("BM_Layer_Hwy")->Apply(LayerArgs)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Layer<false>)->Name("BM_Layer_Reference")->Apply(LayerArgs)->Unit(benchmark::kMicrosecond);
+
+}  // namespace
+}  // namespace g4
+
+BENCHMARK_MAIN();

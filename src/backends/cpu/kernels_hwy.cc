@@ -1,0 +1,773 @@
+// SIMD versions of the CPU kernels (kernels.h), written once with Google Highway and compiled for
+// every target in HWY_TARGETS (x86: SSSE3, SSE4, AVX2, AVX-512 and the scalar fallback; Arm: NEON,
+// SVE, SVE2); HWY_DYNAMIC_DISPATCH picks the best one the CPU supports on the first call.
+//
+// Matrix products read the weights in their stored form. Per weight block, each vector of
+// dequantised weights is built in registers from the packed bytes -- exactly the f32 values
+// ConvertToF32 (src/tensor/dequant.cc) produces, with the same f32 operations in the same order --
+// and multiplied into f32 accumulators for one to four activation rows (decode) or eight (prefill),
+// so a block is decoded once per tile of rows and the dequantised row is never written to memory. This file is compiled with
+// -ffp-contract=off (CMakeLists.txt) so that the decoding's separate multiply and add stay
+// separate, as in dequant.cc; the dot products use explicit fused multiply-adds (hn::MulAdd) where
+// the target has them. Activations are never quantised.
+//
+// Vectors never straddle a scale group: block formats use at most 16 f32 lanes (one Q6_K scale
+// covers 16 elements, a Q4_0 nibble half 16), Q5_0/Q5_1 at most 8, via CappedTag.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "backends/cpu/kernels.h"
+#include "base/check.h"
+#include "tensor/dtype.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backends/cpu/kernels_hwy.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+// Must come after foreach_target.h.
+#include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
+
+#ifndef G4_KERNELS_HWY_TABLES_
+#define G4_KERNELS_HWY_TABLES_
+namespace g4::cpu {
+namespace {
+// Per byte of a Q5_0/Q5_1 fifth-bit mask, per bit j: the term that bit adds to the element.
+struct FifthBitTables {
+  int8_t minus16[256][8];  // Q5_0: (nib | bit << 4) - 16 = nib + (bit ? 0 : -16)
+  int8_t plus16[256][8];   // Q5_1: nib | bit << 4 = nib + (bit ? 16 : 0)
+};
+constexpr FifthBitTables MakeFifthBitTables() {
+  FifthBitTables t{};
+  for (int b = 0; b < 256; ++b) {
+    for (int j = 0; j < 8; ++j) {
+      const bool set = (b >> j) & 1;
+      t.minus16[b][j] = static_cast<int8_t>(set ? 0 : -16);
+      t.plus16[b][j] = static_cast<int8_t>(set ? 16 : 0);
+    }
+  }
+  return t;
+}
+alignas(64) constexpr FifthBitTables kFifthBits = MakeFifthBitTables();
+}  // namespace
+}  // namespace g4::cpu
+#endif  // G4_KERNELS_HWY_TABLES_
+
+HWY_BEFORE_NAMESPACE();
+namespace g4 {
+namespace cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Lanes per vector for the block formats (see the file comment).
+using DFB = hn::CappedTag<float, 16>;
+// Full vectors for plain f32 data.
+using DFF = hn::ScalableTag<float>;
+
+// The fp16 scale at p as f32, exactly as F16ToF32: normal halves by moving the bits (exponent bias
+// 15 -> 127), zero, subnormals, inf and NaN through F16ToF32.
+HWY_INLINE float HalfAt(const uint8_t* p) {
+  const uint32_t h = static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8);
+  const uint32_t exp = h & 0x7c00u;
+  if (HWY_UNLIKELY(exp == 0 || exp == 0x7c00u)) return F16ToF32(static_cast<uint16_t>(h));
+  const uint32_t u = ((h & 0x8000u) << 16) | (((h & 0x7fffu) << 13) + (112u << 23));
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+HWY_INLINE uint32_t U32At(const uint8_t* p) {
+  return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) | (static_cast<uint32_t>(p[2]) << 16) |
+         (static_cast<uint32_t>(p[3]) << 24);
+}
+
+// Lanes(DF) bytes at p, zero-extended to i32 lanes.
+template <class DF>
+HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> LoadBytes(DF, const uint8_t* HWY_RESTRICT p) {
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<uint8_t, DF> d8;
+  return hn::PromoteTo(di, hn::LoadU(d8, p));
+}
+
+// The fifth bits of elements e .. e + N - 1 (N <= 8, e % N == 0) of a Q5_0/Q5_1 block whose
+// 32-bit mask starts at qh, as i32 lanes of table[bit]: bit e + lane of the mask is bit e % 8 + lane
+// of byte e / 8, so all lanes come from one 8-byte table row.
+template <class DF>
+HWY_INLINE hn::Vec<hn::RebindToSigned<DF>> FifthBits(DF, const int8_t (*table)[8], const uint8_t* qh, size_t e) {
+  const hn::RebindToSigned<DF> di;
+  const hn::Rebind<int8_t, DF> d8;
+  return hn::PromoteTo(di, hn::LoadU(d8, table[qh[e / 8]] + e % 8));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Block decoders. Each has kQK elements per block of kBytes bytes, a Prepare that reads the
+// block's scales into Params, and Get(df, block, params, g, e) = dequantised elements
+// g * kGroup + e .. + N - 1 (e < kGroup a multiple of N = Lanes(df)), bit-identical to dequant.cc.
+// Groups repeat one bit layout: the kernels loop over g and unroll e, so e is a constant.
+
+struct DecQ8_0 {
+  static constexpr size_t kQK = 32, kGroup = 32, kBytes = 34;
+  using Tag = DFB;
+  struct Params { float d; };
+  static HWY_INLINE void Prepare(const uint8_t* b, Params* p) { p->d = HalfAt(b); }
+  template <class DF>
+  static HWY_INLINE hn::Vec<DF> Get(DF df, const uint8_t* HWY_RESTRICT b, const Params& p, size_t /*g*/, size_t e) {
+    const hn::RebindToSigned<DF> di;
+    const hn::Rebind<int8_t, DF> d8;
+    const auto q = hn::PromoteTo(di, hn::LoadU(d8, reinterpret_cast<const int8_t*>(b + 2 + e)));
+    return hn::Mul(hn::ConvertTo(df, q), hn::Set(df, p.d));  // float(q) * d
+  }
+};
+
+struct DecQ4_0 {
+  static constexpr size_t kQK = 32, kGroup = 32, kBytes = 18;
+  using Tag = DFB;
+  struct Params { float d; };
+  static HWY_INLINE void Prepare(const uint8_t* b, Params* p) { p->d = HalfAt(b); }
+  template <class DF>
+  static HWY_INLINE hn::Vec<DF> Get(DF df, const uint8_t* HWY_RESTRICT b, const Params& p, size_t /*g*/, size_t e) {
+    const hn::RebindToSigned<DF> di;
+    auto q = LoadBytes(df, b + 2 + (e & 15));
+    if (e < 16) {
+      q = hn::And(q, hn::Set(di, 15));
+    } else {
+      q = hn::ShiftRight<4>(q);
+    }
+    return hn::Mul(hn::Set(df, p.d), hn::ConvertTo(df, hn::Sub(q, hn::Set(di, 8))));  // d * (nib - 8)
+  }
+};
+
+struct DecQ4_1 {
+  static constexpr size_t kQK = 32, kGroup = 32, kBytes = 20;
+  using Tag = DFB;
+  struct Params { float d, m; };
+  static HWY_INLINE void Prepare(const uint8_t* b, Params* p) {
+    p->d = HalfAt(b);
+    p->m = HalfAt(b + 2);
+  }
+  template <class DF>
+  static HWY_INLINE hn::Vec<DF> Get(DF df, const uint8_t* HWY_RESTRICT b, const Params& p, size_t /*g*/, size_t e) {
+    const hn::RebindToSigned<DF> di;
+    auto q = LoadBytes(df, b + 4 + (e & 15));
+    if (e < 16) {
+      q = hn::And(q, hn::Set(di, 15));
+    } else {
+      q = hn::ShiftRight<4>(q);
+    }
+    return hn::Add(hn::Mul(hn::Set(df, p.d), hn::ConvertTo(df, q)), hn::Set(df, p.m));  // d * nib + m
+  }
+};
+
+struct DecQ5_0 {
+  static constexpr size_t kQK = 32, kGroup = 32, kBytes = 22;
+  using Tag = hn::CappedTag<float, 8>;  // FifthBits reads one mask byte per vector
+  struct Params { float d; };
+  static HWY_INLINE void Prepare(const uint8_t* b, Params* p) { p->d = HalfAt(b); }
+  template <class DF>
+  static HWY_INLINE hn::Vec<DF> Get(DF df, const uint8_t* HWY_RESTRICT b, const Params& p, size_t /*g*/, size_t e) {
+    const hn::RebindToSigned<DF> di;
+    auto q = LoadBytes(df, b + 6 + (e & 15));
+    if (e < 16) {
+      q = hn::And(q, hn::Set(di, 15));
+    } else {
+      q = hn::ShiftRight<4>(q);
+    }
+    q = hn::Add(q, FifthBits(df, kFifthBits.minus16, b + 2, e));
+    return hn::Mul(hn::Set(df, p.d), hn::ConvertTo(df, q));  // d * ((nib | bit << 4) - 16)
+  }
+};
+
+struct DecQ5_1 {
+  static constexpr size_t kQK = 32, kGroup = 32, kBytes = 24;
+  using Tag = hn::CappedTag<float, 8>;
+  struct Params { float d, m; };
+  static HWY_INLINE void Prepare(const uint8_t* b, Params* p) {
+    p->d = HalfAt(b);
+    p->m = HalfAt(b + 2);
+  }
+  template <class DF>
+  static HWY_INLINE hn::Vec<DF> Get(DF df, const uint8_t* HWY_RESTRICT b, const Params& p, size_t /*g*/, size_t e) {
+    const hn::RebindToSigned<DF> di;
+    auto q = LoadBytes(df, b + 8 + (e & 15));
+    if (e < 16) {
+      q = hn::And(q, hn::Set(di, 15));
+    } else {
+      q = hn::ShiftRight<4>(q);
+    }
+    q = hn::Add(q, FifthBits(df, kFifthBits.plus16, b + 4, e));
+    return hn::Add(hn::Mul(hn::Set(df, p.d), hn::ConvertTo(df, q)), hn::Set(df, p.m));  // d * q + m
+  }
+};
+
+// The 6-bit scale and min of sub-block s of a Q4_K/Q5_K block (as dequant.cc's ScaleMinK4).
+HWY_INLINE void ScaleMinK4(const uint8_t* sc, int s, int* scale, int* min) {
+  if (s < 4) {
+    *scale = sc[s] & 63;
+    *min = sc[s + 4] & 63;
+  } else {
+    *scale = (sc[s + 4] & 0x0f) | ((sc[s - 4] >> 6) << 4);
+    *min = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
+  }
+}
+
+struct ParamsK4 {
+  float ds[8], dm[8];  // per sub-block of 32: d * scale, dmin * min
+};
+HWY_INLINE void PrepareK4(const uint8_t* b, ParamsK4* p) {
+  const float d = HalfAt(b);
+  const float dmin = HalfAt(b + 2);
+  for (int s = 0; s < 8; ++s) {
+    int sc, mn;
+    ScaleMinK4(b + 4, s, &sc, &mn);
+    p->ds[s] = d * static_cast<float>(sc);
+    p->dm[s] = dmin * static_cast<float>(mn);
+  }
+}
+
+struct DecQ4K {
+  static constexpr size_t kQK = 256, kGroup = 64, kBytes = 144;
+  using Tag = DFB;
+  using Params = ParamsK4;
+  static HWY_INLINE void Prepare(const uint8_t* b, Params* p) { PrepareK4(b, p); }
+  // Group g: sub-blocks 2g (low nibbles of qs[32g .. 32g + 31]) and 2g + 1 (high nibbles).
+  template <class DF>
+  static HWY_INLINE hn::Vec<DF> Get(DF df, const uint8_t* HWY_RESTRICT b, const Params& p, size_t g, size_t e) {
+    const hn::RebindToSigned<DF> di;
+    const size_t s = 2 * g + e / 32, l = e % 32;
+    auto q = LoadBytes(df, b + 16 + 32 * g + l);
+    if (e < 32) {
+      q = hn::And(q, hn::Set(di, 15));
+    } else {
+      q = hn::ShiftRight<4>(q);
+    }
+    return hn::Sub(hn::Mul(hn::Set(df, p.ds[s]), hn::ConvertTo(df, q)), hn::Set(df, p.dm[s]));
+  }
+};
+
+struct DecQ5K {
+  static constexpr size_t kQK = 256, kGroup = 64, kBytes = 176;
+  using Tag = DFB;
+  using Params = ParamsK4;
+  static HWY_INLINE void Prepare(const uint8_t* b, Params* p) { PrepareK4(b, p); }
+  // As Q4_K, plus the fifth bit of element l of sub-block s: bit s of qh[l].
+  template <class DF>
+  static HWY_INLINE hn::Vec<DF> Get(DF df, const uint8_t* HWY_RESTRICT b, const Params& p, size_t g, size_t e) {
+    const hn::RebindToSigned<DF> di;
+    const size_t s = 2 * g + e / 32, l = e % 32;
+    auto q = LoadBytes(df, b + 48 + 32 * g + l);
+    if (e < 32) {
+      q = hn::And(q, hn::Set(di, 15));
+    } else {
+      q = hn::ShiftRight<4>(q);
+    }
+    const auto hb = hn::And(hn::ShiftRightSame(LoadBytes(df, b + 16 + l), static_cast<int>(s)), hn::Set(di, 1));
+    q = hn::Or(q, hn::ShiftLeft<4>(hb));
+    return hn::Sub(hn::Mul(hn::Set(df, p.ds[s]), hn::ConvertTo(df, q)), hn::Set(df, p.dm[s]));
+  }
+};
+
+struct DecQ6K {
+  static constexpr size_t kQK = 256, kGroup = 128, kBytes = 210;
+  using Tag = DFB;
+  struct Params { float ds[16]; };  // d * scales[i], per 16 elements
+  static HWY_INLINE void Prepare(const uint8_t* b, Params* p) {
+    const float d = HalfAt(b + 208);
+    const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192);
+    for (int i = 0; i < 16; ++i) p->ds[i] = d * static_cast<float>(scales[i]);
+  }
+  // Group h (a half of 128), element r: low 4 bits from nibble r / 64 of ql[64 h + r % 64], top 2
+  // bits from field r / 32 of qh[32 h + r % 32]; scale ds[8 h + r / 16].
+  template <class DF>
+  static HWY_INLINE hn::Vec<DF> Get(DF df, const uint8_t* HWY_RESTRICT b, const Params& p, size_t h, size_t r) {
+    const hn::RebindToSigned<DF> di;
+    auto lo = LoadBytes(df, b + 64 * h + r % 64);
+    if (r < 64) {
+      lo = hn::And(lo, hn::Set(di, 15));
+    } else {
+      lo = hn::ShiftRight<4>(lo);
+    }
+    // Field j = r / 32 (bits 2j, 2j + 1) moved to bits 4, 5.
+    auto hi = LoadBytes(df, b + 128 + 32 * h + r % 32);
+    const int j = static_cast<int>(r / 32);
+    if (j < 2) {
+      hi = hn::ShiftLeftSame(hi, 4 - 2 * j);
+    } else if (j == 3) {
+      hi = hn::ShiftRightSame(hi, 2);
+    }
+    const auto q = hn::Sub(hn::Or(lo, hn::And(hi, hn::Set(di, 0x30))), hn::Set(di, 32));
+    return hn::Mul(hn::Set(df, p.ds[8 * h + r / 16]), hn::ConvertTo(df, q));
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Fused dot products of R activation rows (stride ldx) with one weight row of nb blocks. Two
+// accumulators per row; out[r] = the R sums.
+
+template <class Dec, int R>
+HWY_INLINE void DotBlocks(const float* HWY_RESTRICT x, size_t ldx, const uint8_t* HWY_RESTRICT w, size_t nb,
+                          float* HWY_RESTRICT out) {
+  const typename Dec::Tag df;
+  const size_t N = hn::Lanes(df);
+  const float* HWY_RESTRICT x0 = x;
+  const float* HWY_RESTRICT x1 = x + (R > 1 ? ldx : 0);
+  const float* HWY_RESTRICT x2 = x + (R > 2 ? 2 * ldx : 0);
+  const float* HWY_RESTRICT x3 = x + (R > 3 ? 3 * ldx : 0);
+  auto a0 = hn::Zero(df), c0 = hn::Zero(df), a1 = hn::Zero(df), c1 = hn::Zero(df);
+  auto a2 = hn::Zero(df), c2 = hn::Zero(df), a3 = hn::Zero(df), c3 = hn::Zero(df);
+  for (size_t ib = 0; ib < nb; ++ib) {
+    const uint8_t* HWY_RESTRICT blk = w + ib * Dec::kBytes;
+    typename Dec::Params p;
+    Dec::Prepare(blk, &p);
+    HWY_UNROLL(4)
+    for (size_t g = 0; g < Dec::kQK / Dec::kGroup; ++g) {
+      const size_t o = ib * Dec::kQK + g * Dec::kGroup;
+      HWY_UNROLL(16)
+      for (size_t e = 0; e < Dec::kGroup; e += 2 * N) {
+        const auto w0 = Dec::Get(df, blk, p, g, e);
+        const auto w1 = Dec::Get(df, blk, p, g, e + N);
+        a0 = hn::MulAdd(w0, hn::LoadU(df, x0 + o + e), a0);
+        c0 = hn::MulAdd(w1, hn::LoadU(df, x0 + o + e + N), c0);
+        if constexpr (R > 1) {
+          a1 = hn::MulAdd(w0, hn::LoadU(df, x1 + o + e), a1);
+          c1 = hn::MulAdd(w1, hn::LoadU(df, x1 + o + e + N), c1);
+        }
+        if constexpr (R > 2) {
+          a2 = hn::MulAdd(w0, hn::LoadU(df, x2 + o + e), a2);
+          c2 = hn::MulAdd(w1, hn::LoadU(df, x2 + o + e + N), c2);
+        }
+        if constexpr (R > 3) {
+          a3 = hn::MulAdd(w0, hn::LoadU(df, x3 + o + e), a3);
+          c3 = hn::MulAdd(w1, hn::LoadU(df, x3 + o + e + N), c3);
+        }
+      }
+    }
+  }
+  out[0] = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, c0)));
+  if constexpr (R > 1) out[1] = hn::GetLane(hn::SumOfLanes(df, hn::Add(a1, c1)));
+  if constexpr (R > 2) out[2] = hn::GetLane(hn::SumOfLanes(df, hn::Add(a2, c2)));
+  if constexpr (R > 3) out[3] = hn::GetLane(hn::SumOfLanes(df, hn::Add(a3, c3)));
+}
+
+// Eight activation rows (prefill), packed by Pack8: one accumulator per row, so each decoded weight
+// vector feeds eight independent fused multiply-adds, and one pointer walks the activations.
+template <class Dec>
+HWY_INLINE void DotBlocks8(const float* HWY_RESTRICT xp, const uint8_t* HWY_RESTRICT w, size_t nb,
+                           float* HWY_RESTRICT out) {
+  const typename Dec::Tag df;
+  const size_t N = hn::Lanes(df);
+  auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
+  auto a4 = hn::Zero(df), a5 = hn::Zero(df), a6 = hn::Zero(df), a7 = hn::Zero(df);
+  for (size_t ib = 0; ib < nb; ++ib) {
+    const uint8_t* HWY_RESTRICT blk = w + ib * Dec::kBytes;
+    typename Dec::Params p;
+    Dec::Prepare(blk, &p);
+    HWY_UNROLL(1)
+    for (size_t g = 0; g < Dec::kQK / Dec::kGroup; ++g) {
+      const float* HWY_RESTRICT xb = xp + 8 * (ib * Dec::kQK + g * Dec::kGroup);
+      HWY_UNROLL(16)
+      for (size_t e = 0; e < Dec::kGroup; e += N) {
+        const auto w0 = Dec::Get(df, blk, p, g, e);
+        const float* HWY_RESTRICT xe = xb + 8 * e;
+        a0 = hn::MulAdd(w0, hn::LoadU(df, xe), a0);
+        a1 = hn::MulAdd(w0, hn::LoadU(df, xe + N), a1);
+        a2 = hn::MulAdd(w0, hn::LoadU(df, xe + 2 * N), a2);
+        a3 = hn::MulAdd(w0, hn::LoadU(df, xe + 3 * N), a3);
+        a4 = hn::MulAdd(w0, hn::LoadU(df, xe + 4 * N), a4);
+        a5 = hn::MulAdd(w0, hn::LoadU(df, xe + 5 * N), a5);
+        a6 = hn::MulAdd(w0, hn::LoadU(df, xe + 6 * N), a6);
+        a7 = hn::MulAdd(w0, hn::LoadU(df, xe + 7 * N), a7);
+      }
+    }
+  }
+  out[0] = hn::GetLane(hn::SumOfLanes(df, a0));
+  out[1] = hn::GetLane(hn::SumOfLanes(df, a1));
+  out[2] = hn::GetLane(hn::SumOfLanes(df, a2));
+  out[3] = hn::GetLane(hn::SumOfLanes(df, a3));
+  out[4] = hn::GetLane(hn::SumOfLanes(df, a4));
+  out[5] = hn::GetLane(hn::SumOfLanes(df, a5));
+  out[6] = hn::GetLane(hn::SumOfLanes(df, a6));
+  out[7] = hn::GetLane(hn::SumOfLanes(df, a7));
+}
+
+// Packs k columns (a multiple of N) of eight rows of x (stride ldx) for DotBlocks8: the N-lane
+// vectors of the eight rows for columns [c, c + N) lie together, row after row, at xp + 8 c.
+template <class DF>
+HWY_INLINE void Pack8(DF df, const float* HWY_RESTRICT x, size_t ldx, size_t k, float* HWY_RESTRICT xp) {
+  const size_t N = hn::Lanes(df);
+  for (size_t c = 0; c < k; c += N)
+    for (size_t r = 0; r < 8; ++r) hn::StoreU(hn::LoadU(df, x + r * ldx + c), df, xp + 8 * c + r * N);
+}
+
+// Plain float weight rows: Get(df, row, i) = elements i .. i + N - 1 as f32, At(row, i) one element.
+struct LoadF32 {
+  static constexpr size_t kSize = 4;
+  template <class DF>
+  static HWY_INLINE hn::Vec<DF> Get(DF df, const uint8_t* HWY_RESTRICT w, size_t i) {
+    return hn::LoadU(df, reinterpret_cast<const float*>(w) + i);
+  }
+  static HWY_INLINE float At(const uint8_t* w, size_t i) {
+    float f;
+    std::memcpy(&f, w + 4 * i, 4);
+    return f;
+  }
+};
+struct LoadBF16 {
+  static constexpr size_t kSize = 2;
+  template <class DF>
+  static HWY_INLINE hn::Vec<DF> Get(DF df, const uint8_t* HWY_RESTRICT w, size_t i) {
+    const hn::RebindToUnsigned<DF> du;
+    const hn::Rebind<uint16_t, DF> d16;
+    const auto v = hn::PromoteTo(du, hn::LoadU(d16, reinterpret_cast<const uint16_t*>(w) + i));
+    return hn::BitCast(df, hn::ShiftLeft<16>(v));
+  }
+  static HWY_INLINE float At(const uint8_t* w, size_t i) {
+    return Bf16ToF32(static_cast<uint16_t>(w[2 * i] | (w[2 * i + 1] << 8)));
+  }
+};
+struct LoadF16 {
+  static constexpr size_t kSize = 2;
+  template <class DF>
+  static HWY_INLINE hn::Vec<DF> Get(DF df, const uint8_t* HWY_RESTRICT w, size_t i) {
+    const hn::Rebind<hwy::float16_t, DF> d16;
+    return hn::PromoteTo(df, hn::LoadU(d16, reinterpret_cast<const hwy::float16_t*>(w) + i));
+  }
+  static HWY_INLINE float At(const uint8_t* w, size_t i) {
+    return F16ToF32(static_cast<uint16_t>(w[2 * i] | (w[2 * i + 1] << 8)));
+  }
+};
+
+template <class Ld, int R>
+HWY_INLINE void DotFloat(const float* HWY_RESTRICT x, size_t ldx, const uint8_t* HWY_RESTRICT w, size_t K,
+                         float* HWY_RESTRICT out) {
+  const DFF df;
+  const size_t N = hn::Lanes(df);
+  const float* HWY_RESTRICT x0 = x;
+  const float* HWY_RESTRICT x1 = x + (R > 1 ? ldx : 0);
+  const float* HWY_RESTRICT x2 = x + (R > 2 ? 2 * ldx : 0);
+  const float* HWY_RESTRICT x3 = x + (R > 3 ? 3 * ldx : 0);
+  auto a0 = hn::Zero(df), c0 = hn::Zero(df), a1 = hn::Zero(df), c1 = hn::Zero(df);
+  auto a2 = hn::Zero(df), c2 = hn::Zero(df), a3 = hn::Zero(df), c3 = hn::Zero(df);
+  size_t i = 0;
+  for (; i + 2 * N <= K; i += 2 * N) {
+    const auto w0 = Ld::Get(df, w, i);
+    const auto w1 = Ld::Get(df, w, i + N);
+    a0 = hn::MulAdd(w0, hn::LoadU(df, x0 + i), a0);
+    c0 = hn::MulAdd(w1, hn::LoadU(df, x0 + i + N), c0);
+    if constexpr (R > 1) {
+      a1 = hn::MulAdd(w0, hn::LoadU(df, x1 + i), a1);
+      c1 = hn::MulAdd(w1, hn::LoadU(df, x1 + i + N), c1);
+    }
+    if constexpr (R > 2) {
+      a2 = hn::MulAdd(w0, hn::LoadU(df, x2 + i), a2);
+      c2 = hn::MulAdd(w1, hn::LoadU(df, x2 + i + N), c2);
+    }
+    if constexpr (R > 3) {
+      a3 = hn::MulAdd(w0, hn::LoadU(df, x3 + i), a3);
+      c3 = hn::MulAdd(w1, hn::LoadU(df, x3 + i + N), c3);
+    }
+  }
+  for (; i + N <= K; i += N) {
+    const auto w0 = Ld::Get(df, w, i);
+    a0 = hn::MulAdd(w0, hn::LoadU(df, x0 + i), a0);
+    if constexpr (R > 1) a1 = hn::MulAdd(w0, hn::LoadU(df, x1 + i), a1);
+    if constexpr (R > 2) a2 = hn::MulAdd(w0, hn::LoadU(df, x2 + i), a2);
+    if constexpr (R > 3) a3 = hn::MulAdd(w0, hn::LoadU(df, x3 + i), a3);
+  }
+  float s0 = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, c0)));
+  float s1 = 0, s2 = 0, s3 = 0;
+  if constexpr (R > 1) s1 = hn::GetLane(hn::SumOfLanes(df, hn::Add(a1, c1)));
+  if constexpr (R > 2) s2 = hn::GetLane(hn::SumOfLanes(df, hn::Add(a2, c2)));
+  if constexpr (R > 3) s3 = hn::GetLane(hn::SumOfLanes(df, hn::Add(a3, c3)));
+  for (; i < K; ++i) {
+    const float wi = Ld::At(w, i);
+    s0 += wi * x0[i];
+    if constexpr (R > 1) s1 += wi * x1[i];
+    if constexpr (R > 2) s2 += wi * x2[i];
+    if constexpr (R > 3) s3 += wi * x3[i];
+  }
+  out[0] = s0;
+  if constexpr (R > 1) out[1] = s1;
+  if constexpr (R > 2) out[2] = s2;
+  if constexpr (R > 3) out[3] = s3;
+}
+
+// One weight row (block type Dec, or plain float loader Ld) against R activation rows (R <= 4 or
+// R == 8): Dot<R>(x, ldx, k, w, out) for k elements; Offset(k) = bytes of k elements. With
+// kPack8, eight rows come packed (Pack8, ldx unused).
+template <class Dec>
+struct BlockRow {
+  static constexpr bool kPack8 = true;
+  static constexpr int kSliceCols = 512;
+  using Tag = typename Dec::Tag;
+  template <int R>
+  static HWY_INLINE void Dot(const float* x, size_t ldx, size_t k, const uint8_t* w, float* out) {
+    if constexpr (R == 8) {
+      DotBlocks8<Dec>(x, w, k / Dec::kQK, out);
+    } else {
+      DotBlocks<Dec, R>(x, ldx, w, k / Dec::kQK, out);
+    }
+  }
+  static size_t Offset(size_t k) { return k / Dec::kQK * Dec::kBytes; }
+};
+template <class Ld>
+struct FloatRow {
+  static constexpr bool kPack8 = false;
+  static constexpr int kSliceCols = 1 << 30;
+  using Tag = DFF;
+  template <int R>
+  static HWY_INLINE void Dot(const float* x, size_t ldx, size_t k, const uint8_t* w, float* out) {
+    if constexpr (R == 8) {
+      DotFloat<Ld, 4>(x, ldx, w, k, out);
+      DotFloat<Ld, 4>(x + 4 * ldx, ldx, w, k, out + 4);
+    } else {
+      DotFloat<Ld, R>(x, ldx, w, k, out);
+    }
+  }
+  static size_t Offset(size_t k) { return k * Ld::kSize; }
+};
+
+// y[r, m] (=, or += when !first) dot(x row r, weight row m) over k elements, for weight rows
+// [m0, m1) and activation rows [0, R) of x (stride ldx).
+template <class Row, int R>
+HWY_NOINLINE void Tile(const float* x, size_t ldx, size_t k, const uint8_t* w, size_t row_bytes, int m0, int m1,
+                       bool first, float* y, size_t ldy) {
+  float s[8];
+  for (int m = m0; m < m1; ++m) {
+    Row::template Dot<R>(x, ldx, k, w + static_cast<size_t>(m) * row_bytes, s);
+    for (int r = 0; r < R; ++r) y[r * ldy + m] = first ? s[r] : y[r * ldy + m] + s[r];
+  }
+}
+
+template <class Row>
+HWY_INLINE void TileRows(int R, const float* x, size_t ldx, size_t k, const uint8_t* w, size_t row_bytes, int m0,
+                         int m1, bool first, float* y, size_t ldy) {
+  switch (R) {
+    case 8: return Tile<Row, 8>(x, ldx, k, w, row_bytes, m0, m1, first, y, ldy);
+    case 4: return Tile<Row, 4>(x, ldx, k, w, row_bytes, m0, m1, first, y, ldy);
+    case 3: return Tile<Row, 3>(x, ldx, k, w, row_bytes, m0, m1, first, y, ldy);
+    case 2: return Tile<Row, 2>(x, ldx, k, w, row_bytes, m0, m1, first, y, ldy);
+    default: return Tile<Row, 1>(x, ldx, k, w, row_bytes, m0, m1, first, y, ldy);
+  }
+}
+
+
+// Decode (rows <= 4): one pass over the weights, each row's dot product in one go. Prefill: tiles
+// of eight activation rows (then 4, 3, 2, 1) over slices of kSlice columns, against groups of
+// weight rows whose slices (~128 KiB) stay in L2; the slices' partial sums are added in y.
+// `scale` is applied to the finished sums.
+template <class Row>
+void MatMulRows(const float* x, int rows, int K, const uint8_t* w, int M, float scale, float* y, int ldy) {
+  const size_t row_bytes = Row::Offset(K);
+  const size_t ldx = static_cast<size_t>(K);
+  if (rows <= 4) {
+    TileRows<Row>(rows, x, ldx, K, w, row_bytes, 0, M, true, y, ldy);
+  } else {
+    constexpr int kSlice = Row::kSliceCols;
+    thread_local std::vector<float> packed;
+    if (Row::kPack8) packed.resize(8 * kSlice);
+    const int group = std::max(1, static_cast<int>((128 << 10) / std::max<size_t>(Row::Offset(std::min(K, kSlice)), 1)));
+    for (int m0 = 0; m0 < M; m0 += group) {
+      const int m1 = std::min(M, m0 + group);
+      for (int k0 = 0; k0 < K; k0 += kSlice) {
+        const size_t k = static_cast<size_t>(std::min(kSlice, K - k0));
+        const uint8_t* wk = w + Row::Offset(k0);
+        for (int r0 = 0; r0 < rows;) {
+          const int R = rows - r0 >= 8 ? 8 : std::min(4, rows - r0);
+          const float* xr = x + r0 * ldx + k0;
+          if (R == 8 && Row::kPack8) {
+            Pack8(typename Row::Tag(), xr, ldx, k, packed.data());
+            xr = packed.data();
+          }
+          TileRows<Row>(R, xr, ldx, k, wk, row_bytes, m0, m1, k0 == 0, y + static_cast<size_t>(r0) * ldy, ldy);
+          r0 += R;
+        }
+      }
+    }
+  }
+  if (scale != 1.0f) {
+    for (int r = 0; r < rows; ++r)
+      for (int m = 0; m < M; ++m) y[static_cast<size_t>(r) * ldy + m] *= scale;
+  }
+}
+
+void MatMulHwy(const float* x, int rows, int K, const uint8_t* w, DType wt, int M, float scale, float* y, int ldy,
+               float* scratch) {
+  if (rows <= 0 || M <= 0) return;
+  G4_CHECK(K % DTypeBlockElems(wt) == 0);
+  switch (wt) {
+    case DType::kF32: return MatMulRows<FloatRow<LoadF32>>(x, rows, K, w, M, scale, y, ldy);
+    case DType::kBF16: return MatMulRows<FloatRow<LoadBF16>>(x, rows, K, w, M, scale, y, ldy);
+    case DType::kF16: return MatMulRows<FloatRow<LoadF16>>(x, rows, K, w, M, scale, y, ldy);
+    case DType::kQ8_0: return MatMulRows<BlockRow<DecQ8_0>>(x, rows, K, w, M, scale, y, ldy);
+    case DType::kQ4_0: return MatMulRows<BlockRow<DecQ4_0>>(x, rows, K, w, M, scale, y, ldy);
+    case DType::kQ4_1: return MatMulRows<BlockRow<DecQ4_1>>(x, rows, K, w, M, scale, y, ldy);
+    case DType::kQ5_0: return MatMulRows<BlockRow<DecQ5_0>>(x, rows, K, w, M, scale, y, ldy);
+    case DType::kQ5_1: return MatMulRows<BlockRow<DecQ5_1>>(x, rows, K, w, M, scale, y, ldy);
+    case DType::kQ4_K: return MatMulRows<BlockRow<DecQ4K>>(x, rows, K, w, M, scale, y, ldy);
+    case DType::kQ5_K: return MatMulRows<BlockRow<DecQ5K>>(x, rows, K, w, M, scale, y, ldy);
+    case DType::kQ6_K: return MatMulRows<BlockRow<DecQ6K>>(x, rows, K, w, M, scale, y, ldy);
+    default: return MatMulReference(x, rows, K, w, wt, M, scale, y, ldy, scratch);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Vector helpers.
+
+float DotHwy(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, int n) {
+  const DFF df;
+  const size_t N = hn::Lanes(df);
+  const size_t len = n > 0 ? static_cast<size_t>(n) : 0;
+  auto s0 = hn::Zero(df), s1 = hn::Zero(df), s2 = hn::Zero(df), s3 = hn::Zero(df);
+  size_t i = 0;
+  for (; i + 4 * N <= len; i += 4 * N) {
+    s0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), s0);
+    s1 = hn::MulAdd(hn::LoadU(df, a + i + N), hn::LoadU(df, b + i + N), s1);
+    s2 = hn::MulAdd(hn::LoadU(df, a + i + 2 * N), hn::LoadU(df, b + i + 2 * N), s2);
+    s3 = hn::MulAdd(hn::LoadU(df, a + i + 3 * N), hn::LoadU(df, b + i + 3 * N), s3);
+  }
+  for (; i + N <= len; i += N) s0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), s0);
+  float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(s0, s1), hn::Add(s2, s3))));
+  for (; i < len; ++i) s += a[i] * b[i];
+  return s;
+}
+
+void AxpyHwy(float alpha, const float* HWY_RESTRICT x, float* HWY_RESTRICT y, int n) {
+  const DFF df;
+  const size_t N = hn::Lanes(df);
+  const size_t len = n > 0 ? static_cast<size_t>(n) : 0;
+  const auto va = hn::Set(df, alpha);
+  size_t i = 0;
+  for (; i + N <= len; i += N) hn::StoreU(hn::MulAdd(va, hn::LoadU(df, x + i), hn::LoadU(df, y + i)), df, y + i);
+  for (; i < len; ++i) y[i] += alpha * x[i];
+}
+
+// out = f(df, in0, in1) over n floats: full vectors in place, the tail through a padded buffer so
+// every element goes through the same vector code.
+template <class F>
+HWY_INLINE void MapN(const float* HWY_RESTRICT in0, const float* HWY_RESTRICT in1, size_t n, float* out, const F& f) {
+  const DFF df;
+  const size_t N = hn::Lanes(df);
+  size_t i = 0;
+  for (; i + N <= n; i += N) {
+    hn::StoreU(f(df, hn::LoadU(df, in0 + i), hn::LoadU(df, in1 + i)), df, out + i);
+  }
+  if (i < n) {
+    HWY_ALIGN float b0[HWY_MAX_BYTES / sizeof(float)] = {};
+    HWY_ALIGN float b1[HWY_MAX_BYTES / sizeof(float)] = {};
+    const size_t rest = n - i;
+    std::memcpy(b0, in0 + i, rest * sizeof(float));
+    std::memcpy(b1, in1 + i, rest * sizeof(float));
+    hn::Store(f(df, hn::Load(df, b0), hn::Load(df, b1)), df, b0);
+    std::memcpy(out + i, b0, rest * sizeof(float));
+  }
+}
+
+void GeGluHwy(const float* a, const float* b, int64_t n, float* out) {
+  MapN(a, b, static_cast<size_t>(n), out, [](DFF df, hn::Vec<DFF> x, hn::Vec<DFF> g) HWY_ATTR {
+    const auto beta = hn::Set(df, 0.7978845608028654f);  // sqrt(2/pi)
+    const auto kappa = hn::Set(df, 0.044715f);
+    // Same operations and order as GeluTanh: 0.5f * x * (1 + tanh(beta * (x + kappa * x * x * x))).
+    const auto inner = hn::Mul(beta, hn::Add(x, hn::Mul(hn::Mul(hn::Mul(kappa, x), x), x)));
+    const auto gelu = hn::Mul(hn::Mul(hn::Set(df, 0.5f), x), hn::Add(hn::Set(df, 1.0f), hn::Tanh(df, inner)));
+    return hn::Mul(gelu, g);
+  });
+}
+
+void SoftcapHwy(const float* x, int64_t n, float cap, float* out) {
+  MapN(x, x, static_cast<size_t>(n), out, [cap](DFF df, hn::Vec<DFF> v, hn::Vec<DFF>) HWY_ATTR {
+    const auto c = hn::Set(df, cap);
+    return hn::Mul(c, hn::Tanh(df, hn::Div(v, c)));
+  });
+}
+
+// sum of x[j]^2 in f64, as RmsNormReference.
+HWY_INLINE double SumSquares(const float* HWY_RESTRICT x, size_t n) {
+  size_t i = 0;
+  double ss = 0;
+#if HWY_HAVE_FLOAT64
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> dfh;
+  const size_t N = hn::Lanes(dd);
+  auto s0 = hn::Zero(dd), s1 = hn::Zero(dd);
+  for (; i + 2 * N <= n; i += 2 * N) {
+    const auto v0 = hn::PromoteTo(dd, hn::LoadU(dfh, x + i));
+    const auto v1 = hn::PromoteTo(dd, hn::LoadU(dfh, x + i + N));
+    s0 = hn::MulAdd(v0, v0, s0);  // exact products: a float squared fits in a double
+    s1 = hn::MulAdd(v1, v1, s1);
+  }
+  ss = hn::GetLane(hn::SumOfLanes(dd, hn::Add(s0, s1)));
+#endif
+  for (; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  return ss;
+}
+
+void RmsNormHwy(const float* x, int rows, int cols, int group, const uint8_t* w, DType wt, float eps, float offset,
+                float* y) {
+  thread_local std::vector<float> wf;
+  if (w != nullptr) {
+    wf.resize(group);
+    ConvertToF32(wt, w, wf.data(), group);
+  }
+  const DFF df;
+  const size_t N = hn::Lanes(df);
+  const auto voff = hn::Set(df, offset);
+  for (int r = 0; r < rows; ++r) {
+    for (int g0 = 0; g0 < cols; g0 += group) {
+      const float* xi = x + static_cast<size_t>(r) * cols + g0;
+      float* yi = y + static_cast<size_t>(r) * cols + g0;
+      const float mean = static_cast<float>(SumSquares(xi, group) / group);
+      const float inv = 1.0f / std::sqrt(mean + eps);
+      const auto vinv = hn::Set(df, inv);
+      size_t j = 0;
+      for (; j + N <= static_cast<size_t>(group); j += N) {
+        auto v = hn::Mul(hn::LoadU(df, xi + j), vinv);
+        if (w != nullptr) v = hn::Mul(v, hn::Add(voff, hn::LoadU(df, wf.data() + j)));
+        hn::StoreU(v, df, yi + j);
+      }
+      for (; j < static_cast<size_t>(group); ++j) {
+        float v = xi[j] * inv;
+        if (w != nullptr) v = v * (offset + wf[j]);
+        yi[j] = v;
+      }
+    }
+  }
+}
+
+const char* TargetNameHwy() { return hwy::TargetName(HWY_TARGET); }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace cpu
+}  // namespace g4
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace g4 {
+namespace cpu {
+
+HWY_EXPORT(MatMulHwy);
+HWY_EXPORT(DotHwy);
+HWY_EXPORT(AxpyHwy);
+HWY_EXPORT(GeGluHwy);
+HWY_EXPORT(SoftcapHwy);
+HWY_EXPORT(RmsNormHwy);
+HWY_EXPORT(TargetNameHwy);
+
+void MatMul(const float* x, int rows, int K, const uint8_t* w, DType wt, int M, float scale, float* y, int ldy,
+            float* scratch) {
+  HWY_DYNAMIC_DISPATCH(MatMulHwy)(x, rows, K, w, wt, M, scale, y, ldy, scratch);
+}
+float Dot(const float* a, const float* b, int n) { return HWY_DYNAMIC_DISPATCH(DotHwy)(a, b, n); }
+void Axpy(float alpha, const float* x, float* y, int n) { HWY_DYNAMIC_DISPATCH(AxpyHwy)(alpha, x, y, n); }
+void GeGlu(const float* a, const float* b, int64_t n, float* out) { HWY_DYNAMIC_DISPATCH(GeGluHwy)(a, b, n, out); }
+void Softcap(const float* x, int64_t n, float cap, float* out) { HWY_DYNAMIC_DISPATCH(SoftcapHwy)(x, n, cap, out); }
+void RmsNorm(const float* x, int rows, int cols, int group, const uint8_t* w, DType wt, float eps, float offset,
+             float* y) {
+  HWY_DYNAMIC_DISPATCH(RmsNormHwy)(x, rows, cols, group, w, wt, eps, offset, y);
+}
+const char* SimdTargetName() { return HWY_DYNAMIC_DISPATCH(TargetNameHwy)(); }
+
+}  // namespace cpu
+}  // namespace g4
+#endif  // HWY_ONCE

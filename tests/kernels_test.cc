@@ -1,0 +1,358 @@
+// The Highway CPU kernels (src/backends/cpu/kernels_hwy.cc) against the scalar references
+// (kernels.cc), on every SIMD target this machine can run: each test runs once per target in
+// hwy::SupportedAndGeneratedTargets() (e.g. KernelsTest.MatMulExact/AVX2, .../SSE4, .../SSSE3,
+// .../SCALAR here; AVX3 on AVX-512 machines; NEON/SVE on Arm), forced with
+// hwy::SetSupportedTargetsForTest so that HWY_DYNAMIC_DISPATCH picks that target.
+//
+// Tolerances. MatMul rebuilds every weight bit-identically to ConvertToF32 (MatMulExact checks this
+// with data on which every product and partial sum is exact in f32, so any order of summation
+// gives the same bits) and then differs from MatMulReference only in the order of the f32
+// additions and in fused multiply-adds. For a dot product whose terms pass through at most n
+// roundings, |computed - exact| <= gamma_n * sum_k |w_k x_k| (Higham, "Accuracy and Stability of
+// Numerical Algorithms", 3.1), gamma_n = n u / (1 - n u), u = 2^-24. The reference chains K/8 + 4
+// roundings per term (eight interleaved accumulators, three pairwise adds, the product); the SIMD
+// kernels at most K/2 + 16 (the scalar target: two accumulators of one lane, plus tails and the
+// final lane sum; prefill adds the partial sums of 512-column slices, which only shortens chains); `scale` adds one rounding to each. So |y - y_ref| <= (gamma_{K/8+5} +
+// gamma_{K/2+17}) * |scale| * sum_k |w_k x_k| -- a rigorous bound, not a fudge factor.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backends/cpu/kernels.h"
+#include "hwy/highway.h"
+#include "hwy/targets.h"
+#include "tensor/dtype.h"
+
+namespace g4 {
+namespace {
+
+constexpr double kU = 1.0 / (1 << 24);  // unit roundoff of f32
+
+// Activation row counts: every decode tile (1-4 rows) and the prefill tiles (8, then 4..1 left).
+const int kRowCounts[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 19};
+
+double Gamma(double n) { return n * kU / (1.0 - n * kU); }
+
+class KernelsTest : public ::testing::TestWithParam<int64_t> {
+ protected:
+  void SetUp() override { hwy::SetSupportedTargetsForTest(GetParam()); }
+  void TearDown() override { hwy::SetSupportedTargetsForTest(0); }
+};
+
+std::string TargetParamName(const ::testing::TestParamInfo<int64_t>& info) { return hwy::TargetName(info.param); }
+
+INSTANTIATE_TEST_SUITE_P(Targets, KernelsTest, ::testing::ValuesIn(hwy::SupportedAndGeneratedTargets()),
+                         TargetParamName);
+
+const DType kAllWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0, DType::kQ4_0, DType::kQ4_1,
+                                 DType::kQ5_0, DType::kQ5_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+
+void PutU16(uint8_t* p, uint16_t v) {
+  p[0] = static_cast<uint8_t>(v & 0xff);
+  p[1] = static_cast<uint8_t>(v >> 8);
+}
+
+// Byte offsets of the fp16 scales of one block of `t` (d, and m / dmin where the format has it).
+std::vector<size_t> ScaleOffsets(DType t) {
+  switch (t) {
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ5_0: return {0};
+    case DType::kQ4_1:
+    case DType::kQ5_1:
+    case DType::kQ4_K:
+    case DType::kQ5_K: return {0, 2};
+    case DType::kQ6_K: return {208};
+    default: return {};
+  }
+}
+
+// M rows of K weights in `t`. Random quant bytes; fp16 scales drawn by `scale()`. Plain float types
+// get values from `value()` rounded to the type.
+template <class ScaleFn, class ValueFn>
+std::vector<uint8_t> MakeWeights(DType t, int M, int K, std::mt19937& rng, ScaleFn scale, ValueFn value) {
+  std::vector<uint8_t> w(DTypeRowBytes(t, K) * M);
+  if (DTypeBlockElems(t) == 1) {
+    for (size_t i = 0; i < static_cast<size_t>(M) * K; ++i) {
+      const float v = value();
+      if (t == DType::kF32) std::memcpy(w.data() + 4 * i, &v, 4);
+      if (t == DType::kF16) PutU16(w.data() + 2 * i, F32ToF16(v));
+      if (t == DType::kBF16) PutU16(w.data() + 2 * i, F32ToBf16(v));
+    }
+    return w;
+  }
+  for (auto& b : w) b = static_cast<uint8_t>(rng());
+  const size_t bb = DTypeBlockBytes(t);
+  for (size_t i = 0; i < w.size() / bb; ++i)
+    for (size_t off : ScaleOffsets(t)) PutU16(w.data() + i * bb + off, scale());
+  return w;
+}
+
+struct Case {
+  DType t;
+  int M, K;
+};
+
+// Runs MatMul and MatMulReference on the same inputs; y has row stride M + 3, filled with a
+// sentinel that must survive in the gaps.
+void RunBoth(const Case& c, const std::vector<uint8_t>& w, const std::vector<float>& x, int rows, float scale,
+             std::vector<float>* y, std::vector<float>* y_ref) {
+  const int ldy = c.M + 3;
+  y->assign(static_cast<size_t>(rows) * ldy, 12345.0f);
+  y_ref->assign(y->size(), 12345.0f);
+  std::vector<float> scratch(c.K, 0.0f), scratch_ref(c.K, 0.0f);
+  cpu::MatMul(x.data(), rows, c.K, w.data(), c.t, c.M, scale, y->data(), ldy, scratch.data());
+  cpu::MatMulReference(x.data(), rows, c.K, w.data(), c.t, c.M, scale, y_ref->data(), ldy, scratch_ref.data());
+}
+
+TEST_P(KernelsTest, DispatchesToTheTargetUnderTest) {
+  EXPECT_STREQ(cpu::SimdTargetName(), hwy::TargetName(GetParam()));
+}
+
+// Scales +-2^-6, activations integers in [-4, 4], K <= 512: every weight is a multiple of 2^-6
+// below 2^6 in magnitude (Q6_K: 128 * 32 * 2^-6), so every product and every partial sum is a
+// multiple of 2^-6 below 2^23 * 2^-6 in magnitude, hence exact in f32: the result is the same for
+// any summation order and must match the reference bit for bit. This pins the decoding of every
+// weight format (nibble order, fifth bits, 6-bit scales, ...) on every target.
+TEST_P(KernelsTest, MatMulExact) {
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int> small(-4, 4), ival(-64, 64);
+  auto scale = [&] { return F32ToF16(rng() % 2 ? 0.015625f : -0.015625f); };  // +-2^-6
+  auto value = [&] { return std::ldexp(static_cast<float>(ival(rng)), -4); };
+  for (DType t : kAllWeightTypes) {
+    for (const Case& c : {Case{t, 37, 512}, Case{t, 1, 512}, Case{t, 301, 256}}) {
+      if (c.K % DTypeBlockElems(t) != 0) continue;
+      const std::vector<uint8_t> w = MakeWeights(t, c.M, c.K, rng, scale, value);
+      for (int rows : kRowCounts) {
+        std::vector<float> x(static_cast<size_t>(rows) * c.K);
+        for (auto& v : x) v = static_cast<float>(small(rng));
+        for (float s : {1.0f, 0.125f}) {
+          std::vector<float> y, y_ref;
+          RunBoth(c, w, x, rows, s, &y, &y_ref);
+          for (size_t i = 0; i < y.size(); ++i) {
+            ASSERT_EQ(y[i], y_ref[i]) << DTypeName(t) << " M=" << c.M << " K=" << c.K << " rows=" << rows
+                                      << " scale=" << s << " at " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Checks y against y_ref with the summation-order bound from the file comment.
+void ExpectWithinSummationBound(const Case& c, const std::vector<uint8_t>& w, const std::vector<float>& x, int rows,
+                                float scale, const std::vector<float>& y, const std::vector<float>& y_ref,
+                                const std::string& what) {
+  const int ldy = c.M + 3;
+  const size_t row_bytes = DTypeRowBytes(c.t, c.K);
+  const double gamma = Gamma(c.K / 8.0 + 5) + Gamma(c.K / 2.0 + 17);
+  std::vector<float> wf(c.K);
+  int checked = 0;
+  for (int m = 0; m < c.M; ++m) {
+    ConvertToF32(c.t, w.data() + m * row_bytes, wf.data(), c.K);
+    for (int n = 0; n < rows; ++n) {
+      double abs_sum = 0;
+      for (int k = 0; k < c.K; ++k) abs_sum += std::fabs(static_cast<double>(wf[k]) * x[static_cast<size_t>(n) * c.K + k]);
+      const size_t i = static_cast<size_t>(n) * ldy + m;
+      ASSERT_TRUE(std::isfinite(y_ref[i])) << what;
+      const double bound = gamma * std::fabs(scale) * abs_sum;
+      ASSERT_LE(std::fabs(static_cast<double>(y[i]) - y_ref[i]), bound)
+          << what << " " << DTypeName(c.t) << " M=" << c.M << " K=" << c.K << " rows=" << rows << " m=" << m
+          << " n=" << n << " y=" << y[i] << " ref=" << y_ref[i];
+      ++checked;
+    }
+    for (int n = 0; n < rows; ++n)
+      for (int j = c.M; j < ldy; ++j) ASSERT_EQ(y[static_cast<size_t>(n) * ldy + j], 12345.0f) << what << " gap";
+  }
+  EXPECT_EQ(checked, c.M * rows);
+}
+
+// Random quant bytes with random finite fp16 scales of any exponent, Gaussian activations; plain
+// float weights of any size, and K values that leave vector tails for them.
+TEST_P(KernelsTest, MatMulRandom) {
+  std::mt19937 rng(99);
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  std::uniform_int_distribution<int> expo(-14, 4);
+  auto scale = [&] {
+    // Finite, normal or subnormal, either sign.
+    const float v = std::ldexp(1.0f + static_cast<float>(rng() % 1024) / 1024.0f, expo(rng)) * (rng() % 2 ? 1 : -1);
+    return rng() % 16 == 0 ? static_cast<uint16_t>(rng() % 1024) /* subnormal or zero */ : F32ToF16(v);
+  };
+  auto value = [&] { return gauss(rng) * 0.05f; };
+  for (DType t : kAllWeightTypes) {
+    std::vector<Case> cases;
+    if (DTypeBlockElems(t) == 1) {
+      cases = {{t, 37, 1}, {t, 37, 7}, {t, 37, 37}, {t, 21, 640}, {t, 9, 1029}};
+    } else if (DTypeBlockElems(t) == 32) {
+      cases = {{t, 37, 32}, {t, 37, 96}, {t, 21, 640}};
+    } else {
+      cases = {{t, 37, 256}, {t, 13, 1024}};
+    }
+    for (const Case& c : cases) {
+      const std::vector<uint8_t> w = MakeWeights(t, c.M, c.K, rng, scale, value);
+      for (int rows : kRowCounts) {
+        std::vector<float> x(static_cast<size_t>(rows) * c.K);
+        for (auto& v : x) v = gauss(rng);
+        const float s = rows % 2 ? 1.0f : 0.0625f * 3;
+        std::vector<float> y, y_ref;
+        RunBoth(c, w, x, rows, s, &y, &y_ref);
+        ExpectWithinSummationBound(c, w, x, rows, s, y, y_ref, "random");
+      }
+    }
+  }
+}
+
+std::vector<uint8_t> FromHex(const std::string& hex) {
+  std::vector<uint8_t> out(hex.size() / 2);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+  return out;
+}
+
+// Blocks from tests/data/dequant_golden.json -- real ones from the default model (Q8_0 attn_v,
+// Q5_0 attn_q, Q4_K attn_output, Q6_K ffn_down), blocks gguf.quants.quantize made from random data,
+// random bytes with finite fp16 scales -- tiled into matrices: row m is the case's blocks rotated
+// by m, then repeated to the row length.
+TEST_P(KernelsTest, MatMulGoldenBlocks) {
+  std::ifstream in(std::string(GEMMA4RT_TEST_DATA_DIR) + "/data/dequant_golden.json");
+  ASSERT_TRUE(in) << "missing tests/data/dequant_golden.json";
+  const nlohmann::json golden = nlohmann::json::parse(in);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  int cases = 0, real = 0;
+  for (const auto& gc : golden["cases"]) {
+    DType t = DType::kF32;
+    bool known = false;
+    for (DType d : kAllWeightTypes)
+      if (DTypeName(d) == gc["type"].get<std::string>()) t = d, known = true;
+    if (!known || DTypeBlockElems(t) == 1) continue;  // plain floats are covered above
+    const std::vector<uint8_t> blocks = FromHex(gc["bytes"].get<std::string>());
+    const size_t bb = DTypeBlockBytes(t);
+    const size_t nb = blocks.size() / bb;
+    ASSERT_GT(nb, 0u);
+    for (int K : {DTypeBlockElems(t) * 2, DTypeBlockElems(t) * 5}) {
+      const Case c{t, 19, K};
+      const size_t row_blocks = K / DTypeBlockElems(t);
+      std::vector<uint8_t> w(row_blocks * bb * c.M);
+      for (int m = 0; m < c.M; ++m)
+        for (size_t j = 0; j < row_blocks; ++j)
+          std::memcpy(w.data() + (m * row_blocks + j) * bb, blocks.data() + ((m + j) % nb) * bb, bb);
+      for (int rows : kRowCounts) {
+        std::vector<float> x(static_cast<size_t>(rows) * K);
+        for (auto& v : x) v = gauss(rng);
+        std::vector<float> y, y_ref;
+        RunBoth(c, w, x, rows, 1.0f, &y, &y_ref);
+        ExpectWithinSummationBound(c, w, x, rows, 1.0f, y, y_ref, gc["source"].get<std::string>());
+      }
+    }
+    ++cases;
+    if (gc["source"].get<std::string>().rfind("real", 0) == 0) ++real;
+  }
+  EXPECT_GE(cases, 10);
+  EXPECT_EQ(real, 4);  // Q8_0, Q5_0, Q4_K, Q6_K blocks of the default model
+}
+
+TEST_P(KernelsTest, DotAndAxpy) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  for (int n : {0, 1, 3, 8, 31, 64, 256, 1000}) {
+    std::vector<float> a(n), b(n), y(n);
+    for (auto& v : a) v = gauss(rng);
+    for (auto& v : b) v = gauss(rng);
+    for (auto& v : y) v = gauss(rng);
+    double exact = 0, abs_sum = 0;
+    for (int i = 0; i < n; ++i) {
+      exact += static_cast<double>(a[i]) * b[i];
+      abs_sum += std::fabs(static_cast<double>(a[i]) * b[i]);
+    }
+    // Any order of summation: gamma_{n+1} sum |a_i b_i| (see the file comment).
+    EXPECT_LE(std::fabs(cpu::Dot(a.data(), b.data(), n) - exact), Gamma(n + 1) * abs_sum) << n;
+    // y + alpha x: one rounding of the exact value with a fused multiply-add, two without.
+    const float alpha = 0.37f;
+    std::vector<float> z = y;
+    cpu::Axpy(alpha, a.data(), z.data(), n);
+    for (int i = 0; i < n; ++i) {
+      const double e = static_cast<double>(y[i]) + static_cast<double>(alpha) * a[i];
+      EXPECT_LE(std::fabs(z[i] - e), 2 * kU * (std::fabs(y[i]) + std::fabs(alpha * a[i]))) << n << " " << i;
+    }
+  }
+}
+
+// Inputs for the elementwise kernels: zeros, tiny, moderate and large values of both signs.
+std::vector<float> ElementwiseInputs(int n, std::mt19937& rng) {
+  std::normal_distribution<float> gauss(0.0f, 3.0f);
+  std::vector<float> v(n);
+  const float special[] = {0.0f, -0.0f, 1e-30f, -1e-8f, 0.5f, -0.5f, 3.0f, -3.0f, 9.0f, -9.0f, 30.0f, -30.0f, 200.0f, -1e4f};
+  for (int i = 0; i < n; ++i) v[i] = i < 14 ? special[i] : gauss(rng);
+  return v;
+}
+
+TEST_P(KernelsTest, GeGluAndSoftcap) {
+  std::mt19937 rng(11);
+  for (int n : {1, 5, 14, 37, 1000}) {
+    const std::vector<float> a = ElementwiseInputs(n, rng), b = ElementwiseInputs(n, rng);
+    std::vector<float> y(n), y_ref(n);
+    // GeGlu: tanh within 4 ulp of std::tanh's (Highway's documented bound) plus std::tanh's own
+    // 0.5 ulp, |tanh| <= 1, so |t - t_ref| <= 5 * 2^-24; it enters as 0.5 a b t, and the rest is
+    // the same f32 operations (a few roundings of the result).
+    cpu::GeGlu(a.data(), b.data(), n, y.data());
+    cpu::GeGluReference(a.data(), b.data(), n, y_ref.data());
+    for (int i = 0; i < n; ++i) {
+      const double tol = 0.5 * std::fabs(static_cast<double>(a[i]) * b[i]) * 5 * kU + 4 * kU * std::fabs(y_ref[i]);
+      EXPECT_LE(std::fabs(static_cast<double>(y[i]) - y_ref[i]), tol) << "gelu n=" << n << " a=" << a[i] << " b=" << b[i];
+    }
+    // Softcap: cap * tanh(x / cap): the same bound on tanh, times cap.
+    for (float cap : {30.0f, 50.0f}) {
+      cpu::Softcap(a.data(), n, cap, y.data());
+      cpu::SoftcapReference(a.data(), n, cap, y_ref.data());
+      for (int i = 0; i < n; ++i) {
+        const double tol = cap * 5 * kU + 2 * kU * std::fabs(y_ref[i]);
+        EXPECT_LE(std::fabs(static_cast<double>(y[i]) - y_ref[i]), tol) << "softcap x=" << a[i];
+      }
+    }
+  }
+}
+
+TEST_P(KernelsTest, RmsNorm) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> gauss(0.0f, 2.0f);
+  struct Shape { int rows, cols, group; };
+  for (const Shape& s : {Shape{1, 640, 640}, Shape{3, 1024, 256}, Shape{5, 37, 37}, Shape{2, 7, 7}}) {
+    std::vector<float> x(static_cast<size_t>(s.rows) * s.cols);
+    for (auto& v : x) v = gauss(rng);
+    for (DType wt : {DType::kF32, DType::kBF16}) {
+      std::vector<uint8_t> w(DTypeRowBytes(wt, s.group));
+      for (int j = 0; j < s.group; ++j) {
+        const float v = gauss(rng) * 0.1f;
+        if (wt == DType::kF32) std::memcpy(w.data() + 4 * j, &v, 4);
+        else PutU16(w.data() + 2 * j, F32ToBf16(v));
+      }
+      for (bool with_w : {true, false}) {
+        for (float offset : {0.0f, 1.0f}) {
+          std::vector<float> y(x.size()), y_ref(x.size()), y_inplace = x;
+          const uint8_t* wp = with_w ? w.data() : nullptr;
+          cpu::RmsNorm(x.data(), s.rows, s.cols, s.group, wp, wt, 1e-6f, offset, y.data());
+          cpu::RmsNormReference(x.data(), s.rows, s.cols, s.group, wp, wt, 1e-6f, offset, y_ref.data());
+          cpu::RmsNorm(y_inplace.data(), s.rows, s.cols, s.group, wp, wt, 1e-6f, offset, y_inplace.data());
+          // The same f32 operations on the same values; only the f64 sum of squares is added in
+          // another order, which can move the f32 mean by one rounding: a few ulp at most.
+          for (size_t i = 0; i < y.size(); ++i) {
+            EXPECT_LE(std::fabs(y[i] - y_ref[i]), 4 * kU * std::fabs(y_ref[i])) << i;
+            EXPECT_EQ(y_inplace[i], y[i]) << "in place " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace g4
