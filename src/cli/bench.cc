@@ -1,4 +1,5 @@
 // `gemma4rt bench`: see bench.h. Flag names follow llama-bench (-m -t -p -n -d -r -ub -o).
+#include "backends/cpu/kernels.h"
 #include "cli/bench.h"
 
 #include <algorithm>
@@ -272,7 +273,7 @@ int BenchMain(int argc, char** argv) {
 
   const std::string weights_dtype(DTypeName(loaded->weights.embed->dtype));
   char policy[256];
-  std::snprintf(policy, sizeof policy, "backend=cpu simd=scalar compute=f32 weights=%s threads=%d context=%d", weights_dtype.c_str(),
+  std::snprintf(policy, sizeof policy, "backend=cpu simd=%s compute=f32 weights=%s threads=%d context=%d", cpu::SimdTargetName(), weights_dtype.c_str(),
                 threads, context);
   std::fprintf(stderr, "gemma4rt: device policy: %s\n", policy);
   for (const std::string& n : clamp_notes) std::fprintf(stderr, "gemma4rt: bench: %s\n", n.c_str());

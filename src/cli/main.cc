@@ -22,6 +22,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "backends/cpu/kernels.h"
 #include "backends/cpu/cpu_backend.h"
 #include "model/model.h"
 #include "runtime/engine.h"
@@ -72,8 +73,8 @@ g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int thr
     return g4::NotFound("model '" + model + "' does not exist" +
                         (model == g4::DefaultModelPath() ? " (run scripts/fetch-default-model.sh to get the default model)" : ""));
   G4_ASSIGN_OR_RETURN(auto loaded, g4::LoadModel(model));
-  std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=scalar compute=f32 weights=%s threads=%d context=%d\n",
-               std::string(g4::DTypeName(loaded->weights.embed->dtype)).c_str(), threads,
+  std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=%s compute=f32 weights=%s threads=%d context=%d\n",
+               g4::cpu::SimdTargetName(), std::string(g4::DTypeName(loaded->weights.embed->dtype)).c_str(), threads,
                ctx > 0 ? ctx : std::min(loaded->config.max_position, 4096));
   if (loaded->weights.total_bytes > (size_t{128} << 20)) {  // progress for large models
     int last = -1;
@@ -183,8 +184,8 @@ int main(int argc, char** argv) {
     if (!loaded.ok()) return Fail(loaded.status());
     const g4::ModelConfig& c = (*loaded)->config;
     const g4::ModelWeights& w = (*loaded)->weights;
-    std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=scalar compute=f32 weights=%s threads=%d\n",
-                 std::string(g4::DTypeName(w.embed->dtype)).c_str(), threads);
+    std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=%s compute=f32 weights=%s threads=%d\n",
+                 g4::cpu::SimdTargetName(), std::string(g4::DTypeName(w.embed->dtype)).c_str(), threads);
     std::printf("model: %s (%s)\n", model.c_str(), c.architecture.c_str());
     std::printf("family: %s  hidden: %d  layers: %d  heads: %d  vocab: %d  window: %d  ple_dim: %d  experts: %d (top %d)\n",
                 c.family == g4::ModelFamily::kGemma4 ? "gemma4" : "gemma3", c.hidden, c.num_layers, c.num_heads, c.vocab,

@@ -1,3 +1,4 @@
+#include "backends/cpu/kernels.h"
 #include "server/serve.h"
 
 #include <atomic>
@@ -122,8 +123,8 @@ StatusOr<std::unique_ptr<ServeInstance>> ServeInstance::Start(const ServeOptions
   const int threads = std::max(1, options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency()));
   s->opt_.threads = threads;
   s->backend_ = MakeCpuBackend(threads);
-  std::fprintf(stderr, "gemma4rt: device policy: backend=%s simd=scalar compute=f32 threads=%d slots=%d\n",
-               s->backend_->Name().c_str(), threads, options.parallel);
+  std::fprintf(stderr, "gemma4rt: device policy: backend=%s simd=%s compute=f32 threads=%d slots=%d\n",
+               s->backend_->Name().c_str(), cpu::SimdTargetName(), threads, options.parallel);
   HttpOptions h;
   h.host = options.host;
   h.port = options.port;
