@@ -137,9 +137,9 @@ for ((k = 1; k <= ROUNDS; ++k)); do
   if ((k % 2)); then run_g4 "$k"; run_llama "$k"; else run_llama "$k"; run_g4 "$k"; fi
 done
 
-python3 - "$OUT_DIR" "$P" "$N" "$THREADS" "$MODEL" <<'PYEOF'
+python3 - "$OUT_DIR" "$P" "$N" "$THREADS" "$MODEL" "$VERSION" <<'PYEOF'
 import glob, json, statistics, sys, os
-out_dir, P, N, T, model = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+out_dir, P, N, T, model, version = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
 
 def g4_samples(kind, n):
     s = []
@@ -165,7 +165,10 @@ def llama_samples(kind, n):
 g4 = json.load(open(sorted(glob.glob(os.path.join(out_dir, "gemma4rt.*.json")))[0]))
 ll = json.load(open(sorted(glob.glob(os.path.join(out_dir, "llama.*.json")))[0]))
 print(f"model: {model}")
-print(f"threads: {T}   gemma4rt: {g4.get('device_policy', '')}   llama.cpp: build {ll[0].get('build_commit', '?')} ({ll[0].get('cpu_info', '')})")
+print(f"threads: {T}   cpu: {ll[0].get('cpu_info', '?')}")
+print(f"gemma4rt: {g4.get('device_policy', '')}")
+print(f"llama.cpp: llama-bench from llama-cpp-python {version} (vendor/llama.cpp, build {ll[0].get('build_commit', '?')}), "
+      f"{ll[0].get('model_type', '')}, n_ubatch {ll[0].get('n_ubatch', '?')}, flash_attn {ll[0].get('flash_attn', '?')}")
 print()
 print(f"| test | gemma4rt t/s | llama.cpp t/s | gemma4rt / llama.cpp |")
 print(f"|---|---:|---:|---:|")
