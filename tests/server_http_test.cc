@@ -305,6 +305,18 @@ TEST(ServerHttpTinyTest, ApiKeyBodyLimitRoutesAndMetricsSwitch) {
   EXPECT_EQ(unknown.body["error"]["code"], "model_not_found");
 }
 
+TEST(ServerHttpTinyTest, ASecondServerOnABusyPortFailsToStart) {
+  auto first = StartServer(Options(TinyModel(), 64, 1));
+  ASSERT_TRUE(first);
+  ServeOptions o = Options(TinyModel(), 64, 1);
+  o.port = first->port();
+  o.log_requests = false;
+  auto second = ServeInstance::Start(o);
+  ASSERT_FALSE(second.ok()) << "two servers on one port would split its connections";
+  EXPECT_EQ(second.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Get(first->port(), "/health").status, 200);
+}
+
 TEST(ServerHttpTinyTest, DegeneracyGuardIsReportedInTheChoiceAndTheMetrics) {
   ServeOptions o = Options(TinyModel(), 128, 1);
   o.metrics = true;

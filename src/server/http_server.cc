@@ -10,6 +10,8 @@
 #include <mutex>
 #include <thread>
 
+#include <sys/socket.h>
+
 #include <httplib.h>
 
 #include "server/metrics.h"
@@ -367,6 +369,12 @@ Status HttpServer::Start() {
   const int threads = m.opt.http_threads > 0 ? m.opt.http_threads : 64;
   m.svr.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
   m.svr.set_payload_max_length(m.opt.max_body_bytes);
+  // httplib's default is SO_REUSEPORT, which lets a second server bind the same port and silently
+  // take half of the connections. SO_REUSEADDR only: quick restarts, but "address in use" is an error.
+  m.svr.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
   m.svr.set_read_timeout(30, 0);
   m.svr.set_write_timeout(30, 0);
   m.Routes();
