@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -26,7 +27,9 @@
 #include "backends/cpu/cpu_backend.h"
 #include "model/model.h"
 #include "runtime/engine.h"
+#include "runtime/generate.h"
 #include "runtime/kv_cache.h"
+#include "tokenizer/tokenizer.h"
 
 namespace g4::cli {
 namespace {
@@ -188,6 +191,107 @@ std::string HumanBytes(double b) {
   return buf;
 }
 
+
+// The fixed text of the quality measurement (any English prose works; this one is ours).
+constexpr const char* kQualityText =
+    "The old lighthouse stood at the end of a narrow spit of rock, and for more than a century its lamp had "
+    "turned every night without fail. Ships coming up the coast in bad weather looked for it the way a tired "
+    "walker looks for the lights of home. When the keeper retired, the town argued for a whole winter about "
+    "whether to replace him with an automatic lamp. In the end the council voted to keep a keeper, partly "
+    "out of habit and partly because nobody wanted to be the one who had switched off the last human light "
+    "on that stretch of sea. The new keeper was a young woman who had studied engineering, and in her first "
+    "year she rebuilt the clockwork, repainted the tower and wrote down, every evening, the wind, the sea and "
+    "the names of the ships that passed.";
+
+struct QualityResult {
+  int tokens = 0;               // positions compared (prompt length - 1)
+  std::string token_source;     // "text" (the fixed text through the tokenizer) or "ids" (fixed pseudo-random ids)
+  double mean_kl = 0;           // mean over positions of KL(p_ref || p_quant), nats
+  double max_kl = 0;
+  double top1_agreement = 0;    // fraction of positions whose argmax agrees
+  double ppl_ref = 0, ppl_quant = 0;  // exp(mean NLL of the next token)
+};
+
+// All-position logits of `path` loaded with `lo` for `ids`.
+StatusOr<std::vector<float>> QualityLogits(const std::string& path, const LoadOptions& lo, int threads, int ubatch,
+                                           const std::vector<int32_t>& ids) {
+  G4_ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> m, LoadModel(path, lo));
+  EngineOptions o;
+  o.max_seqs = 1;
+  o.max_context = static_cast<int>(ids.size());
+  o.prefill_chunk = ubatch;
+  G4_ASSIGN_OR_RETURN(std::unique_ptr<Engine> e, Engine::Create(std::move(m), MakeCpuBackend(threads), o));
+  std::vector<float> logits;
+  G4_RETURN_IF_ERROR(e->Prefill(0, ids, /*all_logits=*/true, &logits));
+  return logits;
+}
+
+// log-softmax of one row in f64.
+void LogSoftmax(const float* x, int n, std::vector<double>* out) {
+  out->resize(n);
+  double mx = -INFINITY;
+  for (int i = 0; i < n; ++i) mx = std::max(mx, static_cast<double>(x[i]));
+  double sum = 0;
+  for (int i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i]) - mx);
+  const double lse = mx + std::log(sum);
+  for (int i = 0; i < n; ++i) (*out)[i] = static_cast<double>(x[i]) - lse;
+}
+
+// The model as stored against the model loaded with `quantized`, on the fixed text (or, without a
+// tokenizer, `max_tokens` fixed pseudo-random ids after BOS), one prefill each.
+StatusOr<QualityResult> MeasureQuality(const std::string& path, const LoadOptions& quantized, int threads, int ubatch,
+                                       int max_tokens) {
+  QualityResult r;
+  std::vector<int32_t> ids;
+  int vocab = 0;
+  {
+    G4_ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> m, LoadModel(path));
+    const ModelConfig& c = m->config;
+    vocab = c.vocab;
+    max_tokens = std::min(max_tokens, c.max_position);
+    auto tok = LoadTokenizerFor(*m);
+    if (tok.ok()) {
+      ids = (*tok)->Encode(kQualityText, /*add_bos=*/true, /*parse_special=*/false);
+      r.token_source = "text";
+    } else {
+      const int limit = c.ple_dim > 0 ? std::min(c.vocab, c.ple_vocab) : c.vocab;
+      std::mt19937_64 rng(1234);
+      std::uniform_int_distribution<int32_t> dist(std::min(4, limit - 1), limit - 1);
+      ids.push_back(c.bos_id);
+      while (static_cast<int>(ids.size()) < max_tokens) ids.push_back(dist(rng));
+      r.token_source = "ids";
+    }
+    if (static_cast<int>(ids.size()) > max_tokens) ids.resize(max_tokens);
+  }
+  if (ids.size() < 2) return InvalidArgument("--quality: fewer than 2 tokens to compare");
+  G4_ASSIGN_OR_RETURN(std::vector<float> ref, QualityLogits(path, LoadOptions{}, threads, ubatch, ids));
+  G4_ASSIGN_OR_RETURN(std::vector<float> q, QualityLogits(path, quantized, threads, ubatch, ids));
+  const int T = static_cast<int>(ids.size()) - 1;
+  std::vector<double> lp, lq;
+  double kl_sum = 0, nll_ref = 0, nll_q = 0;
+  int agree = 0;
+  for (int t = 0; t < T; ++t) {
+    const float* a = ref.data() + static_cast<size_t>(t) * vocab;
+    const float* b = q.data() + static_cast<size_t>(t) * vocab;
+    LogSoftmax(a, vocab, &lp);
+    LogSoftmax(b, vocab, &lq);
+    double kl = 0;
+    for (int i = 0; i < vocab; ++i) kl += std::exp(lp[i]) * (lp[i] - lq[i]);
+    kl = std::max(kl, 0.0);
+    kl_sum += kl;
+    r.max_kl = std::max(r.max_kl, kl);
+    agree += (std::max_element(a, a + vocab) - a) == (std::max_element(b, b + vocab) - b);
+    nll_ref -= lp[ids[t + 1]];
+    nll_q -= lq[ids[t + 1]];
+  }
+  r.tokens = T;
+  r.mean_kl = kl_sum / T;
+  r.top1_agreement = static_cast<double>(agree) / T;
+  r.ppl_ref = std::exp(nll_ref / T);
+  r.ppl_quant = std::exp(nll_q / T);
+  return r;
+}
+
 }  // namespace
 
 int BenchMain(int argc, char** argv) {
@@ -208,7 +312,16 @@ int BenchMain(int argc, char** argv) {
   std::vector<int> n_prompt{512}, n_gen{128}, depths{0};
   int reps = 3, ubatch = 512, bw_mib = 1024, bw_iters = 5;
   uint64_t seed = 1234;
-  bool json_flag = false, no_warmup = false;
+  bool json_flag = false, no_warmup = false, quality = false;
+  std::string quantize;
+  int ple_bits = 8, quality_tokens = 256;
+  app.add_option("--quantize", quantize, "quantise an F32/F16/BF16 checkpoint at load: q8_0, q4_0 or w4a16")
+      ->check(CLI::IsMember({"q8_0", "q4_0", "w4a16"}));
+  app.add_option("--ple-bits", ple_bits, "with --quantize: bits of the embedding and PLE tables (8 = Q8_0, 16 = as stored)")
+      ->check(CLI::IsMember({8, 16}));
+  app.add_flag("--quality", quality, "with --quantize: compare the quantised model with the model as stored on a fixed "
+               "text (fixed token ids without a tokenizer): mean KL divergence, top-1 agreement, both perplexities");
+  app.add_option("--quality-tokens", quality_tokens, "most tokens of the quality text")->check(CLI::Range(2, 1 << 16));
   app.add_option("-m,--model", model, "GGUF file or Hugging Face checkpoint directory (default: $GEMMA4RT_MODEL or the fetched Gemma 3 270M)");
   app.add_option("-t,--threads", threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 1024));
   app.add_option("-p,--n-prompt", n_prompt, "prompt tokens per pp test, comma-separated list (0 = no pp test)")
@@ -242,12 +355,52 @@ int BenchMain(int argc, char** argv) {
   n_gen.erase(std::remove(n_gen.begin(), n_gen.end(), 0), n_gen.end());
   dedupe(n_prompt);
   dedupe(n_gen);
-  if (n_prompt.empty() && n_gen.empty()) return Fail(InvalidArgument("nothing to measure: -p and -n are both 0"));
+  if (n_prompt.empty() && n_gen.empty() && !quality) return Fail(InvalidArgument("nothing to measure: -p and -n are both 0"));
+  LoadOptions load_options;
+  load_options.ple_bits = ple_bits;
+  if (auto q = ParseQuantizeFlag(quantize); q.ok()) load_options.quantize = *q;
+  else return Fail(q.status());
+  if (quality && !load_options.quantize) return Fail(InvalidArgument("--quality needs --quantize q8_0|q4_0|w4a16"));
 
   if (!std::filesystem::exists(model))
     return Fail(NotFound("model '" + model + "' does not exist" +
                          (model == DefaultModelPath() ? " (run scripts/fetch-default-model.sh to get the default model)" : "")));
-  auto loaded_or = LoadModel(model);
+  std::optional<QualityResult> quality_result;
+  if (quality) {
+    auto qr = MeasureQuality(model, load_options, threads, ubatch, quality_tokens);
+    if (!qr.ok()) return Fail(qr.status());
+    quality_result = *qr;
+    std::fprintf(stderr, "gemma4rt: bench quality (%s, %d positions of %s): mean KL %.6g nats, top-1 agreement %.4f, "
+                 "perplexity %.4f as stored, %.4f quantised\n", quantize.c_str(), qr->tokens, qr->token_source.c_str(),
+                 qr->mean_kl, qr->top1_agreement, qr->ppl_ref, qr->ppl_quant);
+  }
+  auto print_quality = [&] {
+    if (!quality_result || json) return;
+    const QualityResult& q = *quality_result;
+    std::printf("quality (%s, ple-bits %d, vs as stored; %d positions of the fixed %s): mean KL %.6g nats/token (max %.4g), "
+                "top-1 agreement %.2f%%, perplexity %.4f as stored -> %.4f quantised\n",
+                quantize.c_str(), ple_bits, q.tokens, q.token_source == "text" ? "text" : "token ids", q.mean_kl, q.max_kl,
+                100 * q.top1_agreement, q.ppl_ref, q.ppl_quant);
+  };
+  auto quality_json = [&]() -> nlohmann::json {
+    if (!quality_result) return nullptr;
+    const QualityResult& q = *quality_result;
+    return {{"quantize", quantize}, {"ple_bits", ple_bits}, {"positions", q.tokens}, {"tokens", q.token_source},
+            {"mean_kl", q.mean_kl}, {"max_kl", q.max_kl}, {"top1_agreement", q.top1_agreement},
+            {"perplexity_reference", q.ppl_ref}, {"perplexity_quantized", q.ppl_quant}};
+  };
+  if (n_prompt.empty() && n_gen.empty()) {  // --quality only
+    if (json) {
+      nlohmann::json out;
+      out["model"] = model;
+      out["quality"] = quality_json();
+      std::printf("%s\n", out.dump(1).c_str());
+    } else {
+      print_quality();
+    }
+    return 0;
+  }
+  auto loaded_or = LoadModel(model, load_options);
   if (!loaded_or.ok()) return Fail(loaded_or.status());
   std::unique_ptr<LoadedModel> loaded = std::move(loaded_or).value();
   const ModelConfig config = loaded->config;
@@ -271,7 +424,8 @@ int BenchMain(int argc, char** argv) {
   const int max_depth = *std::max_element(depths.begin(), depths.end());
   const int context = max_depth + longest;
 
-  const std::string weights_dtype(DTypeName(loaded->weights.embed->dtype));
+  std::string weights_dtype(DTypeName(loaded->weights.embed->dtype));
+  if (!loaded->quantization.empty()) weights_dtype += " quantization=" + loaded->quantization;
   char policy[256];
   std::snprintf(policy, sizeof policy, "backend=cpu simd=%s compute=f32 weights=%s threads=%d context=%d", cpu::SimdTargetName(), weights_dtype.c_str(),
                 threads, context);
@@ -479,6 +633,7 @@ int BenchMain(int argc, char** argv) {
                              {"best_seconds", bw.best_seconds}};
     out["bandwidth_fraction"] = tg0 && tg0->bandwidth_fraction >= 0 ? nlohmann::json(tg0->bandwidth_fraction) : nlohmann::json(nullptr);
     if (!clamp_notes.empty()) out["notes"] = clamp_notes;
+    if (quality_result) out["quality"] = quality_json();
     std::printf("%s\n", out.dump(1).c_str());
   } else {
     std::printf("\npeak RSS %s (VmHWM)", HumanBytes(static_cast<double>(peak_rss)).c_str());
@@ -493,6 +648,7 @@ int BenchMain(int argc, char** argv) {
       if (r.bandwidth_fraction >= 0) std::printf(", %.1f%% of the bandwidth limit", 100 * r.bandwidth_fraction);
       std::printf("\n");
     }
+    print_quality();
   }
   return 0;
 }

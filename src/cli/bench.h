@@ -9,6 +9,14 @@
 // in the same process (GB/s counting bytes read + written, best of a few) and decode's fraction
 // of the bandwidth limit, (weight bytes read per token + KV bytes read per token) / time per token
 // / bandwidth. -p, -n and -d take comma-separated lists.
+//
+// --quantize q8_0|q4_0|w4a16 [--ple-bits 8|16] benchmarks the model quantised at load. --quality
+// (with --quantize) first runs a fixed English text (or, when the model has no tokenizer, fixed
+// pseudo-random token ids after BOS; at most --quality-tokens) through the model as stored and the
+// quantised one, one all-logits prefill each, and reports the mean (and max) KL divergence
+// KL(as stored || quantised) of the next-token distributions per position in nats, the fraction of
+// positions whose top-1 token agrees, and both perplexities of the text's next tokens; also as
+// "quality" in --json. With -p 0 -n 0 only the quality figures are produced.
 #pragma once
 
 namespace g4::cli {

@@ -1,5 +1,6 @@
 // gemma4rt: one binary, subcommands. The CLI only parses flags and prints; the engine does the work.
-//   gemma4rt info     [-m MODEL]
+//   gemma4rt info     [-m MODEL]            (info, logits, generate, serve, bench also take
+//                                            --quantize q8_0|q4_0|w4a16 and --ple-bits 8|16)
 //   gemma4rt logits   [-m MODEL] (-p TEXT | --tokens 2,105,...) [--top K] [--json] [--chunk N]
 //   gemma4rt generate [-m MODEL] (-p TEXT | --tokens ...) [--chat] [-n N] [sampling flags]
 //   gemma4rt serve    [-m MODEL] [--host H] [--port P] [-np SLOTS] ...   (src/server/serve.h)
@@ -68,13 +69,23 @@ struct Session {
   g4::Status tokenizer_status;
 };
 
-g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int threads) {
+// "weights=F32" as before, or "weights=W4G32 embed=Q8_0" when the projections differ from the embedding.
+std::string WeightsDescription(const g4::LoadedModel& m) {
+  const g4::ModelWeights& w = m.weights;
+  std::string s = std::string(g4::DTypeName(w.embed->dtype));
+  if (!w.layers.empty() && w.layers[0].q_proj && w.layers[0].q_proj->dtype != w.embed->dtype)
+    s = std::string(g4::DTypeName(w.layers[0].q_proj->dtype)) + " embed=" + s;
+  if (!m.quantization.empty()) s += " quantization=" + m.quantization;
+  return s;
+}
+
+g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int threads, const g4::LoadOptions& lo) {
   if (!std::filesystem::exists(model))
     return g4::NotFound("model '" + model + "' does not exist" +
                         (model == g4::DefaultModelPath() ? " (run scripts/fetch-default-model.sh to get the default model)" : ""));
-  G4_ASSIGN_OR_RETURN(auto loaded, g4::LoadModel(model));
+  G4_ASSIGN_OR_RETURN(auto loaded, g4::LoadModel(model, lo));
   std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=%s compute=f32 weights=%s threads=%d context=%d\n",
-               g4::cpu::SimdTargetName(), std::string(g4::DTypeName(loaded->weights.embed->dtype)).c_str(), threads,
+               g4::cpu::SimdTargetName(), WeightsDescription(*loaded).c_str(), threads,
                ctx > 0 ? ctx : std::min(loaded->config.max_position, 4096));
   if (loaded->weights.total_bytes > (size_t{128} << 20)) {  // progress for large models
     int last = -1;
@@ -138,8 +149,14 @@ int main(int argc, char** argv) {
   float presence = 0, frequency = 0;
   std::vector<std::string> stops;
 
+  std::string quantize;
+  int ple_bits = 8;
   auto add_model = [&](CLI::App* c) {
     c->add_option("-m,--model", model, "GGUF file or Hugging Face checkpoint directory (default: $GEMMA4RT_MODEL or the fetched Gemma 3 270M)");
+    c->add_option("--quantize", quantize, "quantise an F32/F16/BF16 checkpoint at load: q8_0, q4_0 or w4a16")
+        ->check(CLI::IsMember({"q8_0", "q4_0", "w4a16"}));
+    c->add_option("--ple-bits", ple_bits, "with --quantize: bits of the embedding and PLE tables (8 = Q8_0, 16 = as stored)")
+        ->check(CLI::IsMember({8, 16}));
   };
   auto add_run = [&](CLI::App* c) {
     c->add_option("-p,--prompt", prompt, "prompt text");
@@ -178,19 +195,31 @@ int main(int argc, char** argv) {
   gen->add_flag("--show-ids", show_ids, "print the generated token ids after the text");
 
   CLI11_PARSE(app, argc, argv);
+  g4::LoadOptions load_options;
+  load_options.ple_bits = ple_bits;
+  if (auto q = g4::ParseQuantizeFlag(quantize); q.ok()) load_options.quantize = *q;
+  else return Fail(q.status());
 
   if (info->parsed()) {
-    auto loaded = g4::LoadModel(model);
+    auto loaded = g4::LoadModel(model, load_options);
     if (!loaded.ok()) return Fail(loaded.status());
     const g4::ModelConfig& c = (*loaded)->config;
     const g4::ModelWeights& w = (*loaded)->weights;
     std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=%s compute=f32 weights=%s threads=%d\n",
-                 g4::cpu::SimdTargetName(), std::string(g4::DTypeName(w.embed->dtype)).c_str(), threads);
+                 g4::cpu::SimdTargetName(), WeightsDescription(**loaded).c_str(), threads);
     std::printf("model: %s (%s)\n", model.c_str(), c.architecture.c_str());
     std::printf("family: %s  hidden: %d  layers: %d  heads: %d  vocab: %d  window: %d  ple_dim: %d  experts: %d (top %d)\n",
                 c.family == g4::ModelFamily::kGemma4 ? "gemma4" : "gemma3", c.hidden, c.num_layers, c.num_heads, c.vocab,
                 c.sliding_window, c.ple_dim, c.num_experts, c.top_k_experts);
     std::printf("weights: %.3f MiB as stored (prefix '%s')\n", w.total_bytes / 1048576.0, w.prefix.c_str());
+    if (!(*loaded)->quantization.empty()) {
+      const g4::QuantizeStats& qs = (*loaded)->quantize_stats;
+      std::printf("quantization: %s", (*loaded)->quantization.c_str());
+      if (qs.tensors > 0)
+        std::printf(" (%d tensors converted at load, %.3f -> %.3f MiB)", qs.tensors, qs.bytes_in / 1048576.0,
+                    qs.bytes_out / 1048576.0);
+      std::printf("\n");
+    }
     const int context = std::min(c.max_position, 8192);
     std::printf("kv cache: %.3f MiB per sequence at %d tokens (f32), %d cache-owning layers\n",
                 g4::KvCache::BytesPerSequence(c, context) / 1048576.0, context, c.NumCacheOwners());
@@ -198,7 +227,7 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  auto session_or = Open(model, ctx, chunk, threads);
+  auto session_or = Open(model, ctx, chunk, threads, load_options);
   if (!session_or.ok()) return Fail(session_or.status());
   Session& s = *session_or;
   g4::Engine& engine = *s.engine;

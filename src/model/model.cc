@@ -4,12 +4,42 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include <nlohmann/json.hpp>
+
 #include "model/gguf_model.h"
 #include "model/safetensors.h"
 
 namespace g4 {
 
-StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::string& path) {
+StatusOr<std::optional<DType>> ParseQuantizeFlag(const std::string& s) {
+  if (s.empty() || s == "none") return std::optional<DType>();
+  if (s == "q8_0" || s == "Q8_0") return std::optional<DType>(DType::kQ8_0);
+  if (s == "q4_0" || s == "Q4_0") return std::optional<DType>(DType::kQ4_0);
+  if (s == "w4a16" || s == "W4A16") return std::optional<DType>(DType::kW4G32);
+  return InvalidArgument("--quantize: '" + s + "' is not one of q8_0, q4_0, w4a16");
+}
+
+namespace {
+
+const char* QuantizeName(DType t) {
+  return t == DType::kQ8_0 ? "q8_0" : t == DType::kQ4_0 ? "q4_0" : "w4a16";
+}
+
+Status ApplyLoadOptions(LoadedModel* m, const LoadOptions& o) {
+  if (!o.quantize) return OkStatus();
+  if (!m->quantization.empty())
+    return InvalidArgument(m->path + ": --quantize needs an F32, F16 or BF16 checkpoint; this one is already " + m->quantization);
+  StatusOr<std::unique_ptr<TensorStore>> q =
+      QuantizeWeights(std::move(m->store), m->config, *o.quantize, o.ple_bits, &m->weights, &m->quantize_stats);
+  if (!q.ok()) return Status(q.status().code(), m->path + ": " + q.status().message());
+  m->store = std::move(q).value();
+  m->quantization = QuantizeName(*o.quantize);
+  return OkStatus();
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::string& path, const LoadOptions& options) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::exists(path, ec)) return NotFound("model path '" + path + "' does not exist");
@@ -23,6 +53,7 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::string& path) {
     StatusOr<ModelWeights> w = BindWeights(m->config, *m->store);
     if (!w.ok()) return Status(w.status().code(), path + ": " + w.status().message());
     m->weights = std::move(w).value();
+    G4_RETURN_IF_ERROR(ApplyLoadOptions(m.get(), options));
     return m;
   }
   const std::string config_path = (fs::path(path) / "config.json").string();
@@ -30,9 +61,18 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::string& path) {
   G4_ASSIGN_OR_RETURN(m->config, ParseHfConfigFile(config_path));
   G4_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsStore> store, SafetensorsStore::OpenDirectory(path));
   m->store = std::move(store);
+  {
+    G4_ASSIGN_OR_RETURN(std::string text, ReadTextFile(config_path));
+    const nlohmann::json cfg = nlohmann::json::parse(text, nullptr, false);
+    if (cfg.is_object() && cfg.contains("quantization_config") && !cfg["quantization_config"].is_null()) {
+      G4_ASSIGN_OR_RETURN(m->store, WrapCompressedTensors(std::move(m->store), cfg["quantization_config"].dump(), path));
+      m->quantization = "w4a16-ct";
+    }
+  }
   StatusOr<ModelWeights> w = BindWeights(m->config, *m->store);
   if (!w.ok()) return Status(w.status().code(), path + ": " + w.status().message());
   m->weights = std::move(w).value();
+  G4_RETURN_IF_ERROR(ApplyLoadOptions(m.get(), options));
   return m;
 }
 

@@ -4,11 +4,13 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "base/status.h"
 #include "model/config.h"
 #include "model/gguf.h"
+#include "model/quantized_store.h"
 #include "model/weights.h"
 #include "tensor/tensor.h"
 
@@ -20,13 +22,27 @@ struct LoadedModel {
   std::unique_ptr<TensorStore> store;
   ModelWeights weights;
   const GgufFile* gguf = nullptr;  // the GGUF file (owned by `store`) when loaded from one, for its tokenizer
+  std::string quantization;        // "" (as stored), "w4a16-ct" (compressed-tensors checkpoint), or the
+                                   // --quantize target ("q8_0", "q4_0", "w4a16")
+  QuantizeStats quantize_stats;    // what --quantize converted
 };
+
+// How to load: `quantize` converts a float checkpoint at load (see QuantizeWeights): kQ8_0,
+// kQ4_0 or kW4G32 (`--quantize q8_0|q4_0|w4a16`); ple_bits 8 or 16 (`--ple-bits`).
+struct LoadOptions {
+  std::optional<DType> quantize;
+  int ple_bits = 8;
+};
+
+// "q8_0" -> kQ8_0, "q4_0" -> kQ4_0, "w4a16" -> kW4G32 ("" / "none" -> nullopt). InvalidArgument otherwise.
+StatusOr<std::optional<DType>> ParseQuantizeFlag(const std::string& s);
 
 // Loads a Hugging Face checkpoint directory (config.json + model.safetensors or a sharded set with
 // model.safetensors.index.json) or a GGUF file (architectures gemma3, gemma4). Errors: NotFound (no such directory / config.json / weights),
 // InvalidArgument or Unimplemented from the config parser, DataLoss from the safetensors reader,
 // NotFound/InvalidArgument from weight binding; every message names the file.
-StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::string& path);
+// A config.json with a compressed-tensors "quantization_config" loads as W4A16 (WrapCompressedTensors).
+StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::string& path, const LoadOptions& options = {});
 
 // Where commands look for a model when none is given: $GEMMA4RT_MODEL, else
 // $GEMMA4RT_DEFAULT_MODEL, else <cache>/gemma-3-270m-q4_k_m.gguf with <cache> = $GEMMA4RT_CACHE or

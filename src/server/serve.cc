@@ -77,6 +77,10 @@ ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
       ->envname("GEMMA4RT_MAX_BODY_BYTES")->check(CLI::Range(size_t{1}, size_t{1} << 32));
   app.add_option("--max-queue", o.max_queue, "requests waiting for a slot before 429")->envname("GEMMA4RT_MAX_QUEUE")->check(CLI::Range(0, 1 << 20));
   app.add_flag("--no-degeneracy-check", no_degeneracy, "do not end generations that loop")->envname("GEMMA4RT_NO_DEGENERACY_CHECK");
+  app.add_option("--quantize", o.quantize, "quantise an F32/F16/BF16 checkpoint at load: q8_0, q4_0 or w4a16")
+      ->envname("GEMMA4RT_QUANTIZE")->check(CLI::IsMember({"q8_0", "q4_0", "w4a16"}));
+  app.add_option("--ple-bits", o.ple_bits, "with --quantize: bits of the embedding and PLE tables (8 = Q8_0, 16 = as stored)")
+      ->envname("GEMMA4RT_PLE_BITS")->check(CLI::IsMember({8, 16}));
   app.add_option("--prefill-chunk", o.prefill_chunk, "prompt tokens per prefill step")->envname("GEMMA4RT_PREFILL_CHUNK")->check(CLI::Range(1, 1 << 16));
   // llama-server's two-letter short flag; CLI11 only has one-letter short names.
   std::vector<std::string> argv_s{"gemma4rt serve"};
@@ -150,7 +154,12 @@ void ServeInstance::Load(std::function<void()> before_load) {
     cv_.notify_all();
   };
   if (before_load) before_load();
-  auto loaded = LoadModel(opt_.model);
+  LoadOptions lo;
+  lo.ple_bits = opt_.ple_bits;
+  auto q = ParseQuantizeFlag(opt_.quantize);
+  if (!q.ok()) return finish(q.status());
+  lo.quantize = *q;
+  auto loaded = LoadModel(opt_.model, lo);
   if (!loaded.ok()) return finish(loaded.status());
   std::unique_ptr<LoadedModel> model = std::move(loaded).value();
   PrefaultWeights(*model, nullptr);  // read the mmap'd weights now, not during the first request

@@ -42,6 +42,8 @@ struct ServeOptions {
   bool degeneracy_check = true;
   int prefill_chunk = 256;            // tokens per prefill step of the scheduler
   bool log_requests = true;
+  std::string quantize;               // --quantize q8_0|q4_0|w4a16 ("" = as stored); see LoadOptions
+  int ple_bits = 8;                   // --ple-bits 8|16
 };
 
 // The default model path: $GEMMA4RT_DEFAULT_MODEL, else $GEMMA4RT_CACHE (or ~/.cache/gemma4rt)

@@ -171,6 +171,17 @@ void DequantQ6K(const uint8_t* b, float* y) {
   }
 }
 
+// compressed-tensors' dequantize: q.to(bf16) * scale in bf16, i.e. the f32 product rounded to
+// nearest-even bf16 (torch computes bf16 products in f32 and rounds).
+void DequantW4G32(const uint8_t* b, float* y) {
+  const float s = Bf16ToF32(static_cast<uint16_t>(b[0] | (b[1] << 8)));
+  const uint8_t* qs = b + 2;
+  for (int j = 0; j < 16; ++j) {
+    y[j] = Bf16ToF32(F32ToBf16(s * static_cast<float>(static_cast<int>(qs[j] & 0x0f) - 8)));
+    y[j + 16] = Bf16ToF32(F32ToBf16(s * static_cast<float>(static_cast<int>(qs[j] >> 4) - 8)));
+  }
+}
+
 }  // namespace
 
 // Block-format dequantisation: `n` elements (a multiple of the block size) from `src` (at a block
@@ -186,6 +197,7 @@ bool DequantizeRow(DType t, const void* src, float* dst, size_t n) {
     case DType::kQ4_K: fn = DequantQ4K; break;
     case DType::kQ5_K: fn = DequantQ5K; break;
     case DType::kQ6_K: fn = DequantQ6K; break;
+    case DType::kW4G32: fn = DequantW4G32; break;
     default: return false;
   }
   const size_t qk = static_cast<size_t>(DTypeBlockElems(t));

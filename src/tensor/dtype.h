@@ -10,18 +10,28 @@ namespace g4 {
 
 // Element types. The k-quant / legacy-quant types are ggml block formats (GGUF): a row of n
 // elements is n / DTypeBlockElems blocks of DTypeBlockBytes bytes each (ggml-common.h layouts).
-enum class DType { kF32, kF16, kBF16, kI32, kI64, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K };
+//
+// kW4G32 is ours, not ggml's: the in-memory form of compressed-tensors `pack-quantized` symmetric
+// int4 weights (W4A16 checkpoints, and `--quantize w4a16`). A block is 32 elements in 18 bytes:
+//   bf16 s (2 bytes, little-endian); u8 qs[16]: byte j holds element j in its low nibble and
+//   element j + 16 in its high nibble (Q4_0's order, so a row is contiguous and decodes like Q4_0).
+//   x = bf16_round(s * (nib - 8)), the product rounded to nearest-even bf16 -- what
+//   compressed-tensors' dequantize computes in the scale's dtype (q.to(bf16) * scale).
+// A row of n elements is n / 32 blocks; a checkpoint group of G = 32k elements becomes k blocks
+// with the same scale. The loader repacks weight_packed (element 8c + i in bits 4i..4i+3 of int32
+// word c, stored as q + 8) into this order; see src/model/compressed_tensors.h.
+enum class DType { kF32, kF16, kBF16, kI32, kI64, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K, kW4G32 };
 
 // Bytes per element for plain types (F32 4, F16/BF16 2, I32 4, I64 8); 0 for block types.
 size_t DTypeSize(DType t);
-// Elements per block: 1 for plain types, 32 for Q8_0/Q4_0/Q4_1/Q5_0/Q5_1, 256 for *_K.
+// Elements per block: 1 for plain types, 32 for Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/W4G32, 256 for *_K.
 int DTypeBlockElems(DType t);
 // Bytes per block: DTypeSize for plain types; Q8_0 34, Q4_0 18, Q4_1 20, Q5_0 22, Q5_1 24,
-// Q4_K 144, Q5_K 176, Q6_K 210.
+// Q4_K 144, Q5_K 176, Q6_K 210, W4G32 18.
 size_t DTypeBlockBytes(DType t);
 // Bytes of a row of n elements (n must be a multiple of DTypeBlockElems).
 inline size_t DTypeRowBytes(DType t, int64_t n) { return static_cast<size_t>(n / DTypeBlockElems(t)) * DTypeBlockBytes(t); }
-// "F32", "F16", "BF16", "I32", "I64" (the safetensors spellings), "Q8_0", "Q4_K", ...
+// "F32", "F16", "BF16", "I32", "I64" (the safetensors spellings), "Q8_0", "Q4_K", ..., "W4G32".
 std::string_view DTypeName(DType t);
 // True for the types a weight can be stored in and ConvertToF32 reads (all but I32/I64).
 inline bool IsFloatDType(DType t) { return t != DType::kI32 && t != DType::kI64; }

@@ -1,0 +1,81 @@
+#include "tensor/quantize.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "base/check.h"
+
+// Same reason as dequant.cc: x * id + 8.5 must round twice, as in ggml's C and numpy.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+namespace g4 {
+namespace {
+
+void PutU16(uint8_t* p, uint16_t v) {
+  p[0] = static_cast<uint8_t>(v & 0xff);
+  p[1] = static_cast<uint8_t>(v >> 8);
+}
+
+void QuantQ8_0(const float* x, uint8_t* b) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  PutU16(b, F32ToF16(d));
+  for (int j = 0; j < 32; ++j) b[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::round(x[j] * id)));
+}
+
+void QuantQ4_0(const float* x, uint8_t* b) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < 32; ++j) {
+    if (amax < std::fabs(x[j])) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  const float d = max / -8.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  PutU16(b, F32ToF16(d));
+  for (int j = 0; j < 16; ++j) {
+    const int lo = std::min(15, static_cast<int>(static_cast<int8_t>(x[j] * id + 8.5f)));
+    const int hi = std::min(15, static_cast<int>(static_cast<int8_t>(x[j + 16] * id + 8.5f)));
+    b[2 + j] = static_cast<uint8_t>(lo | (hi << 4));
+  }
+}
+
+void QuantW4G32(const float* x, uint8_t* b) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const uint16_t sb = F32ToBf16(amax / 7.5f);
+  const float s = Bf16ToF32(sb);
+  PutU16(b, sb);
+  auto q = [&](float v) {
+    if (s == 0.0f) return 8;
+    const float r = std::nearbyint(v / s);  // default rounding mode: half to even, as torch.round
+    return static_cast<int>(std::clamp(r, -8.0f, 7.0f)) + 8;
+  };
+  for (int j = 0; j < 16; ++j) b[2 + j] = static_cast<uint8_t>(q(x[j]) | (q(x[j + 16]) << 4));
+}
+
+}  // namespace
+
+bool QuantizeRow(DType t, const float* x, uint8_t* out, size_t n) {
+  void (*fn)(const float*, uint8_t*) = nullptr;
+  switch (t) {
+    case DType::kQ8_0: fn = QuantQ8_0; break;
+    case DType::kQ4_0: fn = QuantQ4_0; break;
+    case DType::kW4G32: fn = QuantW4G32; break;
+    default: return false;
+  }
+  G4_CHECK(n % 32 == 0);
+  const size_t bytes = DTypeBlockBytes(t);
+  for (size_t i = 0; i < n / 32; ++i) fn(x + 32 * i, out + i * bytes);
+  return true;
+}
+
+}  // namespace g4
