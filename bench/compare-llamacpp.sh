@@ -5,9 +5,10 @@
 #
 # llama.cpp's own llama-bench is built from the llama.cpp sources vendored in the
 # llama-cpp-python source distribution on PyPI (pip download, no install; no other network), with
-# -DGGML_NATIVE=ON, target llama-bench only. The build is cached in
-# $GEMMA4RT_CACHE/llama.cpp-build (default ~/.cache/gemma4rt/llama.cpp-build), so a second run
-# starts benchmarking at once.
+# -DGGML_NATIVE=ON, targets llama-bench and llama-quantize only (bench/compare-e2b.sh quantizes with
+# the latter). The build is cached in $GEMMA4RT_CACHE/llama.cpp-build (default
+# ~/.cache/gemma4rt/llama.cpp-build), so a second run starts benchmarking at once; a cached build
+# of the same version that lacks one of the targets is completed incrementally.
 #
 # Then K rounds (default 2) run both engines alternately, A B then B A (so drift over time does
 # not favour one engine): `gemma4rt bench --json -p P -n N -t T -r REPS` and
@@ -30,7 +31,7 @@ N=128
 ROUNDS=2
 BUILD_ONLY=0
 
-usage() { sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case "$1" in
     -m) MODEL="$2"; shift 2 ;;
@@ -55,11 +56,20 @@ SDIST_DIR="$CACHE/sdist"
 SRC_DIR="$CACHE/llama.cpp-src/llama_cpp_python-$VERSION"
 BUILD_DIR="$CACHE/llama.cpp-build"
 LLAMA_BENCH="$BUILD_DIR/bin/llama-bench"
+LLAMA_QUANTIZE="$BUILD_DIR/bin/llama-quantize"
 STAMP="$BUILD_DIR/.gemma4rt-stamp"
 WANT_STAMP="llama-cpp-python==$VERSION native=ON"
+TARGETS=(llama-bench llama-quantize)
 
-if [ -x "$LLAMA_BENCH" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$WANT_STAMP" ]; then
+if [ -x "$LLAMA_BENCH" ] && [ -x "$LLAMA_QUANTIZE" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$WANT_STAMP" ]; then
   log "using cached $LLAMA_BENCH ($WANT_STAMP)"
+elif [ "$(cat "$STAMP" 2>/dev/null)" = "$WANT_STAMP" ] && [ -f "$BUILD_DIR/CMakeCache.txt" ] && [ -f "$SRC_DIR/vendor/llama.cpp/CMakeLists.txt" ]; then
+  # Same version and configuration, a target missing (a cache from before llama-quantize was
+  # added): build what is missing in place. The stamp stays; it names the configuration.
+  log "completing the cached llama.cpp build in $BUILD_DIR (${TARGETS[*]})"
+  cmake --build "$BUILD_DIR" --target "${TARGETS[@]}" -j"$(nproc)" >"$CACHE/llama.cpp-build.log" 2>&1 \
+    || { log "build failed; see $CACHE/llama.cpp-build.log"; tail -30 "$CACHE/llama.cpp-build.log" >&2; exit 1; }
+  [ -x "$LLAMA_BENCH" ] && [ -x "$LLAMA_QUANTIZE" ] || { log "build finished but a binary is missing"; exit 1; }
 else
   command -v cmake >/dev/null || { log "cmake is needed (bash scripts/setup.sh)"; exit 1; }
   PY="$(command -v python3 || true)"
@@ -89,10 +99,10 @@ else
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
     -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_LLGUIDANCE=OFF >"$CACHE/llama.cpp-configure.log" 2>&1 \
     || { log "cmake configure failed; see $CACHE/llama.cpp-configure.log"; tail -20 "$CACHE/llama.cpp-configure.log" >&2; exit 1; }
-  log "building llama-bench with $(nproc) jobs (several minutes on a small machine; once)"
-  cmake --build "$BUILD_DIR" --target llama-bench -j"$(nproc)" >"$CACHE/llama.cpp-build.log" 2>&1 \
+  log "building ${TARGETS[*]} with $(nproc) jobs (several minutes on a small machine; once)"
+  cmake --build "$BUILD_DIR" --target "${TARGETS[@]}" -j"$(nproc)" >"$CACHE/llama.cpp-build.log" 2>&1 \
     || { log "build failed; see $CACHE/llama.cpp-build.log"; tail -30 "$CACHE/llama.cpp-build.log" >&2; exit 1; }
-  [ -x "$LLAMA_BENCH" ] || { log "build finished but $LLAMA_BENCH is missing"; exit 1; }
+  [ -x "$LLAMA_BENCH" ] && [ -x "$LLAMA_QUANTIZE" ] || { log "build finished but $LLAMA_BENCH or $LLAMA_QUANTIZE is missing"; exit 1; }
   echo "$WANT_STAMP" >"$STAMP"
   log "built $LLAMA_BENCH"
 fi

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Writes a full-size synthetic Gemma 4 E2B checkpoint: random weights, real shapes and names.
 
-    python3 tools/make_synthetic_e2b.py OUT_DIR [--shard-gib 4] [--seed 0] [--text-only] [--dry-run]
+    python3 tools/make_synthetic_e2b.py OUT_DIR [--shard-gib 4] [--seed 0] [--dry-run]
+    python3 tools/make_synthetic_e2b.py DIR --check            # exit 0 iff DIR is a complete checkpoint
+    python3 tools/make_synthetic_e2b.py DIR --tokenizer-only   # write only tokenizer.json + tokenizer_config.json
 
 For performance work on the real E2B geometry without downloading Google's checkpoint (the
 weights are random, so the model's outputs mean nothing). Layout: a Hugging Face directory with
@@ -15,6 +17,18 @@ carry but do not use. No vision/audio towers (a text engine skips them) and no d
 
 Memory: tensors are generated and written in chunks of at most 64 Mi elements (128 MiB of bf16),
 so the script needs a few hundred MB of RAM whatever the checkpoint size. Only numpy is needed.
+
+Tokenizer: the checkpoint has none (gemma4rt does not need one to bench). llama.cpp's converter
+does: --tokenizer-only writes a minimal, deterministic tokenizer.json (HF BPE with byte fallback)
+and tokenizer_config.json of exactly V = 262144 entries into DIR, so that the converter keeps all
+262144 rows of embed_tokens (it truncates the table to len(vocab) + len(added_tokens)). It is the
+512-token vocabulary of tools/convert_golden_to_gguf.py (specials, 256 byte tokens, ASCII, 8 merges)
+padded with "<unusedN>" pieces; no Google file is used. bench/compare-e2b.sh writes it into a
+staging directory beside symlinks to the shards.
+
+--check compares DIR with the plan for the same --shard-gib: config.json, generation_config.json,
+model.safetensors.index.json (every tensor mapped), each shard's safetensors header (names,
+dtypes, shapes, offsets) and file size. It reads headers only, not the data.
 
 Values: projection weights are bf16 with a random sign and mantissa and an exponent giving
 magnitudes in [2^-7, 2^-3) (rms ~0.05; RMSNorm keeps activations in range); norm
@@ -188,13 +202,78 @@ def write_tensor(f, rng, shape, kind, progress):
     progress(2 * n)
 
 
+def tokenizer_files():
+    """(tokenizer.json, tokenizer_config.json) dicts with exactly V entries (see the docstring)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import convert_golden_to_gguf as golden  # the 512-token vocabulary; stdlib-only at import
+
+    tok = golden.tokenizer_json()
+    pieces = golden.vocab_pieces()
+    n_unused = sum(p.startswith("<unused") for p in pieces)
+    pieces += [f"<unused{i}>" for i in range(n_unused, n_unused + V - len(pieces))]
+    assert len(pieces) == V and len(set(pieces)) == V
+    tok["model"]["vocab"] = {p: i for i, p in enumerate(pieces)}
+    cfg = golden.tokenizer_config_json()
+    cfg["model_max_length"] = 131072
+    return tok, cfg
+
+
+def write_tokenizer(out_dir):
+    tok, cfg = tokenizer_files()
+    os.makedirs(out_dir, exist_ok=True)
+    for name, obj in (("tokenizer.json", tok), ("tokenizer_config.json", cfg)):
+        with open(os.path.join(out_dir, name + ".tmp"), "w", encoding="utf-8") as f:
+            json.dump(obj, f, ensure_ascii=False)
+            f.write("\n")
+        os.replace(os.path.join(out_dir, name + ".tmp"), os.path.join(out_dir, name))
+    print(f"make_synthetic_e2b: wrote tokenizer.json ({V} tokens) and tokenizer_config.json to {out_dir}",
+          file=sys.stderr)
+
+
+def check(out_dir, shards):
+    """List of problems (empty: DIR is a complete checkpoint as this script writes it)."""
+    problems = []
+    for name in ("config.json", "generation_config.json", "model.safetensors.index.json"):
+        if not os.path.isfile(os.path.join(out_dir, name)):
+            problems.append(f"{name} is missing")
+    if problems:
+        return problems
+    with open(os.path.join(out_dir, "config.json")) as f:
+        if json.load(f).get("text_config", {}).get("num_hidden_layers") != L:
+            problems.append("config.json is not the E2B one")
+    with open(os.path.join(out_dir, "model.safetensors.index.json")) as f:
+        weight_map = json.load(f)["weight_map"]
+    for k, shard in enumerate(shards):
+        fname = f"model-{k + 1:05d}-of-{len(shards):05d}.safetensors"
+        path = os.path.join(out_dir, fname)
+        header, data_bytes = header_bytes(shard)
+        if not os.path.isfile(path):
+            problems.append(f"{fname} is missing")
+            continue
+        if os.path.getsize(path) != len(header) + data_bytes:
+            problems.append(f"{fname} is {os.path.getsize(path)} bytes, want {len(header) + data_bytes}")
+        with open(path, "rb") as f:
+            if f.read(len(header)) != header:
+                problems.append(f"{fname}: header differs from the plan")
+        for name, _, _ in shard:
+            if weight_map.get(name) != fname:
+                problems.append(f"index: {name} -> {weight_map.get(name)}, want {fname}")
+    return problems
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out_dir", help="directory to create (must not be inside a git repository you care about)")
     ap.add_argument("--shard-gib", type=float, default=4.0, help="shard size limit in GiB (default 4)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--dry-run", action="store_true", help="print the shard plan and sizes, write nothing")
+    ap.add_argument("--check", action="store_true", help="validate an existing DIR (headers and sizes); exit 1 if incomplete")
+    ap.add_argument("--tokenizer-only", action="store_true",
+                    help="write only a minimal tokenizer.json + tokenizer_config.json (for llama.cpp's converter)")
     args = ap.parse_args()
+    if args.tokenizer_only:
+        write_tokenizer(args.out_dir)
+        return
 
     specs = tensors()
     shards = plan_shards(specs, int(args.shard_gib * (1 << 30)))
@@ -202,6 +281,14 @@ def main():
     params = sum(int(np.prod(s)) for _, s, _ in specs)
     print(f"make_synthetic_e2b: {len(specs)} tensors, {params / 1e9:.3f} B parameters, {total / 1e9:.2f} GB bf16 "
           f"in {len(shards)} shards", file=sys.stderr)
+    if args.check:
+        problems = check(args.out_dir, shards)
+        for p in problems:
+            print(f"make_synthetic_e2b: {args.out_dir}: {p}", file=sys.stderr)
+        if problems:
+            sys.exit(1)
+        print(f"make_synthetic_e2b: {args.out_dir} is complete", file=sys.stderr)
+        return
     if args.dry_run:
         for k, sh in enumerate(shards):
             print(f"  shard {k + 1}: {len(sh)} tensors, {sum(int(np.prod(s)) * 2 for _, s, _ in sh) / 1e9:.2f} GB",

@@ -1,0 +1,259 @@
+#!/usr/bin/env bash
+# Synthetic Gemma 4 E2B side-by-side: gemma4rt against llama.cpp on identical weights, BF16 and 4-bit.
+#
+#   bench/compare-e2b.sh [-t THREADS] [-r REPS] [-p 512] [-n 128] [--rounds K]
+#                        [--formats "bf16 q4_0 q4_k_m"] [--no-hf] [--prepare-only] [--out DIR]
+#
+# Stages (each one cached, so a rerun goes straight to the benchmarks):
+#  1. checkpoint: tools/make_synthetic_e2b.py writes the full-size random-weight E2B checkpoint
+#     (HF safetensors, 9.3 GB) into $E2B_SYNTH_DIR (default ~/.cache/gemma4rt/e2b-synth), unless
+#     that directory already passes the tool's --check. If it does not but /tmp/e2b-synth does,
+#     /tmp/e2b-synth is used as it is.
+#  2. llama.cpp: bench/compare-llamacpp.sh --build-only builds llama-bench and llama-quantize
+#     from the llama-cpp-python sdist (cached in ~/.cache/gemma4rt/llama.cpp-build).
+#  3. BF16 GGUF: llama.cpp's own convert_hf_to_gguf.py (from the same sdist) --outtype bf16 on a
+#     staging directory: symlinks to the checkpoint plus a minimal 262144-token tokenizer.json
+#     (make_synthetic_e2b.py --tokenizer-only; the converter requires a tokenizer, and keeps only
+#     as many embedding rows as the tokenizer has tokens).
+#  4. 4-bit GGUFs: llama.cpp's llama-quantize BF16 -> Q4_0 and Q4_K_M.
+#     GGUFs live in $E2B_GGUF_DIR (default ~/.cache/gemma4rt/e2b-synth-gguf); each is written to
+#     a .tmp file and renamed, so an existing file is complete. Delete a file to redo it.
+#  5. check: `gemma4rt info` and a tiny bench (-p 16 -n 4 -r 1) on each GGUF, and llama-bench
+#     -p 16 -n 4 -r 1, so that a loading failure shows before the long runs.
+#  6. benchmarks: bench/compare-llamacpp.sh -m GGUF (both engines alternately, K rounds of REPS)
+#     for each format, then `gemma4rt bench` on the HF directory itself (BF16 safetensors).
+# Stages 1, 3 and 4 run under nice -n 19; the benchmarks run at normal priority.
+#
+# Output: $OUT (default ~/.cache/gemma4rt/e2b-results/DATE): one directory per format with the
+# raw JSON and compare-llamacpp.sh's report, hf-bf16/gemma4rt.json, stages.tsv (wall time of each
+# stage), sizes.tsv, summary.json and summary.md (tokens/s, ratio, gemma4rt's decode bandwidth
+# fraction, and the two targets: decode >= 80% of the bandwidth limit, >= 1.0x llama.cpp).
+#
+# Environment: GEMMA4RT_BIN (default build/gemma4rt), GEMMA4RT_CACHE, E2B_SYNTH_DIR, E2B_GGUF_DIR,
+# LLAMA_CPP_PYTHON_VERSION (default 0.3.36), PYTHON (default python3; needs numpy, torch,
+# transformers, safetensors, sentencepiece for the converter; gguf-py comes from the sdist).
+set -euo pipefail
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+CACHE="${GEMMA4RT_CACHE:-$HOME/.cache/gemma4rt}"
+VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
+PY="${PYTHON:-python3}"
+SYNTH="${E2B_SYNTH_DIR:-$CACHE/e2b-synth}"
+GGUF_DIR="${E2B_GGUF_DIR:-$CACHE/e2b-synth-gguf}"
+THREADS="$(nproc)"
+REPS=3
+P=512
+N=128
+ROUNDS=2
+FORMATS="bf16 q4_0 q4_k_m"
+HF=1
+PREPARE_ONLY=0
+OUT=""
+
+usage() { sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; }
+while (($#)); do
+  case "$1" in
+    -t) THREADS="$2"; shift 2 ;;
+    -r) REPS="$2"; shift 2 ;;
+    -p) P="$2"; shift 2 ;;
+    -n) N="$2"; shift 2 ;;
+    --rounds) ROUNDS="$2"; shift 2 ;;
+    --formats) FORMATS="$2"; shift 2 ;;
+    --no-hf) HF=0; shift ;;
+    --prepare-only) PREPARE_ONLY=1; shift ;;
+    --out) OUT="$2"; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "compare-e2b: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
+  esac
+done
+for v in THREADS REPS P N ROUNDS; do
+  [[ "${!v}" =~ ^[0-9]+$ ]] || { echo "compare-e2b: $v must be a non-negative integer, got '${!v}'" >&2; exit 2; }
+done
+for f in $FORMATS; do
+  case "$f" in bf16|q4_0|q4_k_m) ;; *) echo "compare-e2b: unknown format '$f' (bf16, q4_0, q4_k_m)" >&2; exit 2 ;; esac
+done
+log() { echo "compare-e2b: $*" >&2; }
+OUT="${OUT:-$CACHE/e2b-results/$(date +%Y%m%d-%H%M%S)}"
+mkdir -p "$OUT" "$GGUF_DIR"
+STAGES="$OUT/stages.tsv"
+printf 'stage\tseconds\tnote\n' >"$STAGES"
+stage_start() { STAGE_T0=$(date +%s.%N); }
+stage_end() {  # name note
+  local s; s=$(awk -v a="$STAGE_T0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
+  printf '%s\t%s\t%s\n' "$1" "$s" "${2:-}" >>"$STAGES"
+  log "stage $1: ${s} s ${2:+($2)}"
+}
+log "results in $OUT"
+
+# ---- 1. checkpoint ---------------------------------------------------------------------------
+stage_start
+check_ckpt() { "$PY" "$ROOT/tools/make_synthetic_e2b.py" "$1" --check 2>/dev/null; }
+if check_ckpt "$SYNTH"; then
+  stage_end checkpoint "cached $SYNTH"
+elif [ -z "${E2B_SYNTH_DIR:-}" ] && check_ckpt /tmp/e2b-synth; then
+  SYNTH=/tmp/e2b-synth
+  stage_end checkpoint "reused $SYNTH"
+else
+  log "writing the synthetic E2B checkpoint to $SYNTH (9.3 GB)"
+  nice -n 19 "$PY" "$ROOT/tools/make_synthetic_e2b.py" "$SYNTH"
+  check_ckpt "$SYNTH" || { log "$SYNTH is incomplete after writing it"; exit 1; }
+  stage_end checkpoint "wrote $SYNTH"
+fi
+
+# ---- 2. llama.cpp (llama-bench, llama-quantize) and the converter -----------------------------
+stage_start
+LLAMA_BENCH="$(GEMMA4RT_CACHE="$CACHE" LLAMA_CPP_PYTHON_VERSION="$VERSION" bash "$ROOT/bench/compare-llamacpp.sh" --build-only)"
+LLAMA_QUANTIZE="$(dirname "$LLAMA_BENCH")/llama-quantize"
+LCPP="$CACHE/llama.cpp-src/llama_cpp_python-$VERSION/vendor/llama.cpp"
+[ -x "$LLAMA_QUANTIZE" ] || { log "$LLAMA_QUANTIZE is missing"; exit 1; }
+[ -f "$LCPP/convert_hf_to_gguf.py" ] || { log "$LCPP/convert_hf_to_gguf.py is missing"; exit 1; }
+stage_end llama.cpp "$LLAMA_BENCH"
+
+# ---- 3. BF16 GGUF with llama.cpp's converter --------------------------------------------------
+BF16="$GGUF_DIR/e2b-synth-bf16.gguf"
+stage_start
+if [ -s "$BF16" ]; then
+  stage_end convert-bf16 "cached $BF16"
+else
+  "$PY" -c 'import numpy, torch, transformers, safetensors, sentencepiece' 2>/dev/null \
+    || { log "the converter needs numpy, torch, transformers, safetensors, sentencepiece in $PY"; exit 1; }
+  # The directory name becomes the GGUF's general.name.
+  STAGE="$GGUF_DIR/hf-input/gemma-4-e2b-synthetic"
+  rm -rf "$GGUF_DIR/hf-input"
+  mkdir -p "$STAGE"
+  for f in "$SYNTH"/*.json "$SYNTH"/*.safetensors; do
+    case "$(basename "$f")" in tokenizer.json|tokenizer_config.json) continue ;; esac
+    ln -s "$(readlink -f "$f")" "$STAGE/"
+  done
+  "$PY" "$ROOT/tools/make_synthetic_e2b.py" "$STAGE" --tokenizer-only
+  log "converting with $LCPP/convert_hf_to_gguf.py --outtype bf16 (log: $GGUF_DIR/convert-bf16.log)"
+  (cd "$LCPP" && HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 nice -n 19 "$PY" convert_hf_to_gguf.py \
+      --outtype bf16 --outfile "$BF16.tmp" "$STAGE") >"$GGUF_DIR/convert-bf16.log" 2>&1 \
+    || { log "llama.cpp's converter failed:"; tail -20 "$GGUF_DIR/convert-bf16.log" >&2; exit 1; }
+  mv "$BF16.tmp" "$BF16"
+  rm -rf "$GGUF_DIR/hf-input"
+  stage_end convert-bf16 "wrote $BF16"
+fi
+
+# ---- 4. 4-bit GGUFs with llama-quantize -------------------------------------------------------
+gguf_of() { echo "$GGUF_DIR/e2b-synth-$1.gguf"; }
+for f in $FORMATS; do
+  [ "$f" = bf16 ] && continue
+  q="$(gguf_of "$f")"
+  stage_start
+  if [ -s "$q" ]; then
+    stage_end "quantize-$f" "cached $q"
+    continue
+  fi
+  qt="$(echo "$f" | tr a-z A-Z)"
+  log "quantizing to $qt (log: $GGUF_DIR/quantize-$f.log)"
+  nice -n 19 "$LLAMA_QUANTIZE" "$BF16" "$q.tmp" "$qt" "$THREADS" >"$GGUF_DIR/quantize-$f.log" 2>&1 \
+    || { log "llama-quantize $qt failed:"; tail -20 "$GGUF_DIR/quantize-$f.log" >&2; rm -f "$q.tmp"; exit 1; }
+  mv "$q.tmp" "$q"
+  stage_end "quantize-$f" "wrote $q"
+done
+
+{
+  printf 'file\tbytes\n'
+  for f in "$SYNTH"/*.safetensors "$GGUF_DIR"/e2b-synth-*.gguf; do
+    [ -f "$f" ] && printf '%s\t%s\n' "$f" "$(stat -Lc %s "$f")"
+  done
+} >"$OUT/sizes.tsv"
+((PREPARE_ONLY)) && { log "prepared; sizes in $OUT/sizes.tsv"; column -t "$OUT/sizes.tsv" >&2; exit 0; }
+
+# ---- 5. both engines load each GGUF -----------------------------------------------------------
+G4="${GEMMA4RT_BIN:-$ROOT/build/gemma4rt}"
+if [ ! -x "$G4" ]; then
+  log "building gemma4rt (scripts/build.sh)"
+  bash "$ROOT/scripts/build.sh" >&2
+fi
+stage_start
+for f in $FORMATS; do
+  m="$(gguf_of "$f")"
+  mkdir -p "$OUT/$f"
+  "$G4" info -m "$m" >"$OUT/$f/info.txt" 2>&1 \
+    || { log "gemma4rt info failed on $m:"; tail -20 "$OUT/$f/info.txt" >&2; exit 1; }
+  "$G4" bench -m "$m" -t "$THREADS" -p 16 -n 4 -r 1 --bw-mib 0 >"$OUT/$f/check-gemma4rt.txt" 2>&1 \
+    || { log "gemma4rt bench failed on $m:"; tail -20 "$OUT/$f/check-gemma4rt.txt" >&2; exit 1; }
+  "$LLAMA_BENCH" -m "$m" -t "$THREADS" -p 16 -n 4 -r 1 >"$OUT/$f/check-llama.txt" 2>&1 \
+    || { log "llama-bench failed on $m:"; tail -20 "$OUT/$f/check-llama.txt" >&2; exit 1; }
+done
+stage_end check "info + pp16/tg4 on both engines"
+
+# ---- 6. benchmarks ----------------------------------------------------------------------------
+for f in $FORMATS; do
+  stage_start
+  OUT_DIR="$OUT/$f" GEMMA4RT_BIN="$G4" GEMMA4RT_CACHE="$CACHE" LLAMA_CPP_PYTHON_VERSION="$VERSION" \
+    bash "$ROOT/bench/compare-llamacpp.sh" -m "$(gguf_of "$f")" -t "$THREADS" -r "$REPS" -p "$P" -n "$N" \
+    --rounds "$ROUNDS" | tee "$OUT/$f/report.md"
+  stage_end "bench-$f" "pp$P tg$N, $REPS x $ROUNDS rounds"
+done
+if ((HF)); then
+  stage_start
+  mkdir -p "$OUT/hf-bf16"
+  log "gemma4rt bench on the HF directory $SYNTH (load $(cut -d' ' -f1 /proc/loadavg))"
+  "$G4" bench -m "$SYNTH" -t "$THREADS" -p "$P" -n "$N" -r "$REPS" --json >"$OUT/hf-bf16/gemma4rt.json" \
+    2>"$OUT/hf-bf16/gemma4rt.log" || { log "gemma4rt bench on $SYNTH failed:"; tail -20 "$OUT/hf-bf16/gemma4rt.log" >&2; exit 1; }
+  stage_end bench-hf-bf16 "pp$P tg$N, $REPS reps"
+fi
+
+"$PY" - "$OUT" "$P" "$N" "$THREADS" "$FORMATS" "$HF" <<'PYEOF'
+import glob, json, os, statistics, sys
+out, P, N, T, formats, hf = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5].split(), sys.argv[6] == "1"
+
+def g4_runs(d):
+    return [json.load(open(f)) for f in sorted(glob.glob(os.path.join(d, "gemma4rt.*.json")))]
+
+def tg_result(j):
+    return next((r for r in j["results"] if r["depth"] == 0 and r["n_gen"] == N), None)
+
+rows, summary = [], {"threads": T, "pp": P, "tg": N, "formats": {}}
+for f in formats:
+    d = os.path.join(out, f)
+    s = json.load(open(os.path.join(d, "summary.json")))
+    runs = g4_runs(d)
+    fracs = [j["bandwidth_fraction"] for j in runs if j.get("bandwidth_fraction") is not None]
+    frac = statistics.median(fracs) if fracs else None
+    tg = tg_result(runs[0]) if runs else None
+    e = {"gemma4rt_pp": s.get(f"pp{P}", {}).get("gemma4rt"), "llama_pp": s.get(f"pp{P}", {}).get("llama.cpp"),
+         "gemma4rt_tg": s.get(f"tg{N}", {}).get("gemma4rt"), "llama_tg": s.get(f"tg{N}", {}).get("llama.cpp"),
+         "ratio_pp": s.get(f"pp{P}", {}).get("ratio"), "ratio_tg": s.get(f"tg{N}", {}).get("ratio"),
+         "bandwidth_fraction": frac, "bandwidth_gbps": statistics.median(j["bandwidth_gbps"] for j in runs) if runs else None,
+         "weight_bytes_per_token": tg and tg.get("weight_bytes_per_token"), "size_bytes": runs[0].get("size_bytes") if runs else None,
+         "peak_rss_bytes": max(j.get("peak_rss_bytes", 0) for j in runs) if runs else None}
+    # llama.cpp reads the same weights per token, so its fraction is gemma4rt's scaled by the tg ratio.
+    e["llama_bandwidth_fraction"] = frac / e["ratio_tg"] if frac and e["ratio_tg"] else None
+    summary["formats"][f] = e
+    rows.append((f + " GGUF", e))
+if hf:
+    j = json.load(open(os.path.join(out, "hf-bf16", "gemma4rt.json")))
+    e = {"gemma4rt_pp": j.get(f"pp{P}"), "gemma4rt_tg": j.get(f"tg{N}"), "bandwidth_fraction": j.get("bandwidth_fraction"),
+         "bandwidth_gbps": j.get("bandwidth_gbps"), "size_bytes": j.get("size_bytes"), "peak_rss_bytes": j.get("peak_rss_bytes")}
+    summary["formats"]["hf-bf16"] = e
+    rows.append(("bf16 safetensors (HF dir)", e))
+
+def fmt(x, spec=".2f"):
+    return "-" if x is None else format(x, spec)
+
+lines = [f"# Synthetic Gemma 4 E2B: gemma4rt vs llama.cpp ({T} threads, pp{P}, tg{N})", "",
+         f"| weights | size GB | gemma4rt pp{P} | llama.cpp pp{P} | pp ratio | gemma4rt tg{N} | llama.cpp tg{N} | tg ratio "
+         f"| gemma4rt decode / bandwidth limit | llama.cpp decode / limit | targets (>= 80%, >= 1.0x) |",
+         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+for name, e in rows:
+    ok_bw = e["bandwidth_fraction"] is not None and e["bandwidth_fraction"] >= 0.8
+    ok_ratio = e.get("ratio_tg") is not None and e["ratio_tg"] >= 1.0
+    targets = f"bw {'met' if ok_bw else 'NOT met'}" + (f", ratio {'met' if ok_ratio else 'NOT met'}" if e.get("ratio_tg") is not None else "")
+    lines.append(f"| {name} | {fmt(e['size_bytes'] and e['size_bytes'] / 1e9)} | {fmt(e['gemma4rt_pp'])} | {fmt(e.get('llama_pp'))} "
+                 f"| {fmt(e.get('ratio_pp'), '.3f')} | {fmt(e['gemma4rt_tg'])} | {fmt(e.get('llama_tg'))} | {fmt(e.get('ratio_tg'), '.3f')} "
+                 f"| {fmt(e['bandwidth_fraction'] and 100 * e['bandwidth_fraction'], '.1f')}% "
+                 f"| {fmt(e.get('llama_bandwidth_fraction') and 100 * e['llama_bandwidth_fraction'], '.1f')}% | {targets} |")
+bw = [e["bandwidth_gbps"] for _, e in rows if e.get("bandwidth_gbps")]
+lines += ["", f"Copy bandwidth (gemma4rt bench's memcpy test, median): {fmt(statistics.median(bw) if bw else None)} GB/s. "
+          "Ratios are medians over all samples of both engines (compare-llamacpp.sh); llama.cpp's bandwidth "
+          "fraction is gemma4rt's scaled by the tg ratio (same bytes per token).", "", "Stage wall times:", ""]
+lines += ["    " + l for l in open(os.path.join(out, "stages.tsv")).read().splitlines()]
+lines += ["", "Files:", ""] + ["    " + l for l in open(os.path.join(out, "sizes.tsv")).read().splitlines()]
+open(os.path.join(out, "summary.md"), "w").write("\n".join(lines) + "\n")
+json.dump(summary, open(os.path.join(out, "summary.json"), "w"), indent=1)
+print("\n".join(lines))
+print(f"\n(summary.md, summary.json and the raw JSON in {out})")
+PYEOF
