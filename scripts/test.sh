@@ -13,3 +13,5 @@ bash scripts/build.sh
 ctest --test-dir build --output-on-failure -j"$(nproc)"
 # The official OpenAI Python SDK against `gemma4rt serve` on the default model (PyPI: openai, pytest).
 bash scripts/test-clients.sh
+# The CPU kernel tests cross-compiled for 64-bit Arm and run under qemu-user (NEON, SVE, SVE2).
+bash scripts/test-arm.sh
