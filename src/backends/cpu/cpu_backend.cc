@@ -6,6 +6,7 @@
 #include <map>
 #include <vector>
 
+#include "backends/cpu/attention.h"
 #include "backends/cpu/kernels.h"
 #include "base/check.h"
 #include "base/thread_pool.h"
@@ -48,13 +49,14 @@ class CpuExecutable : public Executable {
   const int num_tokens_, num_out_;
   ThreadPool* pool_;
   std::vector<std::vector<float>> task_scratch_;  // per pool task: one converted weight row
-  std::vector<std::vector<float>> task_scores_;   // per pool task: attention scores
   std::vector<std::vector<float>> buffers_;
   std::vector<int> buffer_of_;       // node -> buffer index (-1: no output)
   std::map<std::string, int> outputs_;
   // Scratch, sized at plan time or grown on first use only.
   std::vector<float> scratch_;       // one converted weight row (max K)
   std::vector<int32_t> seq_first_;   // per token: index of its sequence's first step token
+  std::vector<const float*> attn_cache_rows_;  // per token: K, then V cache row of slot 0 of its sequence
+  cpu::AttentionScratch attn_scratch_;
   std::vector<float> moe_scratch_;
 };
 
@@ -102,7 +104,7 @@ void CpuExecutable::Plan() {
   for (size_t b = 0; b < capacity.size(); ++b) buffers_[b].assign(std::max<size_t>(capacity[b], 1), 0.0f);
   scratch_.assign(max_k, 0.0f);
   task_scratch_.assign(pool_->size(), std::vector<float>(max_k, 0.0f));
-  task_scores_.assign(pool_->size(), {});
+  attn_cache_rows_.assign(2 * static_cast<size_t>(num_tokens_), nullptr);
   seq_first_.assign(num_tokens_, 0);
 }
 
@@ -202,56 +204,17 @@ void CpuExecutable::ParallelMatMul(const float* x, int rows, int K, const Tensor
 
 void CpuExecutable::RunAttention(const AttentionOp& op, const float* q, const float* k, const float* v, float* out,
                                  const StepInput& in, KvCache& cache) {
-  const int D = op.head_dim, Nq = op.num_heads, Nkv = op.num_kv_heads;
-  const int group = Nq / Nkv;
-  const int kv_width = Nkv * D;
   const int layer = op.cache_layer;
-  pool_->ParallelFor(static_cast<int64_t>(num_tokens_) * Nq, [&](int task, int64_t begin, int64_t end) {
-    std::vector<float>& scores = task_scores_[task];
-    for (int64_t th = begin; th < end; ++th) {
-      const int t = static_cast<int>(th / Nq), h = static_cast<int>(th % Nq);
-      const int seq = in.seq_ids[t];
-      const int p = in.positions[t];
-      const int first = seq_first_[t];
-      const int start = in.positions[first];  // first position of this sequence in the step
-      const int lo = op.window > 0 ? std::max(0, p - op.window + 1) : 0;
-      const int n_keys = p - lo + 1;
-      if (static_cast<int>(scores.size()) < n_keys) scores.resize(n_keys);
-      // Key/value row of absolute position j: from the cache before the step, else from the step.
-      auto row = [&](int j, const float* step_buf, bool is_v) -> const float* {
-        if (j < start) {
-          const int slot = cache.slot_of(layer, j);
-          return is_v ? cache.v(layer, seq, slot) : cache.k(layer, seq, slot);
-        }
-        return step_buf + static_cast<size_t>(first + (j - start)) * kv_width;
-      };
-      const float* qh = q + static_cast<size_t>(t) * Nq * D + h * D;
-      const int kvh = h / group;
-      float mx = -INFINITY;
-      for (int j = lo; j <= p; ++j) {
-        const float* kr = row(j, k, false) + kvh * D;
-        float s = 0;
-        for (int d = 0; d < D; ++d) s += qh[d] * kr[d];
-        s *= op.scale;
-        if (op.softcap > 0) s = op.softcap * std::tanh(s / op.softcap);
-        scores[j - lo] = s;
-        mx = std::max(mx, s);
-      }
-      float sum = 0;
-      for (int j = 0; j < n_keys; ++j) {
-        scores[j] = std::exp(scores[j] - mx);
-        sum += scores[j];
-      }
-      const float inv = 1.0f / sum;
-      float* oh = out + static_cast<size_t>(t) * Nq * D + h * D;
-      std::fill(oh, oh + D, 0.0f);
-      for (int j = lo; j <= p; ++j) {
-        const float pj = scores[j - lo] * inv;
-        const float* vr = row(j, v, true) + kvh * D;
-        for (int d = 0; d < D; ++d) oh[d] += pj * vr[d];
-      }
-    }
-  });
+  const float** kc = attn_cache_rows_.data();
+  const float** vc = kc + num_tokens_;
+  for (int t = 0; t < num_tokens_; ++t) {
+    kc[t] = cache.k(layer, in.seq_ids[t], 0);
+    vc[t] = cache.v(layer, in.seq_ids[t], 0);
+  }
+  const cpu::AttentionParams params{op.num_heads, op.num_kv_heads, op.head_dim, op.window, op.scale, op.softcap};
+  const cpu::AttentionStep step{num_tokens_, q, k, v, out, in.positions.data(), seq_first_.data(), kc, vc,
+                                cache.slots(layer), cache.window(layer) > 0};
+  cpu::Attention(params, step, pool_, &attn_scratch_);
 }
 
 void CpuExecutable::RunMoE(const MoEOp& op, const float* y, const float* r, float* out, int rows) {

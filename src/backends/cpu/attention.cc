@@ -1,0 +1,207 @@
+// Scalar attention reference, the key runs, the split-K merge and the threaded driver of the SIMD
+// kernel (attention_hwy.cc). See attention.h.
+#include "backends/cpu/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "base/check.h"
+#include "base/thread_pool.h"
+
+namespace g4::cpu {
+
+namespace {
+// Split-K chunks are at least this many keys long.
+constexpr int kMinChunkKeys = 64;
+}  // namespace
+
+int AttentionKeyRuns(const AttentionParams& p, const AttentionStep& s, int t, int kvh, KvRun* runs, int* num_runs) {
+  const int64_t ld = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
+  const int64_t off = static_cast<int64_t>(kvh) * p.head_dim;
+  const int pos = s.positions[t];
+  const int first = s.seq_first[t];
+  const int start = s.positions[first];
+  const int lo = p.window > 0 ? std::max(0, pos - p.window + 1) : 0;
+  int n = 0;
+  auto add = [&](const float* k, const float* v, int count) {
+    if (count > 0) runs[n++] = KvRun{k + off, v + off, count};
+  };
+  // Cache: positions lo .. start - 1.
+  const int cache_end = std::min(start, pos + 1);
+  if (lo < cache_end) {
+    const int slot = s.ring ? lo % s.slots : lo;
+    const int count = cache_end - lo;
+    const int first_part = s.ring ? std::min(count, s.slots - slot) : count;
+    add(s.k_cache[t] + slot * ld, s.v_cache[t] + slot * ld, first_part);
+    add(s.k_cache[t], s.v_cache[t], count - first_part);  // the ring's wrap
+  }
+  // Step: positions max(lo, start) .. pos, rows first + (j - start).
+  const int j0 = std::max(lo, start);
+  const int64_t row = first + (j0 - start);
+  add(s.k + row * ld, s.v + row * ld, pos - j0 + 1);
+  *num_runs = n;
+  return pos - lo + 1;
+}
+
+int SliceKeyRuns(const KvRun* runs, int num_runs, int begin, int end, int64_t ld, KvRun* out) {
+  int n = 0, base = 0;
+  for (int r = 0; r < num_runs; ++r) {
+    const int b = std::max(begin, base), e = std::min(end, base + runs[r].n);
+    if (b < e) out[n++] = KvRun{runs[r].k + (b - base) * ld, runs[r].v + (b - base) * ld, e - b};
+    base += runs[r].n;
+  }
+  return n;
+}
+
+void AttentionMerge(int G, int D, int parts, const float* m, const float* l, const float* acc, float* out) {
+  for (int g = 0; g < G; ++g) {
+    float mx = -INFINITY;
+    for (int c = 0; c < parts; ++c) mx = std::max(mx, m[c * G + g]);
+    float sum = 0;
+    for (int c = 0; c < parts; ++c) sum += std::exp(m[c * G + g] - mx) * l[c * G + g];
+    const float inv = 1.0f / sum;
+    float* o = out + static_cast<size_t>(g) * D;
+    std::fill(o, o + D, 0.0f);
+    for (int c = 0; c < parts; ++c) {
+      const float w = std::exp(m[c * G + g] - mx) * inv;
+      const float* a = acc + (static_cast<size_t>(c) * G + g) * D;
+      for (int d = 0; d < D; ++d) o[d] += w * a[d];
+    }
+  }
+}
+
+void Attention(const AttentionParams& p, const AttentionStep& s, ThreadPool* pool, AttentionScratch* scratch) {
+  const int D = p.head_dim, Nq = p.num_heads, Nkv = p.num_kv_heads;
+  G4_CHECK(Nkv > 0 && Nq % Nkv == 0 && D > 0);
+  const int G = Nq / Nkv;
+  const int64_t ld = static_cast<int64_t>(Nkv) * D;
+  const int items = s.tokens * Nkv;
+  const int threads = pool != nullptr ? pool->size() : 1;
+  auto q_of = [&](int t, int kvh) { return s.q + (static_cast<size_t>(t) * Nq + kvh * G) * D; };
+  auto out_of = [&](int t, int kvh) { return s.out + (static_cast<size_t>(t) * Nq + kvh * G) * D; };
+  auto for_each = [&](int64_t n, const std::function<void(int, int64_t, int64_t)>& fn) {
+    if (pool != nullptr) {
+      pool->ParallelFor(n, fn);
+    } else if (n > 0) {
+      fn(0, 0, n);
+    }
+  };
+
+  if (items >= threads) {
+    // Whole items, zig-zag order (see attention.h).
+    for_each(items, [&](int, int64_t b, int64_t e) {
+      thread_local std::vector<float> ml;
+      ml.resize(2 * G);
+      KvRun runs[3];
+      for (int64_t z = b; z < e; ++z) {
+        const int item = static_cast<int>(z % 2 == 0 ? z / 2 : items - 1 - z / 2);
+        const int t = item / Nkv, kvh = item % Nkv;
+        int nr;
+        AttentionKeyRuns(p, s, t, kvh, runs, &nr);
+        float* o = out_of(t, kvh);
+        AttentionPartial(q_of(t, kvh), G, D, runs, nr, ld, p.scale, p.softcap, ml.data(), ml.data() + G, o);
+        for (int g = 0; g < G; ++g) {
+          const float inv = 1.0f / ml[G + g];
+          for (int d = 0; d < D; ++d) o[g * D + d] *= inv;
+        }
+      }
+    });
+    return;
+  }
+
+  // Split-K: chunks of each item's keys, about one per thread.
+  const int per_item = (threads + items - 1) / items;
+  std::vector<int64_t>& units = scratch->units;
+  units.clear();
+  for (int item = 0; item < items; ++item) {
+    KvRun runs[3];
+    int nr;
+    const int n = AttentionKeyRuns(p, s, item / Nkv, item % Nkv, runs, &nr);
+    const int chunks = std::max(1, std::min(per_item, n / kMinChunkKeys));
+    for (int c = 0; c < chunks; ++c) {
+      units.push_back(item);
+      units.push_back(static_cast<int64_t>(n) * c / chunks);
+      units.push_back(static_cast<int64_t>(n) * (c + 1) / chunks);
+    }
+  }
+  const int num_units = static_cast<int>(units.size() / 3);
+  // State: m [units, G], l [units, G], acc [units, G, D]; an item's chunks are consecutive units.
+  const size_t gd = static_cast<size_t>(G) * D;
+  const size_t need = num_units * (2 * static_cast<size_t>(G) + gd);
+  if (scratch->state.size() < need) scratch->state.resize(need);
+  float* m = scratch->state.data();
+  float* l = m + static_cast<size_t>(num_units) * G;
+  float* acc = l + static_cast<size_t>(num_units) * G;
+  for_each(num_units, [&](int, int64_t b, int64_t e) {
+    for (int64_t u = b; u < e; ++u) {
+      const int item = static_cast<int>(units[3 * u]);
+      const int t = item / Nkv, kvh = item % Nkv;
+      KvRun runs[3], part[3];
+      int nr;
+      AttentionKeyRuns(p, s, t, kvh, runs, &nr);
+      const int np = SliceKeyRuns(runs, nr, static_cast<int>(units[3 * u + 1]), static_cast<int>(units[3 * u + 2]), ld, part);
+      AttentionPartial(q_of(t, kvh), G, D, part, np, ld, p.scale, p.softcap, m + u * G, l + u * G, acc + u * gd);
+    }
+  });
+  for (int u0 = 0; u0 < num_units;) {
+    int u1 = u0;
+    while (u1 < num_units && units[3 * u1] == units[3 * u0]) ++u1;
+    const int item = static_cast<int>(units[3 * u0]);
+    AttentionMerge(G, D, u1 - u0, m + u0 * G, l + u0 * G, acc + u0 * gd, out_of(item / Nkv, item % Nkv));
+    u0 = u1;
+  }
+}
+
+void AttentionReference(const AttentionParams& p, const AttentionStep& s) {
+  const int D = p.head_dim, Nq = p.num_heads, Nkv = p.num_kv_heads;
+  const int group = Nq / Nkv;
+  const int64_t ld = static_cast<int64_t>(Nkv) * D;
+  std::vector<float> scores;
+  for (int t = 0; t < s.tokens; ++t) {
+    const int pos = s.positions[t];
+    const int first = s.seq_first[t];
+    const int start = s.positions[first];
+    const int lo = p.window > 0 ? std::max(0, pos - p.window + 1) : 0;
+    const int n_keys = pos - lo + 1;
+    scores.resize(n_keys);
+    // Key/value row of absolute position j: from the cache before the step, else from the step.
+    auto row = [&](int j, bool is_v) -> const float* {
+      if (j < start) {
+        const int slot = s.ring ? j % s.slots : j;
+        return (is_v ? s.v_cache[t] : s.k_cache[t]) + slot * ld;
+      }
+      return (is_v ? s.v : s.k) + (first + (j - start)) * ld;
+    };
+    for (int h = 0; h < Nq; ++h) {
+      const float* qh = s.q + (static_cast<size_t>(t) * Nq + h) * D;
+      const int kvh = h / group;
+      float mx = -INFINITY;
+      for (int j = lo; j <= pos; ++j) {
+        const float* kr = row(j, false) + kvh * D;
+        float sc = 0;
+        for (int d = 0; d < D; ++d) sc += qh[d] * kr[d];
+        sc *= p.scale;
+        if (p.softcap > 0) sc = p.softcap * std::tanh(sc / p.softcap);
+        scores[j - lo] = sc;
+        mx = std::max(mx, sc);
+      }
+      float sum = 0;
+      for (int j = 0; j < n_keys; ++j) {
+        scores[j] = std::exp(scores[j] - mx);
+        sum += scores[j];
+      }
+      const float inv = 1.0f / sum;
+      float* oh = s.out + (static_cast<size_t>(t) * Nq + h) * D;
+      std::fill(oh, oh + D, 0.0f);
+      for (int j = lo; j <= pos; ++j) {
+        const float pj = scores[j - lo] * inv;
+        const float* vr = row(j, true) + kvh * D;
+        for (int d = 0; d < D; ++d) oh[d] += pj * vr[d];
+      }
+    }
+  }
+}
+
+}  // namespace g4::cpu

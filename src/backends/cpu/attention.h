@@ -1,0 +1,91 @@
+// CPU attention (AttentionOp, src/graph/graph.h): a fused SIMD kernel (attention_hwy.cc, Google
+// Highway, every x86 and Arm target) and its scalar reference (attention.cc).
+//
+// Work item: one query token and one KV head, with the G = Nq / Nkv query heads that share that KV
+// head handled together, so each K and V row is read from memory once per token for the whole
+// group (MQA: all heads). The keys a token attends to (positions lo..p, lo = p - window + 1 on
+// sliding layers, else 0) are at most three runs of consecutive rows in positional order: the
+// cache before the step (one run, or two where a sliding layer's ring wraps) and the step's own
+// k/v rows.
+//
+// Softmax: streaming ("online") over tiles of 64 keys. Per tile, the scores of all G heads go to a
+// small buffer (f32: q.k * scale, then the optional soft-cap cap * tanh(s / cap)); the running
+// maximum m, the running sum l = sum exp(s - m) and the un-normalised output acc = sum exp(s - m) v
+// are rescaled by exp(m_old - m_new) when a tile raises the maximum; out = acc / l at the end.
+// The same state (m, l, acc) is what a split-K chunk returns, and AttentionMerge combines chunks.
+//
+// Threading (Attention): items = tokens x Nkv. With at least as many items as threads, whole items
+// are spread over the pool in zig-zag order (item 0, last, 1, last - 1, ...), so that the causal
+// prefill's short and long items pair up in each thread's contiguous range. With fewer items than
+// threads (decode: one token; MQA: one KV head) each item's keys are split into chunks of at least
+// 64 keys, one per thread, and the chunks' softmax states are merged afterwards.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace g4 {
+class ThreadPool;
+}
+
+namespace g4::cpu {
+
+struct AttentionParams {
+  int num_heads, num_kv_heads, head_dim;
+  int window;     // > 0: sliding layer, keys p - window + 1 .. p
+  float scale;    // scores = q.k * scale
+  float softcap;  // > 0: scores = softcap * tanh(scores / softcap)
+};
+
+// One attention op's inputs for one step. Rows of q/out are Nq*D floats, rows of k/v and of the
+// cache Nkv*D floats. Token t of sequence s at position p attends to the cache rows of positions
+// before the step (first step position of s = positions[seq_first[t]]) and to the step rows of s.
+struct AttentionStep {
+  int tokens;
+  const float* q;  // [tokens, Nq*D]
+  const float* k;  // [tokens, Nkv*D]: the step's keys
+  const float* v;  // [tokens, Nkv*D]
+  float* out;      // [tokens, Nq*D]
+  const int32_t* positions;      // [tokens] absolute positions
+  const int32_t* seq_first;      // [tokens] step index of the first token of t's sequence
+  const float* const* k_cache;   // [tokens] cache K row of slot 0 of t's sequence
+  const float* const* v_cache;   // [tokens] cache V row of slot 0 of t's sequence
+  int slots;                     // cache rows per sequence
+  bool ring;                     // slot of position j = j % slots (sliding layer), else j
+};
+
+// Scratch the threaded driver reuses across calls (grown on first use only).
+struct AttentionScratch {
+  std::vector<float> state;    // split-K: per chunk m[G], l[G], acc[G*D]
+  std::vector<int64_t> units;  // split-K: per chunk item, first key, end key
+};
+
+// Fused SIMD attention of a whole step over the pool (nullptr: on the calling thread).
+void Attention(const AttentionParams& p, const AttentionStep& s, ThreadPool* pool, AttentionScratch* scratch);
+// Scalar reference: per token and query head, f32 scores over all keys in positional order,
+// two-pass f32 softmax (max, exp, sum), p_j = e_j / sum, out = sum p_j v_j (single accumulators).
+void AttentionReference(const AttentionParams& p, const AttentionStep& s);
+
+// ---- The kernel and its pieces (for the driver and the tests) ----------------------------------
+
+// `n` consecutive K and V rows (row stride `ld` floats, given to the kernel).
+struct KvRun {
+  const float* k;
+  const float* v;
+  int n;
+};
+
+// SIMD kernel: G query heads q [G, D] (contiguous) over the keys of runs[0..num_runs) in order.
+// Writes the un-normalised softmax state: m[g] the highest score, l[g] = sum_j exp(s_gj - m[g]),
+// acc[g * D + d] = sum_j exp(s_gj - m[g]) v_j[d]. At least one key.
+void AttentionPartial(const float* q, int G, int D, const KvRun* runs, int num_runs, int64_t ld, float scale,
+                      float softcap, float* m, float* l, float* acc);
+// Combines `parts` states (m, l [parts, G]; acc [parts, G, D]) into out [G, D] = the softmax-weighted
+// sum over all the parts' keys.
+void AttentionMerge(int G, int D, int parts, const float* m, const float* l, const float* acc, float* out);
+// The key runs of token t and KV head kvh (at most 3), and their total length.
+int AttentionKeyRuns(const AttentionParams& p, const AttentionStep& s, int t, int kvh, KvRun* runs, int* num_runs);
+// runs restricted to keys [begin, end) of their concatenation.
+int SliceKeyRuns(const KvRun* runs, int num_runs, int begin, int end, int64_t ld, KvRun* out);
+
+}  // namespace g4::cpu

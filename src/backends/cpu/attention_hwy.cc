@@ -1,0 +1,212 @@
+// The fused attention kernel (attention.h: AttentionPartial), written once with Google Highway and
+// compiled for every target in HWY_TARGETS (x86: SSSE3 .. AVX-512 and the scalar fallback; Arm:
+// NEON, SVE, SVE2); HWY_DYNAMIC_DISPATCH picks the best one the CPU supports. Portable Highway ops
+// only, and no vectors in arrays or structs (SVE vectors are sizeless).
+//
+// Per tile of up to kTile keys: scores of all G heads (blocks of up to 4 heads times 2 keys, eight
+// f32 accumulators, so each K row chunk is loaded once per head block and each q chunk once per key
+// pair), times scale, optional soft-cap, then the streaming softmax update (attention.h) and the
+// weighted V sum into acc, four keys at a time, so each V row is read once for all G heads.
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "backends/cpu/attention.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backends/cpu/attention_hwy.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+// Must come after foreach_target.h.
+#include "hwy/contrib/math/math-inl.h"
+#include "hwy/highway.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace g4 {
+namespace cpu {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+constexpr size_t kTile = 64;  // keys per softmax tile (a multiple of every target's lane count)
+
+// acc_h (+ acc_h' for the second key) += q_h[d..] * k[d..].
+template <int J>
+HWY_INLINE void DotStep(DF df, const float* HWY_RESTRICT qh, VF k0, VF k1, VF& a0, VF& a1) {
+  const VF qv = hn::LoadU(df, qh);
+  a0 = hn::MulAdd(qv, k0, a0);
+  if constexpr (J > 1) a1 = hn::MulAdd(qv, k1, a1);
+}
+
+// The dot product's lanes summed, plus the scalar tail d0 .. D - 1.
+HWY_INLINE float Finish(DF df, VF a, const float* HWY_RESTRICT qh, const float* HWY_RESTRICT kr, size_t d0,
+                        size_t D) {
+  float s = hn::GetLane(hn::SumOfLanes(df, a));
+  for (size_t d = d0; d < D; ++d) s += qh[d] * kr[d];
+  return s;
+}
+
+// s[h * kTile + j] = q_h . k_j for heads h < H (q rows of D floats) and keys j < J (k0, k1).
+template <int H, int J>
+HWY_INLINE void DotTile(const float* HWY_RESTRICT q, size_t D, const float* HWY_RESTRICT k0,
+                        const float* HWY_RESTRICT k1, float* HWY_RESTRICT s) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  VF a00 = hn::Zero(df), a01 = hn::Zero(df), a10 = hn::Zero(df), a11 = hn::Zero(df);
+  VF a20 = hn::Zero(df), a21 = hn::Zero(df), a30 = hn::Zero(df), a31 = hn::Zero(df);
+  size_t d = 0;
+  for (; d + N <= D; d += N) {
+    const VF kv0 = hn::LoadU(df, k0 + d);
+    const VF kv1 = hn::LoadU(df, (J > 1 ? k1 : k0) + d);
+    DotStep<J>(df, q + d, kv0, kv1, a00, a01);
+    if constexpr (H > 1) DotStep<J>(df, q + D + d, kv0, kv1, a10, a11);
+    if constexpr (H > 2) DotStep<J>(df, q + 2 * D + d, kv0, kv1, a20, a21);
+    if constexpr (H > 3) DotStep<J>(df, q + 3 * D + d, kv0, kv1, a30, a31);
+  }
+  s[0] = Finish(df, a00, q, k0, d, D);
+  if constexpr (J > 1) s[1] = Finish(df, a01, q, k1, d, D);
+  if constexpr (H > 1) {
+    s[kTile] = Finish(df, a10, q + D, k0, d, D);
+    if constexpr (J > 1) s[kTile + 1] = Finish(df, a11, q + D, k1, d, D);
+  }
+  if constexpr (H > 2) {
+    s[2 * kTile] = Finish(df, a20, q + 2 * D, k0, d, D);
+    if constexpr (J > 1) s[2 * kTile + 1] = Finish(df, a21, q + 2 * D, k1, d, D);
+  }
+  if constexpr (H > 3) {
+    s[3 * kTile] = Finish(df, a30, q + 3 * D, k0, d, D);
+    if constexpr (J > 1) s[3 * kTile + 1] = Finish(df, a31, q + 3 * D, k1, d, D);
+  }
+}
+
+template <int H>
+HWY_INLINE void DotHeads(const float* HWY_RESTRICT q, size_t D, const float* HWY_RESTRICT k, int64_t ld, size_t nk,
+                         float* HWY_RESTRICT s) {
+  size_t j = 0;
+  for (; j + 2 <= nk; j += 2) DotTile<H, 2>(q, D, k + j * ld, k + (j + 1) * ld, s + j);
+  if (j < nk) DotTile<H, 1>(q, D, k + j * ld, k + j * ld, s + j);
+}
+
+// acc_g += p_g0 * v_0 + ... + p_g(J-1) * v_(J-1) for g < G (keys in order); p at stride kTile per
+// head, V rows at stride ld. One load and store of acc per J keys.
+template <int J>
+HWY_INLINE void AccumulateV(const float* HWY_RESTRICT p, size_t G, size_t D, const float* HWY_RESTRICT v, int64_t ld,
+                            float* HWY_RESTRICT acc) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const float* HWY_RESTRICT v0 = v;
+  const float* HWY_RESTRICT v1 = v + (J > 1 ? ld : 0);
+  const float* HWY_RESTRICT v2 = v + (J > 2 ? 2 * ld : 0);
+  const float* HWY_RESTRICT v3 = v + (J > 3 ? 3 * ld : 0);
+  for (size_t g = 0; g < G; ++g) {
+    const float* pg = p + g * kTile;
+    const float p0 = pg[0], p1 = J > 1 ? pg[1] : 0.0f, p2 = J > 2 ? pg[2] : 0.0f, p3 = J > 3 ? pg[3] : 0.0f;
+    const VF pv0 = hn::Set(df, p0), pv1 = hn::Set(df, p1), pv2 = hn::Set(df, p2), pv3 = hn::Set(df, p3);
+    float* HWY_RESTRICT a = acc + g * D;
+    size_t d = 0;
+    for (; d + N <= D; d += N) {
+      VF x = hn::MulAdd(pv0, hn::LoadU(df, v0 + d), hn::LoadU(df, a + d));
+      if constexpr (J > 1) x = hn::MulAdd(pv1, hn::LoadU(df, v1 + d), x);
+      if constexpr (J > 2) x = hn::MulAdd(pv2, hn::LoadU(df, v2 + d), x);
+      if constexpr (J > 3) x = hn::MulAdd(pv3, hn::LoadU(df, v3 + d), x);
+      hn::StoreU(x, df, a + d);
+    }
+    for (; d < D; ++d) {
+      float x = a[d] + p0 * v0[d];
+      if constexpr (J > 1) x += p1 * v1[d];
+      if constexpr (J > 2) x += p2 * v2[d];
+      if constexpr (J > 3) x += p3 * v3[d];
+      a[d] = x;
+    }
+  }
+}
+
+void AttentionPartialHwy(const float* HWY_RESTRICT q, int G_, int D_, const KvRun* runs, int num_runs, int64_t ld,
+                         float scale, float softcap, float* HWY_RESTRICT m, float* HWY_RESTRICT l,
+                         float* HWY_RESTRICT acc) {
+  const DF df;
+  const size_t N = hn::Lanes(df);
+  const size_t G = static_cast<size_t>(G_), D = static_cast<size_t>(D_);
+  thread_local std::vector<float> tile;  // scores then weights, [G, kTile]
+  if (tile.size() < G * kTile) tile.resize(G * kTile);
+  float* HWY_RESTRICT s = tile.data();
+  std::fill(acc, acc + G * D, 0.0f);
+  for (size_t g = 0; g < G; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+  }
+  const VF vscale = hn::Set(df, scale), vcap = hn::Set(df, softcap);
+  for (int r = 0; r < num_runs; ++r) {
+    for (size_t j0 = 0; j0 < static_cast<size_t>(runs[r].n); j0 += kTile) {
+      const size_t nk = std::min(kTile, static_cast<size_t>(runs[r].n) - j0);
+      const float* k = runs[r].k + j0 * ld;
+      const float* v = runs[r].v + j0 * ld;
+      // Scores, head blocks of up to 4.
+      for (size_t g0 = 0; g0 < G; g0 += 4) {
+        const float* qg = q + g0 * D;
+        float* sg = s + g0 * kTile;
+        switch (std::min<size_t>(4, G - g0)) {
+          case 1: DotHeads<1>(qg, D, k, ld, nk, sg); break;
+          case 2: DotHeads<2>(qg, D, k, ld, nk, sg); break;
+          case 3: DotHeads<3>(qg, D, k, ld, nk, sg); break;
+          default: DotHeads<4>(qg, D, k, ld, nk, sg); break;
+        }
+      }
+      const size_t nv = (nk + N - 1) / N * N;  // whole vectors (<= kTile)
+      for (size_t g = 0; g < G; ++g) {
+        float* sg = s + g * kTile;
+        // Same f32 operations as the reference: s * scale, then cap * tanh(s / cap).
+        for (size_t j = 0; j < nv; j += N) {
+          VF x = hn::Mul(hn::LoadU(df, sg + j), vscale);
+          if (softcap > 0) x = hn::Mul(vcap, hn::Tanh(df, hn::Div(x, vcap)));
+          hn::StoreU(x, df, sg + j);
+        }
+        float mx = m[g];
+        for (size_t j = 0; j < nk; ++j) mx = std::max(mx, sg[j]);
+        for (size_t j = nk; j < nv; ++j) sg[j] = -INFINITY;  // padding: weight exp(-inf) = 0
+        if (mx > m[g]) {  // rescale the state to the new maximum
+          const float alpha = std::exp(m[g] - mx);  // 0 on the first tile (m = -inf)
+          l[g] *= alpha;
+          const VF va = hn::Set(df, alpha);
+          float* a = acc + g * D;
+          size_t d = 0;
+          for (; d + N <= D; d += N) hn::StoreU(hn::Mul(hn::LoadU(df, a + d), va), df, a + d);
+          for (; d < D; ++d) a[d] *= alpha;
+          m[g] = mx;
+        }
+        const VF vm = hn::Set(df, mx);
+        for (size_t j = 0; j < nv; j += N) hn::StoreU(hn::Exp(df, hn::Sub(hn::LoadU(df, sg + j), vm)), df, sg + j);
+        float sum = 0;
+        for (size_t j = 0; j < nk; ++j) sum += sg[j];
+        l[g] += sum;
+      }
+      // Weighted V sum, four keys at a time.
+      size_t j = 0;
+      for (; j + 4 <= nk; j += 4) AccumulateV<4>(s + j, G, D, v + j * ld, ld, acc);
+      for (; j < nk; ++j) AccumulateV<1>(s + j, G, D, v + j * ld, ld, acc);
+    }
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace cpu
+}  // namespace g4
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace g4 {
+namespace cpu {
+
+HWY_EXPORT(AttentionPartialHwy);
+
+void AttentionPartial(const float* q, int G, int D, const KvRun* runs, int num_runs, int64_t ld, float scale,
+                      float softcap, float* m, float* l, float* acc) {
+  HWY_DYNAMIC_DISPATCH(AttentionPartialHwy)(q, G, D, runs, num_runs, ld, scale, softcap, m, l, acc);
+}
+
+}  // namespace cpu
+}  // namespace g4
+#endif  // HWY_ONCE

@@ -1,0 +1,284 @@
+// The fused SIMD attention (src/backends/cpu/attention_hwy.cc, driven by cpu::Attention) against
+// the scalar reference (cpu::AttentionReference), on every SIMD target this machine can run (as in
+// kernels_test.cc: one instance per target in hwy::SupportedAndGeneratedTargets(), forced with
+// hwy::SetSupportedTargetsForTest). Both are also checked against an f64 evaluation of AttentionOp's
+// definition computed here from a table of K/V rows by absolute position, which also pins the
+// semantics: causal mask, sliding window q-window+1..q, the ring's wrap, KV heads shared by groups of
+// query heads, several sequences in one step.
+//
+// Scenarios: head_dim 256, 512, 64 and 37 (a vector tail on every target), GQA groups 1, 2, 4, 8,
+// decode (one token: split-K over 2 and 3 threads) and multi-token prefill steps, rings wrapped,
+// windows smaller and larger than the context, soft-cap off and on, power-of-two and other scales.
+//
+// Tolerances. q, k and v are multiples of 1/8 in [-1, 1], so every product q_d k_d and every
+// partial sum of a score is exact in f32 (multiples of 1/64 below 2^15): the scores are the same
+// bits in any order of summation, and a power-of-two scale keeps them exact. What is left are the
+// roundings of the softmax and of the weighted sum. For one output element with n keys, weights p_j
+// and S = sum_j p_j |v_j[d]| (computed in f64):
+//  - reference: exp (1 ulp), a recursive sum of n weights, the reciprocal, p_j = e_j * inv, and a
+//    recursive sum of n products: |o_ref - o| <= gamma_{2n+8} S (Higham 3.1, gamma_k = k u / (1 - k u),
+//    u = 2^-24);
+//  - SIMD: Highway's Exp (1 ulp), per tile of 64 keys at most one rescale of l and acc by
+//    exp(m_old - m_new) (2 roundings), sums in key order within and across tiles, the final
+//    1 / l; split-K adds the merge (an exp, a product and a sum per chunk, at most 3 chunks):
+//    |o_simd - o| <= gamma_{2n+4T+16} S with T = n / 64 + 3 tiles (runs cut tiles short);
+//  - score perturbations: a non-power-of-two scale rounds each score (|ds| <= u |s|); the soft-cap
+//    cap * tanh(s / cap) adds a division, a multiplication and tanh (std::tanh 1 ulp, Highway's
+//    Tanh 4 ulp): |ds| <= 6 u cap. A score error ds changes the normalised weights by a factor of at
+//    most exp(2 |ds|), i.e. by 2 |ds| (1 + o(1)) relative, which adds 2 max|ds| S (x 1.01 margin).
+// The test checks |o_simd - o_ref| <= B_ref + B_simd and |o_ref - o| <= B_ref: rigorous bounds, of
+// order 1e-5 relative to S for the 1..300-key rows here (gamma_{2n} ~ 1.2e-7 n, and 12 u cap = 3.6e-5
+// with the soft-cap at 50); the observed errors stay below 0.11 of them (at most 6e-6 of S).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/attention.h"
+#include "base/thread_pool.h"
+#include "hwy/highway.h"
+#include "hwy/targets.h"
+
+namespace g4 {
+namespace {
+
+constexpr double kU = 1.0 / (1 << 24);
+double Gamma(double n) { return n * kU / (1.0 - n * kU); }
+
+class AttentionKernelsTest : public ::testing::TestWithParam<int64_t> {
+ protected:
+  void SetUp() override { hwy::SetSupportedTargetsForTest(GetParam()); }
+  void TearDown() override { hwy::SetSupportedTargetsForTest(0); }
+};
+
+std::string TargetParamName(const ::testing::TestParamInfo<int64_t>& info) { return hwy::TargetName(info.param); }
+
+INSTANTIATE_TEST_SUITE_P(Targets, AttentionKernelsTest, ::testing::ValuesIn(hwy::SupportedAndGeneratedTargets()),
+                         TargetParamName);
+
+struct Seq {
+  int cached;  // positions before the step (in the cache)
+  int step;    // tokens in the step
+};
+
+struct Scenario {
+  const char* name;
+  int D, Nkv, G, window, max_context;
+  float scale;
+  std::vector<Seq> seqs;
+};
+
+// One step of one attention op: positional K/V tables, the cache laid out as KvCache does (ring
+// slots = min(window, max_context), slot = pos % slots; full: slot = pos), the step's rows.
+struct StepCase {
+  cpu::AttentionParams p;
+  int ld, slots, tokens = 0;
+  std::vector<std::vector<float>> k_pos, v_pos;  // per sequence: [positions, ld]
+  std::vector<std::vector<float>> k_cache, v_cache;
+  std::vector<float> q, k, v;
+  std::vector<int32_t> positions, seq_first, seq_of;
+  std::vector<const float*> kc, vc;
+
+  StepCase(const Scenario& sc, float softcap, std::mt19937& rng) {
+    p = {sc.G * sc.Nkv, sc.Nkv, sc.D, sc.window, sc.scale, softcap};
+    ld = sc.Nkv * sc.D;
+    slots = sc.window > 0 ? std::min(sc.window, sc.max_context) : sc.max_context;
+    auto grid = [&] { return static_cast<float>(static_cast<int>(rng() % 17) - 8) / 8.0f; };
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    for (const Seq& s : sc.seqs) {
+      const int len = s.cached + s.step;
+      EXPECT_LE(len, sc.max_context);
+      std::vector<float> kp(static_cast<size_t>(len) * ld), vp(kp.size());
+      for (auto& x : kp) x = grid();
+      for (auto& x : vp) x = grid();
+      // Unwritten cache rows are NaN, so reading one poisons the output.
+      std::vector<float> kc_rows(static_cast<size_t>(slots) * ld, nan), vc_rows(kc_rows.size(), nan);
+      for (int j = 0; j < s.cached; ++j) {
+        const int slot = sc.window > 0 ? j % slots : j;
+        std::copy_n(kp.begin() + static_cast<size_t>(j) * ld, ld, kc_rows.begin() + static_cast<size_t>(slot) * ld);
+        std::copy_n(vp.begin() + static_cast<size_t>(j) * ld, ld, vc_rows.begin() + static_cast<size_t>(slot) * ld);
+      }
+      // A full ring's oldest position (cached - slots) is outside every window of the step: poison it too.
+      if (sc.window > 0 && sc.window <= sc.max_context && s.cached >= slots) {
+        const size_t slot = static_cast<size_t>(s.cached % slots);
+        std::fill_n(kc_rows.begin() + slot * ld, ld, nan);
+        std::fill_n(vc_rows.begin() + slot * ld, ld, nan);
+      }
+      const int first = tokens;
+      for (int i = 0; i < s.step; ++i) {
+        const size_t src = static_cast<size_t>(s.cached + i) * ld;
+        k.insert(k.end(), kp.begin() + src, kp.begin() + src + ld);
+        v.insert(v.end(), vp.begin() + src, vp.begin() + src + ld);
+        positions.push_back(s.cached + i);
+        seq_first.push_back(first);
+        seq_of.push_back(static_cast<int32_t>(k_pos.size()));
+        ++tokens;
+      }
+      k_pos.push_back(std::move(kp));
+      v_pos.push_back(std::move(vp));
+      k_cache.push_back(std::move(kc_rows));
+      v_cache.push_back(std::move(vc_rows));
+    }
+    q.resize(static_cast<size_t>(tokens) * p.num_heads * sc.D);
+    for (auto& x : q) x = grid();
+    for (int t = 0; t < tokens; ++t) {
+      kc.push_back(k_cache[seq_of[t]].data());
+      vc.push_back(v_cache[seq_of[t]].data());
+    }
+  }
+
+  cpu::AttentionStep Step(float* out) const {
+    return cpu::AttentionStep{tokens, q.data(), k.data(), v.data(), out, positions.data(), seq_first.data(),
+                              kc.data(), vc.data(), slots, p.window > 0};
+  }
+};
+
+// f64 AttentionOp from the positional tables: out [tokens, Nq*D], and per element the error bounds
+// of the reference and of the SIMD kernel (see the file comment), and S = sum_j p_j |v_j[d]|.
+void Exact(const StepCase& s, std::vector<double>* out, std::vector<double>* b_ref, std::vector<double>* b_simd,
+           std::vector<double>* mags) {
+  const int D = s.p.head_dim, Nq = s.p.num_heads, G = Nq / s.p.num_kv_heads;
+  out->assign(static_cast<size_t>(s.tokens) * Nq * D, 0.0);
+  b_ref->assign(out->size(), 0.0);
+  b_simd->assign(out->size(), 0.0);
+  mags->assign(out->size(), 0.0);
+  int exponent;
+  const bool exact_scale = std::frexp(s.p.scale, &exponent) == 0.5f;  // a power of two
+  for (int t = 0; t < s.tokens; ++t) {
+    const int pos = s.positions[t];
+    const int lo = s.p.window > 0 ? std::max(0, pos - s.p.window + 1) : 0;
+    const int n = pos - lo + 1;
+    const std::vector<float>& kp = s.k_pos[s.seq_of[t]];
+    const std::vector<float>& vp = s.v_pos[s.seq_of[t]];
+    for (int h = 0; h < Nq; ++h) {
+      const float* qh = s.q.data() + (static_cast<size_t>(t) * Nq + h) * D;
+      const int kvh = h / G;
+      std::vector<double> sc(n);
+      double mx = -INFINITY, max_abs = 0;
+      for (int j = 0; j < n; ++j) {
+        const float* kr = kp.data() + static_cast<size_t>(lo + j) * s.ld + kvh * D;
+        double d = 0;
+        for (int e = 0; e < D; ++e) d += static_cast<double>(qh[e]) * kr[e];
+        d *= s.p.scale;
+        if (s.p.softcap > 0) d = s.p.softcap * std::tanh(d / s.p.softcap);
+        sc[j] = d;
+        mx = std::max(mx, d);
+        max_abs = std::max(max_abs, std::abs(d));
+      }
+      double sum = 0;
+      for (double& x : sc) sum += x = std::exp(x - mx);
+      double ds = exact_scale ? 0.0 : kU * max_abs;
+      const double ds_ref = ds + (s.p.softcap > 0 ? 3 * kU * s.p.softcap : 0.0);
+      const double ds_simd = ds + (s.p.softcap > 0 ? 6 * kU * s.p.softcap : 0.0);
+      const double tiles = n / 64 + 3;
+      for (int e = 0; e < D; ++e) {
+        double o = 0, mag = 0;
+        for (int j = 0; j < n; ++j) {
+          const double vj = vp[static_cast<size_t>(lo + j) * s.ld + kvh * D + e];
+          o += sc[j] / sum * vj;
+          mag += sc[j] / sum * std::abs(vj);
+        }
+        const size_t i = (static_cast<size_t>(t) * Nq + h) * D + e;
+        (*out)[i] = o;
+        (*mags)[i] = mag;
+        (*b_ref)[i] = (Gamma(2 * n + 8) + 2.02 * ds_ref) * mag;
+        (*b_simd)[i] = (Gamma(2 * n + 4 * tiles + 16) + 2.02 * ds_simd) * mag;
+      }
+    }
+  }
+}
+
+const Scenario kScenarios[] = {
+    // Gemma 3 270M geometry (MQA, 4 heads, D 256, scale 1/16): sliding decode past the ring's wrap.
+    {"mqa256_ring_decode", 256, 1, 4, 48, 256, 1.0f / 16, {{100, 1}}},
+    {"mqa256_ring_prefill", 256, 1, 4, 48, 256, 1.0f / 16, {{100, 7}}},
+    {"mqa256_ring_decode_long", 256, 1, 8, 160, 1100, 1.0f / 16, {{1000, 1}}},
+    // Gemma 4 full layers (D 512, scale 1): prefill from an empty cache, decode over a full cache.
+    {"gqa512_full_prefill", 512, 2, 2, 0, 300, 1.0f, {{0, 9}}},
+    {"gqa512_full_decode", 512, 2, 2, 0, 300, 1.0f, {{250, 1}}},
+    {"mqa512_two_seqs", 512, 1, 8, 0, 200, 1.0f, {{130, 3}, {0, 5}}},
+    {"gqa256_full_decode_4kv", 256, 4, 2, 0, 300, 1.0f / 16, {{200, 1}}},
+    // Window larger than the context (ring without wrap), G 1.
+    {"mha64_window_gt_context", 64, 3, 1, 200, 150, 0.125f, {{60, 4}}},
+    // Odd head dim (vector tails), prefill longer than the window, non-power-of-two scale.
+    {"odd37_window_lt_step", 37, 2, 2, 16, 128, 0.0883883f, {{70, 20}}},
+    {"odd37_decode_split", 37, 1, 2, 0, 400, 0.0883883f, {{300, 1}}},
+};
+
+TEST_P(AttentionKernelsTest, MatchesReferenceAndDefinition) {
+  std::mt19937 rng(1234);
+  ThreadPool pool2(2), pool3(3);
+  ThreadPool* pools[] = {nullptr, &pool2, &pool3};
+  double worst_simd = 0, worst_ref = 0, worst_rel = 0;
+  for (const Scenario& sc : kScenarios) {
+    for (float softcap : {0.0f, 50.0f}) {
+      const StepCase s(sc, softcap, rng);
+      std::vector<double> exact, b_ref, b_simd, mags;
+      Exact(s, &exact, &b_ref, &b_simd, &mags);
+      std::vector<float> ref(exact.size(), 777.0f);
+      cpu::AttentionReference(s.p, s.Step(ref.data()));
+      for (size_t i = 0; i < ref.size(); ++i) {
+        ASSERT_LE(std::abs(ref[i] - exact[i]), b_ref[i]) << sc.name << " softcap " << softcap << " i " << i;
+        if (b_ref[i] > 0) worst_ref = std::max(worst_ref, std::abs(ref[i] - exact[i]) / b_ref[i]);
+      }
+      for (ThreadPool* pool : pools) {
+        const int threads = pool != nullptr ? pool->size() : 1;
+        std::vector<float> out(exact.size(), 777.0f);
+        cpu::AttentionScratch scratch;
+        cpu::Attention(s.p, s.Step(out.data()), pool, &scratch);
+        for (size_t i = 0; i < out.size(); ++i) {
+          const double err = std::abs(static_cast<double>(out[i]) - ref[i]);
+          ASSERT_LE(err, b_ref[i] + b_simd[i])
+              << sc.name << " softcap " << softcap << " threads " << threads << " i " << i << ": " << out[i]
+              << " vs " << ref[i];
+          if (b_simd[i] > 0) worst_simd = std::max(worst_simd, err / (b_ref[i] + b_simd[i]));
+          if (mags[i] > 0) worst_rel = std::max(worst_rel, err / mags[i]);
+        }
+      }
+    }
+  }
+  // For the record: the largest errors as fractions of their bounds, and relative to S.
+  std::printf("worst |ref - exact| / bound %.3g, |simd - ref| / bound %.3g, |simd - ref| / S %.3g\n", worst_ref,
+              worst_simd, worst_rel);
+}
+
+// Split-K directly: any cut of the keys into chunks, merged, equals the whole.
+TEST_P(AttentionKernelsTest, PartialsMerge) {
+  std::mt19937 rng(99);
+  const int G = 3, D = 256, n = 300;
+  const int64_t ld = 2 * D;  // two KV heads per row; kernel reads head 1
+  std::vector<float> q(G * D), k(static_cast<size_t>(n) * ld), v(k.size());
+  auto grid = [&] { return static_cast<float>(static_cast<int>(rng() % 17) - 8) / 8.0f; };
+  for (auto& x : q) x = grid();
+  for (auto& x : k) x = grid();
+  for (auto& x : v) x = grid();
+  const cpu::KvRun all{k.data() + D, v.data() + D, n};
+  std::vector<float> m(G), l(G), acc(G * D), whole(G * D);
+  cpu::AttentionPartial(q.data(), G, D, &all, 1, ld, 1.0f / 16, 0.0f, m.data(), l.data(), acc.data());
+  cpu::AttentionMerge(G, D, 1, m.data(), l.data(), acc.data(), whole.data());
+  for (const std::vector<int>& cuts : {std::vector<int>{0, 1, n}, {0, 64, 65, 200, n}, {0, 150, n}}) {
+    const int parts = static_cast<int>(cuts.size()) - 1;
+    std::vector<float> pm(parts * G), pl(parts * G), pacc(static_cast<size_t>(parts) * G * D), out(G * D);
+    for (int c = 0; c < parts; ++c) {
+      cpu::KvRun sliced[3];
+      const int nr = cpu::SliceKeyRuns(&all, 1, cuts[c], cuts[c + 1], ld, sliced);
+      ASSERT_EQ(nr, 1);
+      cpu::AttentionPartial(q.data(), G, D, sliced, nr, ld, 1.0f / 16, 0.0f, &pm[c * G], &pl[c * G],
+                            &pacc[static_cast<size_t>(c) * G * D]);
+    }
+    cpu::AttentionMerge(G, D, parts, pm.data(), pl.data(), pacc.data(), out.data());
+    for (int i = 0; i < G * D; ++i) {
+      // Both within gamma_{2n+4T+16} S of the exact value, S <= max |v| = 1.
+      EXPECT_NEAR(out[i], whole[i], 2 * Gamma(2 * n + 4 * 8 + 16)) << "cuts " << parts << " i " << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace g4
