@@ -12,6 +12,7 @@
 #include <map>
 #include <random>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <hwy/targets.h>
@@ -46,7 +47,7 @@ void PutU16(uint8_t* p, uint16_t v) {
 // ---------------------------------------------------------------------------------------------
 // The W4G32 block layout.
 
-TEST(W4G32Test, LayoutAndBf16Rounding) {
+TEST(W4G32Test, LayoutAndExactProducts) {
   EXPECT_EQ(DTypeBlockElems(DType::kW4G32), 32);
   EXPECT_EQ(DTypeBlockBytes(DType::kW4G32), 18u);
   EXPECT_EQ(DTypeName(DType::kW4G32), "W4G32");
@@ -55,18 +56,21 @@ TEST(W4G32Test, LayoutAndBf16Rounding) {
   for (int j = 0; j < 16; ++j) b[2 + j] = static_cast<uint8_t>((j & 15) | (((15 - j) & 15) << 4));
   float y[32];
   ASSERT_TRUE(DequantizeRow(DType::kW4G32, b, y, 32));
-  // Element j (low nibble j) = bf16(1.0078125 * (j - 8)); element j + 16 (high nibble 15 - j).
-  EXPECT_EQ(y[0], -8.0625f);   // -8.0625 exact
-  EXPECT_EQ(y[15], 7.0625f);   // 7 * 1.0078125 = 7.0546875 rounds to the bf16 7.0625
-  EXPECT_EQ(y[13], 5.03125f);  // 5.0390625 -> 5.03125 (ties to even)
-  EXPECT_EQ(y[11], 3.03125f);  // 3.0234375 -> 3.03125
+  // Element j (low nibble j) = 1.0078125 * (j - 8), exact in f32 (bf16 would round 7.0546875 to
+  // 7.0625); element j + 16 holds high nibble 15 - j.
+  EXPECT_EQ(y[0], -8.0625f);
+  EXPECT_EQ(y[15], 7.0546875f);
+  EXPECT_EQ(y[13], 5.0390625f);
   EXPECT_EQ(y[8], 0.0f);
-  EXPECT_EQ(y[16], 7.0625f);   // high nibble 15
-  EXPECT_EQ(y[31], -8.0625f);  // high nibble 0
+  EXPECT_EQ(y[16], 7.0546875f);  // high nibble 15
+  EXPECT_EQ(y[31], -8.0625f);    // high nibble 0
+  PutU16(b, 0xbe00);  // bf16 -0.125
+  ASSERT_TRUE(DequantizeRow(DType::kW4G32, b, y, 32));
+  EXPECT_EQ(y[1], 0.875f);  // -0.125 * (1 - 8)
 }
 
 // Every target's fused W4G32 decoder gives exactly the scalar dequantisation: one-hot activations
-// make each output a single weight, so any rounding difference (the bf16 step) would show.
+// make each output a single weight, so any decoding difference (nibble order, scale) would show.
 TEST(W4G32Test, SimdDecoderBitExactOnEveryTarget) {
   std::mt19937 rng(5);
   const int M = 7, K = 96;
@@ -381,6 +385,88 @@ TEST(QuantizeAtLoad, Errors) {
   auto ct = LoadModel(Fixture("gemma4-e2b-tiny-w4a16"), o);
   ASSERT_FALSE(ct.ok());
   EXPECT_NE(ct.status().message().find("already w4a16-ct"), std::string::npos) << ct.status().ToString();
+}
+
+
+// ---------------------------------------------------------------------------------------------
+// The flags on the command line.
+
+struct CliResult {
+  int status;
+  std::string out;
+};
+CliResult RunCli(const std::string& args) {
+  const std::string cmd = std::string(GEMMA4RT_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  CliResult r{-1, ""};
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+// `logits --quantize w4a16 --ple-bits 16` of the F32 fixture: top-1 at every position = transformers'
+// argmax on the compressed-tensors fixture's dequantised weights.
+TEST(CliQuantize, LogitsWithW4a16MatchTheCompressedTensorsReference) {
+  const Ref ref = LoadRef(Fixture("gemma4-e2b-tiny-w4a16"));
+  std::string tokens;
+  for (size_t i = 0; i < ref.ids.size(); ++i) tokens += (i ? "," : "") + std::to_string(ref.ids[i]);
+  CliResult r = RunCli("logits -m " + Fixture("gemma4-e2b-tiny") + " --quantize w4a16 --ple-bits 16 --tokens " + tokens +
+                       " --top 1 --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("weights=W4G32 embed=F32 quantization=w4a16"), std::string::npos) << r.out;
+  const size_t b = r.out.find("{\"positions\"");
+  ASSERT_NE(b, std::string::npos) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out.substr(b, r.out.find('\n', b) - b));
+  const std::vector<int> want = Argmax(ref.logits, 512);
+  ASSERT_EQ(j["positions"].size(), want.size());
+  for (size_t t = 0; t < want.size(); ++t) {
+    EXPECT_EQ(j["positions"][t]["ids"][0].get<int>(), want[t]) << t;
+    EXPECT_NEAR(j["positions"][t]["logits"][0].get<float>(), ref.logits[t * 512 + want[t]], 1e-3) << t;
+  }
+}
+
+nlohmann::json QualityJson(const std::string& args) {
+  CliResult r = RunCli("bench -m " + Fixture("gemma4-e2b-tiny") + " -p 0 -n 0 -t 1 --json --quality " + args);
+  EXPECT_EQ(r.status, 0) << r.out;
+  const size_t b = r.out.find("{\n");
+  if (b == std::string::npos) return nlohmann::json::object();
+  return nlohmann::json::parse(r.out.substr(b))["quality"];
+}
+
+// bench --quality: both runs share the reference (same fixed ids, same as-stored perplexity), 8-bit
+// weights cost less than 4-bit ones, and the figures are internally consistent.
+TEST(CliQuantize, BenchQualityFigures) {
+  const nlohmann::json q8 = QualityJson("--quantize q8_0");
+  const nlohmann::json q4 = QualityJson("--quantize q4_0");
+  ASSERT_TRUE(q8.is_object() && q4.is_object());
+  EXPECT_EQ(q8["positions"], 127);  // max_position_embeddings 128: BOS + 127 ids, 127 next tokens
+  EXPECT_EQ(q8["tokens"], "ids");   // the fixture has no tokenizer
+  EXPECT_EQ(q8["perplexity_reference"].get<double>(), q4["perplexity_reference"].get<double>());
+  EXPECT_GT(q8["mean_kl"].get<double>(), 0.0);
+  EXPECT_LT(q8["mean_kl"].get<double>(), q4["mean_kl"].get<double>());
+  EXPECT_LE(q8["mean_kl"].get<double>(), q8["max_kl"].get<double>());
+  EXPECT_GT(q8["top1_agreement"].get<double>(), q4["top1_agreement"].get<double>());
+  EXPECT_GT(q8["top1_agreement"].get<double>(), 0.8);
+  EXPECT_EQ(q8["quantize"], "q8_0");
+  EXPECT_EQ(q8["ple_bits"], 8);
+}
+
+TEST(CliQuantize, FlagErrors) {
+  CliResult r = RunCli("info -m " + Fixture("gemma4-e2b-tiny") + " --quantize q5_k");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("q5_k"), std::string::npos) << r.out;
+  r = RunCli("info -m " + Fixture("gemma4-e2b-tiny") + " --quantize q8_0 --ple-bits 4");
+  EXPECT_NE(r.status, 0);
+  r = RunCli("bench -m " + Fixture("gemma4-e2b-tiny") + " --quality -p 0 -n 0");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_NE(r.out.find("--quality needs --quantize"), std::string::npos) << r.out;
+  r = RunCli("info -m " + Fixture("gemma4-e2b-tiny") + " --quantize q4_0");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("quantization: q4_0 (75 tensors converted at load"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -16,10 +16,14 @@ group size 64):
     by compressed-tensors' own PackedQuantizationCompressor.compress (q = clamp(round(w / scale),
     -8, 7), pack_to_int32). Stored: X.weight_packed I32 [out, in/8], X.weight_scale BF16
     [out, in/G], X.weight_shape I64 [2]. Everything else is copied as stored (F32).
-  * config.json gains a compressed-tensors quantization_config (format pack-quantized).
+  * config.json gains a compressed-tensors quantization_config (format pack-quantized; targets the
+    attention and MLP projections by regex, ignores lm_head, the towers and the PLE projections).
+  * Check: transformers' own compressed-tensors loader (from_pretrained of the written directory,
+    with dtype=float32) gives the same logits; the difference is recorded in the metadata.
   * reference.safetensors: input_ids (the source fixture's), and `logits` F32 [T, V] computed by
     transformers (float32, eager) on the source model with each X.weight replaced by
-    PackedQuantizationCompressor.decompress's output (bf16, = bf16(q * scale)) converted to f32.
+    PackedQuantizationCompressor.decompress's output for the scales cast to f32 (= q * scale exactly,
+    which is what transformers does when it loads such a checkpoint in float32).
     So the engine, which keeps the weights 4-bit, must reproduce these logits.
 The script also checks that its own numpy quantiser gives the same int4 values as
 compressed-tensors (the rule tensor/quantize.h implements for --quantize w4a16) and records the
@@ -95,10 +99,12 @@ def make(src_name: str, group: int) -> None:
         from compressed_tensors.compressors.pack_quantized.helpers import unpack_from_int32
         q_ct = unpack_from_int32(sd["weight_packed"], 4, t.shape).numpy()
         assert np.array_equal(q_ct, q_np), f"{name}: numpy quantiser disagrees with compressed-tensors"
+        # As transformers does for a float32 model: the bf16 scales cast to f32, then decompress
+        # (q * scale in the scale's dtype, exact in f32).
         dq = PackedQuantizationCompressor.decompress(
-            {"weight_packed": sd["weight_packed"], "weight_scale": s, "weight_shape": sd["weight_shape"]}, sch)["weight"]
-        assert dq.dtype == torch.bfloat16
-        dequant[name] = dq.float()
+            {"weight_packed": sd["weight_packed"], "weight_scale": s.float(), "weight_shape": sd["weight_shape"]}, sch)["weight"]
+        assert dq.dtype == torch.float32
+        dequant[name] = dq
         out[x + ".weight_packed"] = sd["weight_packed"].contiguous()
         out[x + ".weight_scale"] = s.contiguous()
         out[x + ".weight_shape"] = sd["weight_shape"].to(torch.int64)
@@ -110,11 +116,12 @@ def make(src_name: str, group: int) -> None:
         "format": "pack-quantized",
         "quantization_status": "compressed",
         "config_groups": {"group_0": {
-            "targets": ["Linear"],
+            "targets": [r"re:.*self_attn\.[qkvo]_proj$", r"re:.*mlp\.(gate|up|down)_proj$"],
             "weights": {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group",
                         "group_size": group, "actorder": None, "dynamic": False, "observer": "minmax"},
             "input_activations": None, "output_activations": None, "format": "pack-quantized"}},
-        "ignore": ["lm_head", "re:.*vision_tower.*", "re:.*audio_tower.*", "re:.*embed_vision.*", "re:.*embed_audio.*"],
+        "ignore": ["lm_head", "re:.*vision_tower.*", "re:.*audio_tower.*", "re:.*embed_vision.*", "re:.*embed_audio.*",
+                   "re:.*per_layer_.*"],
         "sparsity_config": {},
         "kv_cache_scheme": None,
     }
@@ -136,6 +143,13 @@ def make(src_name: str, group: int) -> None:
             if name in sd:
                 sd[name].copy_(w)
         logits = model(input_ids=ids[None].long(), use_cache=True).logits[0].float().contiguous()
+    # transformers' own compressed-tensors loader on the written directory must give the same logits.
+    native = cls.from_pretrained(dst, dtype=torch.float32, attn_implementation="eager")
+    native.eval()
+    with torch.no_grad():
+        native_logits = native(input_ids=ids[None].long(), use_cache=True).logits[0].float()
+    native_diff = (native_logits - logits).abs().max().item()
+    assert native_diff < 1e-3, f"transformers' compressed-tensors loader differs by {native_diff}"
     diff = (logits - ref["logits"]).abs().max().item()
     agree = (logits.argmax(-1) == ref["logits"].argmax(-1)).float().mean().item()
     write_reference(os.path.join(dst, "reference.safetensors"), {"input_ids": ids, "logits": logits}, {
@@ -145,8 +159,9 @@ def make(src_name: str, group: int) -> None:
         "source_fixture": src_name,
         "group_size": str(group),
         "quantized_linears": str(n_q),
-        "compute": "float32, eager, use_cache=True; weights = compressed-tensors decompress (bf16) as f32",
+        "compute": "float32, eager, use_cache=True; weights = compressed-tensors decompress with f32 scales (q * scale)",
         "max_abs_logit_diff_vs_unquantised": f"{diff:.6g}",
+        "transformers_compressed_tensors_load_max_abs_diff": f"{native_diff:.6g}",
         "top1_agreement_vs_unquantised": f"{agree:.4f}",
     })
     print(f"{dst}: {n_q} linears quantised (G={group}); |logits - unquantised| max {diff:.4g}, top-1 agreement {agree:.3f}")

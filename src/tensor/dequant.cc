@@ -16,6 +16,7 @@
 //   Q6_K (256 elems, 210 B): u8 ql[128]; u8 qh[64]; int8 scales[16]; half d.
 //     Two halves of 128; x = (d * scales[e / 16]) * (q - 32), q a 6-bit value assembled from a
 //     nibble of ql and a 2-bit field of qh (see DequantQ6K).
+//   W4G32 (32 elems, 18 B, ours; src/tensor/dtype.h): bf16 s; u8 qs[16] as Q4_0.  x = s * (nib - 8)
 //
 // The arithmetic follows the order of the gguf Python package's dequantisers (quants.py) in f32,
 // so results are bit-identical to it. Floating-point contraction is switched off for this file
@@ -171,14 +172,13 @@ void DequantQ6K(const uint8_t* b, float* y) {
   }
 }
 
-// compressed-tensors' dequantize: q.to(bf16) * scale in bf16, i.e. the f32 product rounded to
-// nearest-even bf16 (torch computes bf16 products in f32 and rounds).
+// compressed-tensors' dequantize with f32 scales (transformers in float32): q * scale, exact.
 void DequantW4G32(const uint8_t* b, float* y) {
   const float s = Bf16ToF32(static_cast<uint16_t>(b[0] | (b[1] << 8)));
   const uint8_t* qs = b + 2;
   for (int j = 0; j < 16; ++j) {
-    y[j] = Bf16ToF32(F32ToBf16(s * static_cast<float>(static_cast<int>(qs[j] & 0x0f) - 8)));
-    y[j + 16] = Bf16ToF32(F32ToBf16(s * static_cast<float>(static_cast<int>(qs[j] >> 4) - 8)));
+    y[j] = s * static_cast<float>(static_cast<int>(qs[j] & 0x0f) - 8);
+    y[j + 16] = s * static_cast<float>(static_cast<int>(qs[j] >> 4) - 8);
   }
 }
 

@@ -15,8 +15,10 @@ namespace g4 {
 // int4 weights (W4A16 checkpoints, and `--quantize w4a16`). A block is 32 elements in 18 bytes:
 //   bf16 s (2 bytes, little-endian); u8 qs[16]: byte j holds element j in its low nibble and
 //   element j + 16 in its high nibble (Q4_0's order, so a row is contiguous and decodes like Q4_0).
-//   x = bf16_round(s * (nib - 8)), the product rounded to nearest-even bf16 -- what
-//   compressed-tensors' dequantize computes in the scale's dtype (q.to(bf16) * scale).
+//   x = s * (nib - 8) in f32 (exact: 8 + 4 significant bits). This is what transformers computes
+//   for a compressed-tensors checkpoint loaded in float32 (the scales are cast to f32, then
+//   compressed-tensors' dequantize multiplies in the scale's dtype); in bfloat16 it would round
+//   each product to bf16 instead.
 // A row of n elements is n / 32 blocks; a checkpoint group of G = 32k elements becomes k blocks
 // with the same scale. The loader repacks weight_packed (element 8c + i in bits 4i..4i+3 of int32
 // word c, stored as q + 8) into this order; see src/model/compressed_tensors.h.
