@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -240,22 +241,37 @@ StatusOr<std::unique_ptr<TensorStore>> QuantizeWeights(std::unique_ptr<TensorSto
   // The names the store presents (a GGUF store presents HF names for tensors named otherwise).
   std::map<const Tensor*, std::string> store_name;
   for (const std::string& n : overlay->base().Names()) store_name[overlay->base().Find(n)] = n;
-  std::vector<float> row;
   for (const auto& [t, d] : plan) {
     if (t->dtype != DType::kF32 && t->dtype != DType::kF16 && t->dtype != DType::kBF16)
       return InvalidArgument("--quantize needs an F32, F16 or BF16 checkpoint; tensor '" + t->name + "' in " + t->file +
                              " is " + std::string(DTypeName(t->dtype)));
     const int64_t K = t->shape.back(), rows = t->numel() / K;
     std::vector<uint8_t> bytes(DTypeRowBytes(d, K) * static_cast<size_t>(rows));
-    row.resize(K);
     const size_t in_row = static_cast<size_t>(K) * DTypeSize(t->dtype), out_row = DTypeRowBytes(d, K);
-    // In slices of rows, releasing each slice's source pages as soon as it is converted.
-    const int64_t slice = std::max<int64_t>(1, (int64_t{4} << 20) / static_cast<int64_t>(in_row));
-    for (int64_t r0 = 0; r0 < rows; r0 += slice) {
-      const int64_t r1 = std::min(rows, r0 + slice);
-      for (int64_t r = r0; r < r1; ++r) {
+    // In slices of rows (~32 MiB of source), split over the cores; each slice's source pages are
+    // released as soon as it is converted. Rows are independent, so the bytes do not depend on the
+    // number of threads.
+    const int64_t slice = std::max<int64_t>(1, (int64_t{32} << 20) / static_cast<int64_t>(in_row));
+    const int nthreads = static_cast<int>(std::max(1u, std::min(16u, std::thread::hardware_concurrency())));
+    auto convert = [&](int64_t a, int64_t b) {
+      std::vector<float> row(K);
+      for (int64_t r = a; r < b; ++r) {
         ConvertToF32(t->dtype, t->data + r * in_row, row.data(), K);
         QuantizeRow(d, row.data(), bytes.data() + r * out_row, K);
+      }
+    };
+    for (int64_t r0 = 0; r0 < rows; r0 += slice) {
+      const int64_t r1 = std::min(rows, r0 + slice);
+      const int n = static_cast<int>(std::min<int64_t>(nthreads, (r1 - r0 + 63) / 64));
+      if (n <= 1) {
+        convert(r0, r1);
+      } else {
+        std::vector<std::thread> pool;
+        const int64_t per = (r1 - r0 + n - 1) / n;
+        for (int i = 1; i < n; ++i)
+          pool.emplace_back(convert, std::min(r1, r0 + i * per), std::min(r1, r0 + (i + 1) * per));
+        convert(r0, std::min(r1, r0 + per));
+        for (std::thread& th : pool) th.join();
       }
       ReleasePages(t->data + r0 * in_row, (r1 - r0) * in_row);
     }
