@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -262,6 +263,118 @@ TEST(W4A16Errors, UnsupportedVariantsAreNamed) {
     EXPECT_NE(m.status().message().find(c.message), std::string::npos) << c.name << ": " << m.status().ToString();
     std::filesystem::remove_all(dir);
   }
+}
+
+
+// WrapCompressedTensors on hand-built tensors: the repacking rule (element 8c + i in bits 4i..4i+3
+// of word c, stored as q + 8) into W4G32 blocks, a group of 64 becoming two blocks with one scale,
+// per-channel scales, and the tensor-level refusals.
+class MapStore : public TensorStore {
+ public:
+  const Tensor* Find(std::string_view name) const override {
+    auto it = t_.find(std::string(name));
+    return it == t_.end() ? nullptr : &it->second;
+  }
+  std::vector<std::string> Names() const override {
+    std::vector<std::string> n;
+    for (const auto& [k, v] : t_) n.push_back(k);
+    return n;
+  }
+  void Add(const std::string& name, DType dt, std::vector<int64_t> shape, std::vector<uint8_t> bytes) {
+    bufs_.push_back(std::move(bytes));
+    Tensor t;
+    t.name = name;
+    t.dtype = dt;
+    t.shape = std::move(shape);
+    t.data = bufs_.back().data();
+    t.nbytes = bufs_.back().size();
+    t.file = "mem";
+    t_[name] = t;
+  }
+
+ private:
+  std::map<std::string, Tensor> t_;
+  std::deque<std::vector<uint8_t>> bufs_;
+};
+
+std::string QConfig(const std::string& strategy, int group) {
+  nlohmann::json w = {{"num_bits", 4}, {"type", "int"}, {"symmetric", true}, {"strategy", strategy}};
+  if (strategy == "group") w["group_size"] = group;
+  return nlohmann::json{{"quant_method", "compressed-tensors"},
+                        {"format", "pack-quantized"},
+                        {"config_groups", {{"g", {{"targets", {"Linear"}}, {"weights", w}}}}}}
+      .dump();
+}
+
+// q[o][i] in [-8, 7] for a [2, 64] weight, packed as compressed-tensors does.
+std::vector<uint8_t> Pack(const std::vector<int>& q, int out, int in) {
+  std::vector<uint8_t> b(static_cast<size_t>(out) * in / 2);
+  for (int o = 0; o < out; ++o)
+    for (int i = 0; i < in; ++i) {
+      const int e = o * in + i;
+      b[e / 2] |= static_cast<uint8_t>((q[e] + 8) << (4 * (e % 2)));  // little-endian int32 words
+    }
+  return b;
+}
+
+std::vector<uint8_t> Bf16Bytes(const std::vector<float>& v) {
+  std::vector<uint8_t> b(2 * v.size());
+  for (size_t i = 0; i < v.size(); ++i) PutU16(b.data() + 2 * i, F32ToBf16(v[i]));
+  return b;
+}
+
+std::vector<uint8_t> I64Bytes(std::vector<int64_t> v) {
+  std::vector<uint8_t> b(8 * v.size());
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+TEST(W4A16Repack, GroupsOf64AndChannelsDequantiseToQTimesScale) {
+  const int out = 2, in = 64;
+  std::vector<int> q(out * in);
+  for (int e = 0; e < out * in; ++e) q[e] = (e * 7 + 3) % 16 - 8;
+  for (const std::string strategy : {"group", "channel"}) {
+    auto store = std::make_unique<MapStore>();
+    store->Add("l.weight_packed", DType::kI32, {out, in / 8}, Pack(q, out, in));
+    store->Add("l.weight_scale", DType::kBF16, {out, 1}, Bf16Bytes({0.5f, -0.375f}));
+    store->Add("l.weight_shape", DType::kI64, {2}, I64Bytes({out, in}));
+    store->Add("n.weight", DType::kF32, {4}, std::vector<uint8_t>(16, 0));
+    auto wrapped = WrapCompressedTensors(std::move(store), QConfig(strategy, 64), "test");
+    ASSERT_TRUE(wrapped.ok()) << wrapped.status().ToString();
+    const Tensor* t = (*wrapped)->Find("l.weight");
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ(t->dtype, DType::kW4G32);
+    EXPECT_EQ(t->shape, (std::vector<int64_t>{out, in}));
+    EXPECT_EQ((*wrapped)->Find("l.weight_packed"), nullptr);
+    EXPECT_EQ((*wrapped)->Find("l.weight_scale"), nullptr);
+    EXPECT_NE((*wrapped)->Find("n.weight"), nullptr);  // others pass through
+    std::vector<float> y(out * in);
+    for (int o = 0; o < out; ++o) ConvertToF32(DType::kW4G32, t->data + o * DTypeRowBytes(DType::kW4G32, in), y.data() + o * in, in);
+    for (int e = 0; e < out * in; ++e) ASSERT_EQ(y[e], (e < in ? 0.5f : -0.375f) * q[e]) << strategy << " " << e;
+  }
+}
+
+TEST(W4A16Repack, TensorLevelRefusals) {
+  const int out = 2, in = 64;
+  std::vector<int> q(out * in, 1);
+  auto make = [&](DType scale_type, bool zero_point, bool g_idx) {
+    auto store = std::make_unique<MapStore>();
+    store->Add("l.weight_packed", DType::kI32, {out, in / 8}, Pack(q, out, in));
+    store->Add("l.weight_scale", scale_type, {out, 2}, std::vector<uint8_t>(out * 2 * DTypeSize(scale_type), 0x3c));
+    if (zero_point) store->Add("l.weight_zero_point", DType::kI32, {1, 2}, std::vector<uint8_t>(8, 0));
+    if (g_idx) store->Add("l.weight_g_idx", DType::kI32, {in}, std::vector<uint8_t>(4 * in, 0));
+    return WrapCompressedTensors(std::move(store), QConfig("group", 32), "test");
+  };
+  EXPECT_TRUE(make(DType::kBF16, false, false).ok());
+  auto f16 = make(DType::kF16, false, false);
+  EXPECT_EQ(f16.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(f16.status().message().find("only BF16 scales"), std::string::npos) << f16.status().ToString();
+  auto zp = make(DType::kBF16, true, false);
+  EXPECT_EQ(zp.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(zp.status().message().find("weight_zero_point"), std::string::npos) << zp.status().ToString();
+  auto gi = make(DType::kBF16, false, true);
+  EXPECT_EQ(gi.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(gi.status().message().find("weight_g_idx"), std::string::npos) << gi.status().ToString();
 }
 
 // ---------------------------------------------------------------------------------------------
