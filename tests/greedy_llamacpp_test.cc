@@ -4,9 +4,10 @@
 //  - transformers, f32, on the same weights dequantised by its own GGUF loader, evaluated along
 //    those continuations (tests/data/gemma3_270m_hf_logits.json, tools/make_hf_gguf_golden.py).
 //
-// gemma4rt computes in f32 like transformers; llama.cpp quantises activations to 8 bits in its
-// matmuls, keeps the KV cache in f16 and uses an f16 GELU table, so its logits differ from both by
-// up to ~1.6 (measured, printed below). The test therefore demands:
+// gemma4rt with f32 activations computes like transformers; llama.cpp quantises activations to 8
+// bits in its matmuls, keeps the KV cache in f16 and uses an f16 GELU table, so its logits differ
+// from both by up to ~1.6 (measured, printed below). gemma4rt's default for quantised weights,
+// int8 activations, is checked by a second test with looser tolerances. The f32 test demands:
 //  1. at every step, gemma4rt's top token equals transformers' (unless transformers' own top two
 //     are within kF32Noise) and its logits are within kHfLogitTol of transformers';
 //  2. gemma4rt's greedy choice equals llama.cpp's except at steps where llama.cpp's top two are
@@ -32,6 +33,7 @@ namespace {
 constexpr double kF32Noise = 1e-3;    // logits: f32 sums in a different order (|logit| <= ~40)
 constexpr double kHfLogitTol = 4e-3;  // logits: 1e-4 relative of |logit| <= 40 (measured: 6e-5)
 constexpr double kNearTie = 0.25;     // logits: llama.cpp's own top-two gap below which it may differ
+constexpr double kInt8TopGap = 0.5;   // logits: transformers' top-two gap below which int8 may differ
 
 std::string DefaultModelPath() {
   if (const char* p = std::getenv("GEMMA4RT_DEFAULT_MODEL")) return p;
@@ -45,7 +47,14 @@ nlohmann::json ReadJson(const std::string& name) {
   return nlohmann::json::parse(in);
 }
 
-TEST(GreedyLlamaCppTest, Gemma3_270mMatchesTransformersAndLlamaCpp) {
+// Both activation modes of the CPU backend, along the same teacher-forced continuations.
+struct Tolerances {
+  double top1_gap;   // transformers' top-two gap above which our top token must be transformers'
+  double hf_logit;   // max |logit - transformers| over the top-two tokens of every step
+  int lcpp_percent;  // minimum share of steps whose greedy token equals llama.cpp's
+};
+
+void CheckAgainstReferences(bool int8_activations, const Tolerances& tol) {
   const std::string path = DefaultModelPath();
   ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: run scripts/fetch-default-model.sh";
   const nlohmann::json lcpp = ReadJson("gemma3_270m_greedy.json");
@@ -55,11 +64,13 @@ TEST(GreedyLlamaCppTest, Gemma3_270mMatchesTransformersAndLlamaCpp) {
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   EngineOptions o;
   o.max_context = 256;
-  auto e = Engine::Create(std::move(m).value(), MakeCpuBackend(2), o);
+  CpuBackendOptions bo;
+  bo.int8_activations = int8_activations;
+  auto e = Engine::Create(std::move(m).value(), MakeCpuBackend(2, bo), o);
   ASSERT_TRUE(e.ok());
   Engine& engine = **e;
   double max_hf_diff = 0, max_lcpp_diff = 0;
-  int steps = 0, lcpp_agree = 0;
+  int steps = 0, lcpp_agree = 0, hf_agree = 0;
   for (size_t ci = 0; ci < lcpp["cases"].size(); ++ci) {
     const auto& c = lcpp["cases"][ci];
     const auto& h = hf["cases"][ci];
@@ -76,7 +87,13 @@ TEST(GreedyLlamaCppTest, Gemma3_270mMatchesTransformersAndLlamaCpp) {
       const int ours = static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
       const int hf_top = h["top2_ids"][i][0].get<int>();
       const double hf_l0 = h["top2_logits"][i][0].get<double>(), hf_l1 = h["top2_logits"][i][1].get<double>();
-      if (hf_l0 - hf_l1 >= kF32Noise) EXPECT_EQ(ours, hf_top) << "step " << i << ": gemma4rt and transformers disagree";
+      if (ours == hf_top) {
+        ++hf_agree;
+      } else {
+        EXPECT_LT(hf_l0 - hf_l1, tol.top1_gap) << "step " << i << ": gemma4rt " << ours << ", transformers " << hf_top;
+        std::printf("  step %zu: transformers picks %d (its top-two gap %.4f), gemma4rt %d\n", i, hf_top, hf_l0 - hf_l1,
+                    ours);
+      }
       max_hf_diff = std::max({max_hf_diff, std::fabs(logits[hf_top] - hf_l0),
                               std::fabs(logits[h["top2_ids"][i][1].get<int>()] - hf_l1)});
       max_lcpp_diff = std::max(max_lcpp_diff, std::fabs(logits[want[i]] - top[i]));
@@ -84,19 +101,31 @@ TEST(GreedyLlamaCppTest, Gemma3_270mMatchesTransformersAndLlamaCpp) {
         ++lcpp_agree;
       } else {
         EXPECT_LT(gap[i], kNearTie) << "step " << i << ": gemma4rt " << ours << ", llama.cpp " << want[i];
-        std::printf("  step %zu: llama.cpp picks %d (its top-two gap %.4f), gemma4rt and transformers pick %d\n", i,
-                    want[i], gap[i], ours);
+        std::printf("  step %zu: llama.cpp picks %d (its top-two gap %.4f), gemma4rt %d\n", i, want[i], gap[i], ours);
       }
       const int32_t seq = 0, tok = want[i];
       ASSERT_TRUE(engine.Decode(std::span<const int32_t>(&seq, 1), std::span<const int32_t>(&tok, 1), &logits).ok());
     }
   }
-  std::printf("  %d steps: same token as llama.cpp at %d; max |logit - transformers| %.5f; max |logit - llama.cpp| %.3f\n",
-              steps, lcpp_agree, max_hf_diff, max_lcpp_diff);
-  EXPECT_LT(max_hf_diff, kHfLogitTol);
-  // Near-ties are rare: measured 314 of 320 steps agree (the 6 others all have llama.cpp top-two
-  // gaps below 0.2 and transformers on gemma4rt's side).
-  EXPECT_GE(lcpp_agree, steps * 95 / 100);
+  std::printf("  %s activations, %d steps: same token as transformers at %d, as llama.cpp at %d; max |logit - "
+              "transformers| %.5f; max |logit - llama.cpp| %.3f\n",
+              int8_activations ? "int8" : "f32", steps, hf_agree, lcpp_agree, max_hf_diff, max_lcpp_diff);
+  EXPECT_LT(max_hf_diff, tol.hf_logit);
+  EXPECT_GE(lcpp_agree * 100, steps * tol.lcpp_percent);
+}
+
+// f32 activations: what transformers computes, up to the order of f32 sums. Near-ties with
+// llama.cpp are rare: measured 314 of 320 steps agree (the 6 others all have llama.cpp top-two
+// gaps below 0.2 and transformers on gemma4rt's side).
+TEST(GreedyLlamaCppTest, Gemma3_270mMatchesTransformersAndLlamaCpp) {
+  CheckAgainstReferences(false, Tolerances{kF32Noise, kHfLogitTol, 95});
+}
+
+// int8 activations (the default for quantised weights, as in llama.cpp): logits move by up to
+// ~1.2 from transformers' (measured 1.21), like llama.cpp's own (1.57); the top token differs from
+// transformers' only at near-ties (measured: 2 of 320 steps) and equals llama.cpp's at 314 of 320.
+TEST(GreedyLlamaCppTest, Gemma3_270mWithInt8ActivationsStaysCloseToBoth) {
+  CheckAgainstReferences(true, Tolerances{kInt8TopGap, 2.0, 95});
 }
 
 // A base (pretrained, not instruction-tuned) 270M model answers a few-shot question.

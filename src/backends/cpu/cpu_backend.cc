@@ -8,6 +8,7 @@
 
 #include "backends/cpu/attention.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/kernels_q8.h"
 #include "base/check.h"
 #include "base/thread_pool.h"
 
@@ -21,8 +22,8 @@ Overloaded(Ts...) -> Overloaded<Ts...>;
 
 class CpuExecutable : public Executable {
  public:
-  CpuExecutable(const Graph& graph, int num_tokens, int num_output_rows, ThreadPool* pool)
-      : graph_(graph), num_tokens_(num_tokens), num_out_(num_output_rows), pool_(pool) {
+  CpuExecutable(const Graph& graph, int num_tokens, int num_output_rows, ThreadPool* pool, const CpuBackendOptions& opts)
+      : graph_(graph), num_tokens_(num_tokens), num_out_(num_output_rows), pool_(pool), opts_(opts) {
     Plan();
   }
 
@@ -43,11 +44,17 @@ class CpuExecutable : public Executable {
                     const StepInput& in, KvCache& cache);
   void RunMoE(const MoEOp& op, const float* y, const float* r, float* out, int rows);
   // Splits the output columns (weight rows) of a matmul across the pool.
-  void ParallelMatMul(const float* x, int rows, int K, const Tensor& w, float scale, float* y);
+  // x_node: the graph node x belongs to; consecutive matmuls of one node (q/k/v, gate/up) share
+  // one quantisation of it.
+  void ParallelMatMul(const float* x, int x_node, int rows, int K, const Tensor& w, float scale, float* y);
 
   const Graph graph_;
   const int num_tokens_, num_out_;
   ThreadPool* pool_;
+  const CpuBackendOptions opts_;
+  std::vector<cpu::ActBlockQ8> act_q8_;           // int8 activation blocks of the current matmul
+  std::vector<float> act_sums_;                   // and their half sums
+  int act_q8_node_ = -1;                          // the node they quantise (-1: none), this Run
   std::vector<std::vector<float>> task_scratch_;  // per pool task: one converted weight row
   std::vector<std::vector<float>> buffers_;
   std::vector<int> buffer_of_;       // node -> buffer index (-1: no output)
@@ -118,6 +125,7 @@ void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
     else G4_CHECK(in.positions[t] == in.positions[t - 1] + 1);
     G4_CHECK(in.positions[t] < cache.max_context());
   }
+  act_q8_node_ = -1;
   const auto& nodes = graph_.nodes();
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& node = nodes[i];
@@ -135,7 +143,7 @@ void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
           }
         },
         [&](const MatMulOp& op) {
-          ParallelMatMul(input(0), rows, graph_.node(node.inputs[0]).cols, *op.w, op.out_scale, out);
+          ParallelMatMul(input(0), node.inputs[0], rows, graph_.node(node.inputs[0]).cols, *op.w, op.out_scale, out);
         },
         [&](const RmsNormOp& op) {
           cpu::RmsNorm(input(0), rows, node.cols, op.group, op.w ? op.w->data : nullptr, op.w ? op.w->dtype : DType::kF32,
@@ -193,9 +201,32 @@ void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
   }
 }
 
-void CpuExecutable::ParallelMatMul(const float* x, int rows, int K, const Tensor& w, float scale, float* y) {
+void CpuExecutable::ParallelMatMul(const float* x, int x_node, int rows, int K, const Tensor& w, float scale, float* y) {
   const int M = static_cast<int>(w.shape[0]);
   const size_t row_bytes = DTypeRowBytes(w.dtype, K);
+  if (opts_.int8_activations && K % 32 == 0 && cpu::MatMulQ8Supports(w.dtype)) {
+    const size_t units = static_cast<size_t>(K) / 32;
+    if (act_q8_.size() < units * rows) {
+      act_q8_.resize(units * rows);
+      act_sums_.resize(2 * units * rows);
+    }
+    cpu::ActBlockQ8* xq = act_q8_.data();
+    float* sums = act_sums_.data();
+    if (x_node == act_q8_node_) {
+      // Already quantised by the previous matmul of the same input in this Run.
+    } else if (rows >= 2 * pool_->size()) {
+      pool_->ParallelFor(rows, [&](int, int64_t rb, int64_t re) {
+        cpu::QuantizeRowsQ8(x + rb * K, static_cast<int>(re - rb), K, xq + rb * units, sums + rb * 2 * units);
+      });
+    } else {
+      cpu::QuantizeRowsQ8(x, rows, K, xq, sums);
+    }
+    act_q8_node_ = x_node;
+    pool_->ParallelFor(M, [&](int, int64_t mb, int64_t me) {
+      cpu::MatMulQ8(xq, sums, rows, K, w.data + mb * row_bytes, w.dtype, static_cast<int>(me - mb), scale, y + mb, M);
+    });
+    return;
+  }
   pool_->ParallelFor(M, [&](int task, int64_t mb, int64_t me) {
     cpu::MatMul(x, rows, K, w.data + mb * row_bytes, w.dtype, static_cast<int>(me - mb), scale, y + mb, M,
                 task_scratch_[task].data());
@@ -267,20 +298,23 @@ void CpuExecutable::RunMoE(const MoEOp& op, const float* y, const float* r, floa
 
 class CpuBackend : public Backend {
  public:
-  explicit CpuBackend(int threads) : pool_(threads) {}
+  CpuBackend(int threads, const CpuBackendOptions& opts) : pool_(threads), opts_(opts) {}
   std::string Name() const override { return "cpu"; }
   StatusOr<std::unique_ptr<Executable>> Compile(const Graph& graph, int num_tokens, int num_output_rows) override {
     if (num_tokens <= 0) return InvalidArgument("a step needs at least one token");
     if (num_output_rows < 0 || num_output_rows > num_tokens) return InvalidArgument("output rows must be in [0, tokens]");
-    return std::unique_ptr<Executable>(new CpuExecutable(graph, num_tokens, num_output_rows, &pool_));
+    return std::unique_ptr<Executable>(new CpuExecutable(graph, num_tokens, num_output_rows, &pool_, opts_));
   }
 
  private:
   ThreadPool pool_;
+  const CpuBackendOptions opts_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> MakeCpuBackend(int threads) { return std::make_unique<CpuBackend>(std::max(1, threads)); }
+std::unique_ptr<Backend> MakeCpuBackend(int threads, const CpuBackendOptions& options) {
+  return std::make_unique<CpuBackend>(std::max(1, threads), options);
+}
 
 }  // namespace g4

@@ -1,6 +1,6 @@
 // The CPU backend: compiles a step graph into a buffer plan (liveness-based reuse, allocated
-// once per step shape) and runs it with the kernels in kernels.h. f32 activations, weights read
-// in their stored dtype.
+// once per step shape) and runs it with the kernels in kernels.h and kernels_q8.h. Weights are
+// read in their stored dtype; activations are f32 except as CpuBackendOptions says.
 #pragma once
 
 #include <memory>
@@ -9,7 +9,16 @@
 
 namespace g4 {
 
+struct CpuBackendOptions {
+  // Block-quantised weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) are multiplied with
+  // activations quantised to int8 blocks of 32 (backends/cpu/kernels_q8.h), as llama.cpp does:
+  // several times fewer instructions per weight, logits within about 1 of the f32 path on the real
+  // Gemma 3 270M (tests/greedy_llamacpp_test.cc). false: f32 activations for every weight type
+  // (what transformers computes; the parity tests use it). Float weights always use f32.
+  bool int8_activations = true;
+};
+
 // threads: worker threads for matmuls and attention (>= 1; the caller's thread is one of them).
-std::unique_ptr<Backend> MakeCpuBackend(int threads = 1);
+std::unique_ptr<Backend> MakeCpuBackend(int threads = 1, const CpuBackendOptions& options = {});
 
 }  // namespace g4

@@ -1,0 +1,63 @@
+// Scalar references of the activation quantiser and the int8-activation matmul (kernels_q8.h).
+#include "backends/cpu/kernels_q8.h"
+
+#include <cmath>
+#include <vector>
+
+#include "base/check.h"
+
+namespace g4::cpu {
+
+bool MatMulQ8Supports(DType t) {
+  switch (t) {
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kQ5_0:
+    case DType::kQ5_1:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K: return true;
+    default: return false;
+  }
+}
+
+void QuantizeRowsQ8Reference(const float* x, int rows, int K, ActBlockQ8* out, float* sums) {
+  G4_CHECK(K % 32 == 0);
+  const int64_t blocks = static_cast<int64_t>(rows) * (K / 32);
+  for (int64_t b = 0; b < blocks; ++b) {
+    const float* xb = x + b * 32;
+    ActBlockQ8& o = out[b];
+    float amax = 0.0f;
+    for (int k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(xb[k]));
+    if (!std::isfinite(amax)) amax = INFINITY;
+    o.d = amax / 127.0f;
+    const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+    int s0 = 0, s1 = 0;
+    for (int k = 0; k < 32; ++k) {
+      const int q = static_cast<int>(std::nearbyint(xb[k] * id));
+      o.q[k] = static_cast<int8_t>(q);
+      (k < 16 ? s0 : s1) += q;
+    }
+    sums[2 * b] = o.d * static_cast<float>(s0);
+    sums[2 * b + 1] = o.d * static_cast<float>(s1);
+  }
+}
+
+void MatMulQ8Reference(const ActBlockQ8* xq, int rows, int K, const uint8_t* w, DType wt, int M, float scale,
+                       float* y, int ldy) {
+  G4_CHECK(K % 32 == 0 && MatMulQ8Supports(wt));
+  const size_t row_bytes = DTypeRowBytes(wt, K);
+  std::vector<float> wf(K);
+  for (int m = 0; m < M; ++m) {
+    ConvertToF32(wt, w + m * row_bytes, wf.data(), K);
+    for (int n = 0; n < rows; ++n) {
+      const ActBlockQ8* xb = xq + static_cast<size_t>(n) * (K / 32);
+      double s = 0;
+      for (int k = 0; k < K; ++k) s += static_cast<double>(wf[k]) * xb[k / 32].d * xb[k / 32].q[k % 32];
+      y[static_cast<size_t>(n) * ldy + m] = static_cast<float>(s) * scale;
+    }
+  }
+}
+
+}  // namespace g4::cpu

@@ -1,0 +1,228 @@
+// The int8-activation matmul (src/backends/cpu/kernels_q8.h) on every SIMD target this machine
+// runs (forced with hwy::SetSupportedTargetsForTest, as in kernels_test.cc), against its scalar
+// reference, plus the activation quantiser's exact values.
+//
+// Tolerance of MatMulQ8 vs MatMulQ8Reference: both use the same quantised activations; the SIMD
+// kernel's integer sums are exact, so the two differ only by f32 rounding: the product of scales
+// (a_h * dx), the i32 -> f32 conversion of sums below 2^24 (exact), one fused multiply-add per
+// unit into a lane accumulator of at most K / 32 terms, the offsets' products, and the final
+// lane sum. Each term then carries at most K / 32 + 8 roundings, so by Higham's bound
+// |y - y_ref| <= gamma_{K/32+8} * sum over units and halves (|a_h dx I_h| + |b_h sd_h|); the
+// test bounds that sum by sum_k (|w_k| + 2 |b|max) |x_k| ... more simply, by 4 * sum_k |w_k x_k|
+// plus the offsets' own magnitude, which for the random blocks below (|b| at most 63 |a|) stays
+// below 64 * sum_k |w_k x_k|; the test uses 1e-4 * sum_k |w_k x_k|, far above
+// gamma_24 * 64 ~ 1e-4 only for K = 512 -- so K is kept at 512 or below. A decoding error (a
+// wrong nibble, bit or scale) changes a result by more than 1e-2 relative.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/kernels_q8.h"
+#include "hwy/highway.h"
+#include "hwy/targets.h"
+#include "tensor/dtype.h"
+
+namespace g4 {
+namespace {
+
+class KernelsQ8Test : public ::testing::TestWithParam<int64_t> {
+ protected:
+  void SetUp() override { hwy::SetSupportedTargetsForTest(GetParam()); }
+  void TearDown() override { hwy::SetSupportedTargetsForTest(0); }
+};
+
+std::string TargetParamName(const ::testing::TestParamInfo<int64_t>& info) { return hwy::TargetName(info.param); }
+
+INSTANTIATE_TEST_SUITE_P(Targets, KernelsQ8Test, ::testing::ValuesIn(hwy::SupportedAndGeneratedTargets()),
+                         TargetParamName);
+
+const DType kQ8Types[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0,
+                          DType::kQ5_1, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+
+void PutHalf(uint8_t* p, float v) {
+  const uint16_t h = F32ToF16(v);
+  p[0] = static_cast<uint8_t>(h & 0xff);
+  p[1] = static_cast<uint8_t>(h >> 8);
+}
+
+// M rows of K weights of type t: random bytes, with every f16 scale field set to a finite value.
+std::vector<uint8_t> RandomWeights(DType t, int M, int K, std::mt19937& rng) {
+  std::vector<uint8_t> w(DTypeRowBytes(t, K) * M);
+  for (auto& b : w) b = static_cast<uint8_t>(rng());
+  std::uniform_real_distribution<float> scale(-0.02f, 0.02f);
+  const size_t bb = DTypeBlockBytes(t);
+  for (size_t i = 0; i < w.size() / bb; ++i) {
+    uint8_t* blk = w.data() + i * bb;
+    switch (t) {
+      case DType::kQ8_0:
+      case DType::kQ4_0:
+      case DType::kQ5_0: PutHalf(blk, scale(rng)); break;
+      case DType::kQ4_1:
+      case DType::kQ5_1:
+      case DType::kQ4_K:
+      case DType::kQ5_K:
+        PutHalf(blk, scale(rng));
+        PutHalf(blk + 2, scale(rng));
+        break;
+      case DType::kQ6_K: PutHalf(blk + 208, scale(rng)); break;
+      default: ADD_FAILURE() << "no scale layout for " << DTypeName(t);
+    }
+  }
+  return w;
+}
+
+// Activations with a spread of magnitudes, one all-zero block and one block with a large outlier.
+std::vector<float> RandomActs(int rows, int K, std::mt19937& rng) {
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(rows) * K);
+  for (auto& v : x) v = n(rng);
+  for (int k = 0; k < 32; ++k) x[k] = 0.0f;
+  if (x.size() > 64) x[40] = 300.0f;
+  return x;
+}
+
+TEST(KernelsQ8Quantize, ExactBlockValues) {
+  std::vector<float> x(64, 0.0f);
+  for (int k = 0; k < 32; ++k) x[k] = static_cast<float>(k - 16) * 0.5f;  // amax 8 at k = 0
+  x[5] = 8.0f;                                                          // ties the max
+  std::vector<cpu::ActBlockQ8> q(2);
+  std::vector<float> sums(4);
+  cpu::QuantizeRowsQ8(x.data(), 1, 64, q.data(), sums.data());
+  EXPECT_FLOAT_EQ(q[0].d, 8.0f / 127.0f);
+  int s0 = 0, s1 = 0;
+  for (int k = 0; k < 32; ++k) {
+    const int want = static_cast<int>(std::nearbyint(x[k] * (127.0f / 8.0f)));
+    EXPECT_EQ(q[0].q[k], want) << k;
+    (k < 16 ? s0 : s1) += want;
+  }
+  EXPECT_EQ(q[0].q[0], -127);
+  EXPECT_EQ(q[0].q[5], 127);
+  EXPECT_EQ(q[0].q[16], 0);
+  EXPECT_FLOAT_EQ(sums[0], q[0].d * s0);
+  EXPECT_FLOAT_EQ(sums[1], q[0].d * s1);
+  // An all-zero block: d = 0 and q = 0, not NaN.
+  EXPECT_EQ(q[1].d, 0.0f);
+  EXPECT_EQ(sums[2], 0.0f);
+  EXPECT_EQ(sums[3], 0.0f);
+  for (int k = 0; k < 32; ++k) EXPECT_EQ(q[1].q[k], 0);
+}
+
+TEST(KernelsQ8Quantize, ErrorIsAtMostHalfAStep) {
+  std::mt19937 rng(3);
+  const std::vector<float> x = RandomActs(3, 256, rng);
+  std::vector<cpu::ActBlockQ8> q(3 * 8);
+  std::vector<float> sums(3 * 16);
+  cpu::QuantizeRowsQ8(x.data(), 3, 256, q.data(), sums.data());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const cpu::ActBlockQ8& b = q[i / 32];
+    EXPECT_LE(std::fabs(x[i] - b.d * b.q[i % 32]), 0.5001f * b.d) << i;
+  }
+}
+
+TEST_P(KernelsQ8Test, MatchesTheReferenceForEveryFormatAndRowCount) {
+  std::mt19937 rng(11);
+  for (DType t : kQ8Types) {
+    ASSERT_TRUE(cpu::MatMulQ8Supports(t)) << DTypeName(t);
+    for (int K : {256, 512}) {
+      const int M = 13;
+      const std::vector<uint8_t> w = RandomWeights(t, M, K, rng);
+      std::vector<float> wf(static_cast<size_t>(M) * K);
+      ConvertToF32(t, w.data(), wf.data(), wf.size());
+      for (int rows : {1, 2, 3, 4, 5, 7, 9}) {
+        const std::vector<float> x = RandomActs(rows, K, rng);
+        std::vector<cpu::ActBlockQ8> xq(static_cast<size_t>(rows) * K / 32);
+        std::vector<float> sums(static_cast<size_t>(rows) * K / 16);
+        cpu::QuantizeRowsQ8(x.data(), rows, K, xq.data(), sums.data());
+        const int ldy = M + 2;
+        std::vector<float> y(static_cast<size_t>(rows) * ldy, 777.0f), ref = y;
+        cpu::MatMulQ8(xq.data(), sums.data(), rows, K, w.data(), t, M, 0.5f, y.data(), ldy);
+        cpu::MatMulQ8Reference(xq.data(), rows, K, w.data(), t, M, 0.5f, ref.data(), ldy);
+        for (int r = 0; r < rows; ++r) {
+          for (int m = 0; m < M; ++m) {
+            double mag = 0;
+            for (int k = 0; k < K; ++k) {
+              const cpu::ActBlockQ8& b = xq[(static_cast<size_t>(r) * K + k) / 32];
+              mag += std::fabs(wf[static_cast<size_t>(m) * K + k] * b.d * b.q[k % 32]);
+            }
+            const size_t i = static_cast<size_t>(r) * ldy + m;
+            EXPECT_NEAR(y[i], ref[i], 1e-4 * 0.5 * mag + 1e-30)
+                << DTypeName(t) << " K=" << K << " rows=" << rows << " r=" << r << " m=" << m;
+          }
+          EXPECT_EQ(y[static_cast<size_t>(r) * ldy + M], 777.0f) << "wrote past M";
+        }
+      }
+    }
+  }
+}
+
+TEST_P(KernelsQ8Test, QuantizerMatchesTheReferenceBitForBit) {
+  std::mt19937 rng(21);
+  const int rows = 5, K = 320;
+  std::vector<float> x = RandomActs(rows, K, rng);
+  x[70] = 1e-30f;  // tiny values and exact halves (ties)
+  for (int k = 96; k < 128; ++k) x[k] = 0.5f * static_cast<float>(k - 112);
+  std::vector<cpu::ActBlockQ8> q(rows * K / 32), qr(q.size());
+  std::vector<float> s(rows * K / 16), sr(s.size());
+  cpu::QuantizeRowsQ8(x.data(), rows, K, q.data(), s.data());
+  cpu::QuantizeRowsQ8Reference(x.data(), rows, K, qr.data(), sr.data());
+  for (size_t b = 0; b < q.size(); ++b) {
+    EXPECT_EQ(q[b].d, qr[b].d) << b;
+    EXPECT_EQ(std::memcmp(q[b].q, qr[b].q, 32), 0) << b;
+  }
+  EXPECT_EQ(s, sr);
+}
+
+TEST_P(KernelsQ8Test, EachRowIsIndependentOfTheBatch) {
+  // A row's result must be bit-identical whether it is multiplied alone or inside a batch.
+  std::mt19937 rng(5);
+  const int K = 512, M = 9, rows = 7;
+  for (DType t : kQ8Types) {
+    const std::vector<uint8_t> w = RandomWeights(t, M, K, rng);
+    const std::vector<float> x = RandomActs(rows, K, rng);
+    std::vector<cpu::ActBlockQ8> xq(static_cast<size_t>(rows) * K / 32);
+    std::vector<float> sums(static_cast<size_t>(rows) * K / 16);
+    cpu::QuantizeRowsQ8(x.data(), rows, K, xq.data(), sums.data());
+    std::vector<float> batch(static_cast<size_t>(rows) * M);
+    cpu::MatMulQ8(xq.data(), sums.data(), rows, K, w.data(), t, M, 1.0f, batch.data(), M);
+    for (int r = 0; r < rows; ++r) {
+      std::vector<float> solo(M);
+      cpu::MatMulQ8(xq.data() + static_cast<size_t>(r) * K / 32, sums.data() + static_cast<size_t>(r) * K / 16, 1, K,
+                    w.data(), t, M, 1.0f, solo.data(), M);
+      for (int m = 0; m < M; ++m) EXPECT_EQ(solo[m], batch[static_cast<size_t>(r) * M + m]) << DTypeName(t) << " r=" << r;
+    }
+  }
+}
+
+TEST_P(KernelsQ8Test, CloseToTheF32ActivationProduct) {
+  // The cost of quantising activations: against the exact product with f32 activations, the error
+  // is bounded by sum_k |w_k| * d_block / 2 (each activation moves by at most half a step).
+  std::mt19937 rng(8);
+  const int K = 512, M = 5;
+  for (DType t : kQ8Types) {
+    const std::vector<uint8_t> w = RandomWeights(t, M, K, rng);
+    std::vector<float> wf(static_cast<size_t>(M) * K);
+    ConvertToF32(t, w.data(), wf.data(), wf.size());
+    const std::vector<float> x = RandomActs(1, K, rng);
+    std::vector<cpu::ActBlockQ8> xq(K / 32);
+    std::vector<float> sums(K / 16);
+    cpu::QuantizeRowsQ8(x.data(), 1, K, xq.data(), sums.data());
+    std::vector<float> y(M);
+    cpu::MatMulQ8(xq.data(), sums.data(), 1, K, w.data(), t, M, 1.0f, y.data(), M);
+    for (int m = 0; m < M; ++m) {
+      double exact = 0, bound = 0;
+      for (int k = 0; k < K; ++k) {
+        exact += static_cast<double>(wf[static_cast<size_t>(m) * K + k]) * x[k];
+        bound += std::fabs(wf[static_cast<size_t>(m) * K + k]) * 0.5 * xq[k / 32].d;
+      }
+      EXPECT_NEAR(y[m], exact, bound * 1.001 + 1e-6) << DTypeName(t) << " m=" << m;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace g4
