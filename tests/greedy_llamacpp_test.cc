@@ -52,6 +52,7 @@ struct Tolerances {
   double top1_gap;   // transformers' top-two gap above which our top token must be transformers'
   double hf_logit;   // max |logit - transformers| over the top-two tokens of every step
   int lcpp_percent;  // minimum share of steps whose greedy token equals llama.cpp's
+  double lcpp_tie;   // llama.cpp's top-two gap below which our token may differ from its
 };
 
 void CheckAgainstReferences(bool int8_activations, const Tolerances& tol) {
@@ -100,7 +101,7 @@ void CheckAgainstReferences(bool int8_activations, const Tolerances& tol) {
       if (ours == want[i]) {
         ++lcpp_agree;
       } else {
-        EXPECT_LT(gap[i], kNearTie) << "step " << i << ": gemma4rt " << ours << ", llama.cpp " << want[i];
+        EXPECT_LT(gap[i], tol.lcpp_tie) << "step " << i << ": gemma4rt " << ours << ", llama.cpp " << want[i];
         std::printf("  step %zu: llama.cpp picks %d (its top-two gap %.4f), gemma4rt %d\n", i, want[i], gap[i], ours);
       }
       const int32_t seq = 0, tok = want[i];
@@ -118,14 +119,16 @@ void CheckAgainstReferences(bool int8_activations, const Tolerances& tol) {
 // llama.cpp are rare: measured 314 of 320 steps agree (the 6 others all have llama.cpp top-two
 // gaps below 0.2 and transformers on gemma4rt's side).
 TEST(GreedyLlamaCppTest, Gemma3_270mMatchesTransformersAndLlamaCpp) {
-  CheckAgainstReferences(false, Tolerances{kF32Noise, kHfLogitTol, 95});
+  CheckAgainstReferences(false, Tolerances{kF32Noise, kHfLogitTol, 95, kNearTie});
 }
 
 // int8 activations (the default for quantised weights, as in llama.cpp): logits move by up to
-// ~1.2 from transformers' (measured 1.21), like llama.cpp's own (1.57); the top token differs from
-// transformers' only at near-ties (measured: 2 of 320 steps) and equals llama.cpp's at 314 of 320.
+// ~1.2 from transformers' (measured 0.8-1.21 across kernel versions), like llama.cpp's own (1.57);
+// the top token differs from transformers' only at near-ties (measured: 2-4 of 320 steps, top-two
+// gaps below 0.1) and equals llama.cpp's at 312-314 of 320 (differences at llama.cpp gaps below
+// 0.3: both engines carry activation-quantisation noise there).
 TEST(GreedyLlamaCppTest, Gemma3_270mWithInt8ActivationsStaysCloseToBoth) {
-  CheckAgainstReferences(true, Tolerances{kInt8TopGap, 2.0, 95});
+  CheckAgainstReferences(true, Tolerances{kInt8TopGap, 2.0, 95, 2 * kNearTie});
 }
 
 // A base (pretrained, not instruction-tuned) 270M model answers a few-shot question.

@@ -214,13 +214,13 @@ struct QualityResult {
 
 // All-position logits of `path` loaded with `lo` for `ids`.
 StatusOr<std::vector<float>> QualityLogits(const std::string& path, const LoadOptions& lo, int threads, int ubatch,
-                                           const std::vector<int32_t>& ids) {
+                                           const std::vector<int32_t>& ids, bool f32_activations) {
   G4_ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> m, LoadModel(path, lo));
   EngineOptions o;
   o.max_seqs = 1;
   o.max_context = static_cast<int>(ids.size());
   o.prefill_chunk = ubatch;
-  G4_ASSIGN_OR_RETURN(std::unique_ptr<Engine> e, Engine::Create(std::move(m), MakeCpuBackend(threads), o));
+  G4_ASSIGN_OR_RETURN(std::unique_ptr<Engine> e, Engine::Create(std::move(m), MakeCpuBackend(threads, CpuBackendOptions{!f32_activations}), o));
   std::vector<float> logits;
   G4_RETURN_IF_ERROR(e->Prefill(0, ids, /*all_logits=*/true, &logits));
   return logits;
@@ -239,8 +239,11 @@ void LogSoftmax(const float* x, int n, std::vector<double>* out) {
 
 // The model as stored against the model loaded with `quantized`, on the fixed text (or, without a
 // tokenizer, `max_tokens` fixed pseudo-random ids after BOS), one prefill each.
+// The reference always runs with f32 activations; the quantised side with the run's activation
+// mode, so with int8 activations the figures include their cost (and without --quantize they
+// are only that cost).
 StatusOr<QualityResult> MeasureQuality(const std::string& path, const LoadOptions& quantized, int threads, int ubatch,
-                                       int max_tokens) {
+                                       int max_tokens, bool f32_activations) {
   QualityResult r;
   std::vector<int32_t> ids;
   int vocab = 0;
@@ -264,8 +267,8 @@ StatusOr<QualityResult> MeasureQuality(const std::string& path, const LoadOption
     if (static_cast<int>(ids.size()) > max_tokens) ids.resize(max_tokens);
   }
   if (ids.size() < 2) return InvalidArgument("--quality: fewer than 2 tokens to compare");
-  G4_ASSIGN_OR_RETURN(std::vector<float> ref, QualityLogits(path, LoadOptions{}, threads, ubatch, ids));
-  G4_ASSIGN_OR_RETURN(std::vector<float> q, QualityLogits(path, quantized, threads, ubatch, ids));
+  G4_ASSIGN_OR_RETURN(std::vector<float> ref, QualityLogits(path, LoadOptions{}, threads, ubatch, ids, /*f32_activations=*/true));
+  G4_ASSIGN_OR_RETURN(std::vector<float> q, QualityLogits(path, quantized, threads, ubatch, ids, f32_activations));
   const int T = static_cast<int>(ids.size()) - 1;
   std::vector<double> lp, lq;
   double kl_sum = 0, nll_ref = 0, nll_q = 0;
@@ -312,15 +315,18 @@ int BenchMain(int argc, char** argv) {
   std::vector<int> n_prompt{512}, n_gen{128}, depths{0};
   int reps = 3, ubatch = 512, bw_mib = 1024, bw_iters = 5;
   uint64_t seed = 1234;
-  bool json_flag = false, no_warmup = false, quality = false;
+  bool json_flag = false, no_warmup = false, quality = false, f32_activations = false;
   std::string quantize;
   int ple_bits = 8, quality_tokens = 256;
   app.add_option("--quantize", quantize, "quantise an F32/F16/BF16 checkpoint at load: q8_0, q4_0 or w4a16")
       ->check(CLI::IsMember({"q8_0", "q4_0", "w4a16"}));
   app.add_option("--ple-bits", ple_bits, "with --quantize: bits of the embedding and PLE tables (8 = Q8_0, 16 = as stored)")
       ->check(CLI::IsMember({8, 16}));
-  app.add_flag("--quality", quality, "with --quantize: compare the quantised model with the model as stored on a fixed "
-               "text (fixed token ids without a tokenizer): mean KL divergence, top-1 agreement, both perplexities");
+  app.add_flag("--quality", quality, "compare the model as run (with --quantize, and int8 activations unless "
+               "--f32-activations) with the model as stored in f32 activations on a fixed text (fixed token ids "
+               "without a tokenizer): mean KL divergence, top-1 agreement, both perplexities");
+  app.add_flag("--f32-activations", f32_activations, "multiply quantised weights with f32 activations (transformers' "
+               "arithmetic; slower) instead of int8 activation blocks (llama.cpp's)");
   app.add_option("--quality-tokens", quality_tokens, "most tokens of the quality text")->check(CLI::Range(2, 1 << 16));
   app.add_option("-m,--model", model, "GGUF file or Hugging Face checkpoint directory (default: $GEMMA4RT_MODEL or the fetched Gemma 3 270M)");
   app.add_option("-t,--threads", threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 1024));
@@ -360,14 +366,17 @@ int BenchMain(int argc, char** argv) {
   load_options.ple_bits = ple_bits;
   if (auto q = ParseQuantizeFlag(quantize); q.ok()) load_options.quantize = *q;
   else return Fail(q.status());
-  if (quality && !load_options.quantize) return Fail(InvalidArgument("--quality needs --quantize q8_0|q4_0|w4a16"));
+  if (quality && !load_options.quantize && f32_activations)
+    return Fail(InvalidArgument("--quality compares with the model as stored in f32 activations: give --quantize "
+                                "q8_0|q4_0|w4a16, or leave out --f32-activations to measure int8 activations alone"));
+  if (quantize.empty()) quantize = f32_activations ? "none" : "none+int8-activations";
 
   if (!std::filesystem::exists(model))
     return Fail(NotFound("model '" + model + "' does not exist" +
                          (model == DefaultModelPath() ? " (run scripts/fetch-default-model.sh to get the default model)" : "")));
   std::optional<QualityResult> quality_result;
   if (quality) {
-    auto qr = MeasureQuality(model, load_options, threads, ubatch, quality_tokens);
+    auto qr = MeasureQuality(model, load_options, threads, ubatch, quality_tokens, f32_activations);
     if (!qr.ok()) return Fail(qr.status());
     quality_result = *qr;
     std::fprintf(stderr, "gemma4rt: bench quality (%s, %d positions of %s): mean KL %.6g nats, top-1 agreement %.4f, "
@@ -427,7 +436,7 @@ int BenchMain(int argc, char** argv) {
   std::string weights_dtype(DTypeName(loaded->weights.embed->dtype));
   if (!loaded->quantization.empty()) weights_dtype += " quantization=" + loaded->quantization;
   char policy[256];
-  std::snprintf(policy, sizeof policy, "backend=cpu simd=%s compute=f32 weights=%s threads=%d context=%d", cpu::SimdTargetName(), weights_dtype.c_str(),
+  std::snprintf(policy, sizeof policy, "backend=cpu simd=%s compute=f32 activations=%s weights=%s threads=%d context=%d", cpu::SimdTargetName(), f32_activations ? "f32" : "int8-for-quantised-weights", weights_dtype.c_str(),
                 threads, context);
   std::fprintf(stderr, "gemma4rt: device policy: %s\n", policy);
   for (const std::string& n : clamp_notes) std::fprintf(stderr, "gemma4rt: bench: %s\n", n.c_str());
@@ -464,7 +473,7 @@ int BenchMain(int argc, char** argv) {
   opts.max_seqs = 1;
   opts.max_context = context;
   opts.prefill_chunk = ubatch;
-  auto engine_or = Engine::Create(std::move(loaded), MakeCpuBackend(threads), opts);
+  auto engine_or = Engine::Create(std::move(loaded), MakeCpuBackend(threads, CpuBackendOptions{!f32_activations}), opts);
   if (!engine_or.ok()) return Fail(engine_or.status());
   Engine& engine = **engine_or;
 

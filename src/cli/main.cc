@@ -79,13 +79,14 @@ std::string WeightsDescription(const g4::LoadedModel& m) {
   return s;
 }
 
-g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int threads, const g4::LoadOptions& lo) {
+g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int threads, const g4::LoadOptions& lo,
+                           bool f32_activations) {
   if (!std::filesystem::exists(model))
     return g4::NotFound("model '" + model + "' does not exist" +
                         (model == g4::DefaultModelPath() ? " (run scripts/fetch-default-model.sh to get the default model)" : ""));
   G4_ASSIGN_OR_RETURN(auto loaded, g4::LoadModel(model, lo));
-  std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=%s compute=f32 weights=%s threads=%d context=%d\n",
-               g4::cpu::SimdTargetName(), WeightsDescription(*loaded).c_str(), threads,
+  std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=%s compute=f32 activations=%s weights=%s threads=%d context=%d\n",
+               g4::cpu::SimdTargetName(), f32_activations ? "f32" : "int8-for-quantised-weights", WeightsDescription(*loaded).c_str(), threads,
                ctx > 0 ? ctx : std::min(loaded->config.max_position, 4096));
   if (loaded->weights.total_bytes > (size_t{128} << 20)) {  // progress for large models
     int last = -1;
@@ -105,7 +106,7 @@ g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int thr
   g4::EngineOptions o;
   o.max_context = ctx;
   o.prefill_chunk = chunk;
-  G4_ASSIGN_OR_RETURN(s.engine, g4::Engine::Create(std::move(loaded), g4::MakeCpuBackend(threads), o));
+  G4_ASSIGN_OR_RETURN(s.engine, g4::Engine::Create(std::move(loaded), g4::MakeCpuBackend(threads, g4::CpuBackendOptions{!f32_activations}), o));
   return s;
 }
 
@@ -151,6 +152,7 @@ int main(int argc, char** argv) {
 
   std::string quantize;
   int ple_bits = 8;
+  bool f32_activations = false;
   auto add_model = [&](CLI::App* c) {
     c->add_option("-m,--model", model, "GGUF file or Hugging Face checkpoint directory (default: $GEMMA4RT_MODEL or the fetched Gemma 3 270M)");
     c->add_option("--quantize", quantize, "quantise an F32/F16/BF16 checkpoint at load: q8_0, q4_0 or w4a16")
@@ -164,6 +166,7 @@ int main(int argc, char** argv) {
     c->add_option("--chunk", chunk, "prefill chunk size in tokens")->check(CLI::Range(1, 1 << 20));
     c->add_option("-c,--ctx-size", ctx, "context size in tokens (0 = model maximum, capped at 4096)")->check(CLI::NonNegativeNumber);
     c->add_option("-t,--threads", threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 1024));
+    c->add_flag("--f32-activations", f32_activations, "multiply quantised weights with f32 activations (transformers' arithmetic; slower) instead of int8 activation blocks (llama.cpp's)");
   };
 
   auto* info = app.add_subcommand("info", "print the model's layer plan, parameter and memory counts");
@@ -227,7 +230,7 @@ int main(int argc, char** argv) {
     return 0;
   }
 
-  auto session_or = Open(model, ctx, chunk, threads, load_options);
+  auto session_or = Open(model, ctx, chunk, threads, load_options, f32_activations);
   if (!session_or.ok()) return Fail(session_or.status());
   Session& s = *session_or;
   g4::Engine& engine = *s.engine;
