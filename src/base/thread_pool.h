@@ -2,6 +2,7 @@
 // whatever needs it (backends); there is no global pool.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -29,15 +30,22 @@ class ThreadPool {
  private:
   void WorkerLoop(int index);
 
+  // Hand-off: ParallelFor publishes the job and bumps generation_; workers spin on generation_
+  // for up to kSpinMicros after their last job (decode runs a few hundred short parallel loops
+  // per token, and a futex wake-up costs tens of microseconds), then sleep on start_cv_. The
+  // caller spins on pending_ the same way. sleepers_ tells ParallelFor whether to notify.
+  static constexpr int kSpinMicros = 500;
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable start_cv_, done_cv_;
   const std::function<void(int, int64_t, int64_t)>* job_ = nullptr;
   int64_t job_n_ = 0;
   int tasks_ = 0;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<int> sleepers_{0};
+  std::atomic<bool> caller_sleeping_{false};
+  std::atomic<bool> stop_{false};
 };
 
 }  // namespace g4
