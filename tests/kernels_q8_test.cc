@@ -2,17 +2,16 @@
 // runs (forced with hwy::SetSupportedTargetsForTest, as in kernels_test.cc), against its scalar
 // reference, plus the activation quantiser's exact values.
 //
-// Tolerance of MatMulQ8 vs MatMulQ8Reference: both use the same quantised activations; the SIMD
-// kernel's integer sums are exact, so the two differ only by f32 rounding: the product of scales
-// (a_h * dx), the i32 -> f32 conversion of sums below 2^24 (exact), one fused multiply-add per
-// unit into a lane accumulator of at most K / 32 terms, the offsets' products, and the final
-// lane sum. Each term then carries at most K / 32 + 8 roundings, so by Higham's bound
-// |y - y_ref| <= gamma_{K/32+8} * sum over units and halves (|a_h dx I_h| + |b_h sd_h|); the
-// test bounds that sum by sum_k (|w_k| + 2 |b|max) |x_k| ... more simply, by 4 * sum_k |w_k x_k|
-// plus the offsets' own magnitude, which for the random blocks below (|b| at most 63 |a|) stays
-// below 64 * sum_k |w_k x_k|; the test uses 1e-4 * sum_k |w_k x_k|, far above
-// gamma_24 * 64 ~ 1e-4 only for K = 512 -- so K is kept at 512 or below. A decoding error (a
-// wrong nibble, bit or scale) changes a result by more than 1e-2 relative.
+// Tolerance of MatMulQ8 vs MatMulQ8Reference: both use the same quantised activations and the
+// SIMD kernel's integer sums are exact (|sum| < 2^24, so also exact in f32), so the two differ
+// only by f32 rounding: the product a_h * dx, one fused multiply-add per unit into an accumulator
+// of at most K / 32 terms (plus the lane sum), and the offsets' dot product b_h * sd_h. The
+// offset form a_h u + b_h can cancel (for the random blocks below |b_h| <= 63 |a_h|, so each term
+// is at most ~64 |w_k x_k| in magnitude), and each term passes through at most K / 32 + 8
+// roundings: |y - y_ref| <= gamma_{K/32+8} * 64 * sum_k |w_k x_k| ~ 1e-4 * sum_k |w_k x_k| for
+// K = 512 (gamma_24 ~ 1.4e-6), the tolerance used; K stays <= 512. A decoding error (a wrong
+// nibble, bit or scale) moves a result by more than 1e-2 relative (two such mutations were run:
+// both failed the test).
 #include <gtest/gtest.h>
 
 #include <cmath>
