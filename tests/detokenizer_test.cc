@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "model/gguf.h"
+#include "model/model.h"
 #include "tokenizer/utf8.h"
 
 namespace g4 {
@@ -68,9 +69,7 @@ std::unique_ptr<Tokenizer> LoadTinyHf() {
 }
 
 TEST(DetokenizerGolden, StreamingReproducesDecodeGemma3) {
-  std::string path =
-      std::string(std::getenv("HOME") ? std::getenv("HOME") : "") + "/.cache/gemma4rt/gemma-3-270m-q4_k_m.gguf";
-  if (const char* env = std::getenv("GEMMA4RT_DEFAULT_MODEL"); env && *env) path = env;
+  const std::string path = DefaultModelFile();
   ASSERT_TRUE(std::filesystem::exists(path)) << "Gemma 3 model not found at " << path
                                              << "; run scripts/fetch-default-model.sh (or set GEMMA4RT_DEFAULT_MODEL)";
   auto gguf = GgufFile::Open(path);

@@ -35,11 +35,7 @@ constexpr double kHfLogitTol = 4e-3;  // logits: 1e-4 relative of |logit| <= 40 
 constexpr double kNearTie = 0.25;     // logits: llama.cpp's own top-two gap below which it may differ
 constexpr double kInt8TopGap = 0.5;   // logits: transformers' top-two gap below which int8 may differ
 
-std::string DefaultModelPath() {
-  if (const char* p = std::getenv("GEMMA4RT_DEFAULT_MODEL")) return p;
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : "/root") + "/.cache/gemma4rt/gemma-3-270m-q4_k_m.gguf";
-}
+std::string DefaultModelPath() { return DefaultModelFile(); }
 
 nlohmann::json ReadJson(const std::string& name) {
   std::ifstream in(std::string(GEMMA4RT_TEST_DATA_DIR) + "/data/" + name);

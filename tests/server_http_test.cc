@@ -30,11 +30,7 @@ using namespace std::chrono_literals;
 
 std::string TinyModel() { return std::string(GEMMA4RT_TEST_DATA_DIR) + "/golden/gemma4-e2b-tiny"; }
 
-std::string RealModel() {
-  if (const char* m = std::getenv("GEMMA4RT_DEFAULT_MODEL"); m && *m) return m;
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : ".") + "/.cache/gemma4rt/gemma-3-270m-q4_k_m.gguf";
-}
+std::string RealModel() { return DefaultModelFile(); }
 
 const char* kCapitals = "Question: What is the capital of Germany?\nAnswer: Berlin\nQuestion: What is the capital of France?\nAnswer:";
 

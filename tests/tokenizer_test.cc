@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "model/gguf.h"
+#include "model/model.h"
 
 namespace g4 {
 namespace {
@@ -53,9 +54,7 @@ std::string DecodedBytes(const json& rec) {
 }
 
 std::string DefaultModelPath() {
-  if (const char* env = std::getenv("GEMMA4RT_DEFAULT_MODEL"); env && *env) return env;
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : "") + "/.cache/gemma4rt/gemma-3-270m-q4_k_m.gguf";
+  return g4::DefaultModelFile();
 }
 
 // Runs every golden case's encodings through `tok`: ids must match exactly, and so must the

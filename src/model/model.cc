@@ -78,6 +78,10 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::string& path, const 
 
 std::string DefaultModelPath() {
   if (const char* m = std::getenv("GEMMA4RT_MODEL"); m && *m) return m;
+  return DefaultModelFile();
+}
+
+std::string DefaultModelFile() {
   if (const char* m = std::getenv("GEMMA4RT_DEFAULT_MODEL"); m && *m) return m;
   const char* cache = std::getenv("GEMMA4RT_CACHE");
   const char* home = std::getenv("HOME");

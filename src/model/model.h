@@ -48,6 +48,9 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::string& path, const 
 // $GEMMA4RT_DEFAULT_MODEL, else <cache>/gemma-3-270m-q4_k_m.gguf with <cache> = $GEMMA4RT_CACHE or
 // ~/.cache/gemma4rt (where scripts/fetch-default-model.sh puts it). The path may not exist.
 std::string DefaultModelPath();
+// The same without $GEMMA4RT_MODEL: the fetched default model ($GEMMA4RT_DEFAULT_MODEL, else the
+// cache path). For the server (whose -m flag reads $GEMMA4RT_MODEL itself) and the tests.
+std::string DefaultModelFile();
 
 // Reads every page of the bound weights once (they are mmap'd, so a cold file would otherwise be
 // read during the first request), calling progress(fraction done in [0, 1]) about every 1%.

@@ -46,13 +46,7 @@ void OnSignal(int sig) { g_signal.store(sig); }
 
 }  // namespace
 
-std::string DefaultServeModel() {
-  if (const char* m = std::getenv("GEMMA4RT_DEFAULT_MODEL"); m && *m) return m;
-  const char* cache = std::getenv("GEMMA4RT_CACHE");
-  const char* home = std::getenv("HOME");
-  const std::string dir = cache ? cache : std::string(home ? home : ".") + "/.cache/gemma4rt";
-  return dir + "/gemma-3-270m-q4_k_m.gguf";
-}
+std::string DefaultServeModel() { return DefaultModelFile(); }
 
 ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
   ServeOptions o;
