@@ -592,6 +592,27 @@ TEST_F(ServerHttpRealTest, ClientDisconnectMidStreamFreesTheSlot) {
   std::fprintf(stderr, "slot freed %.0f ms after the client hung up\n", ms);
 }
 
+TEST_F(ServerHttpRealTest, ClientGivingUpOnANonStreamingRequestFreesTheSlot) {
+  // Found by a fresh user: a non-streaming request kept generating after its client left.
+  const uint64_t cancelled_before = server_->scheduler()->Stats().requests_cancelled;
+  json req = {{"prompt", "Write a very long story about a dragon."}, {"max_tokens", 400}, {"ignore_eos", true},
+              {"temperature", 0}};
+  {
+    httplib::Client cli("127.0.0.1", port());
+    cli.set_read_timeout(0, 400000);  // gives up after 0.4 s and closes the connection
+    auto r = cli.Post("/v1/completions", req.dump(), "application/json");
+    ASSERT_FALSE(r) << "400 tokens cannot be ready in 0.4 s";
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(WaitFor([&] { return server_->scheduler()->Stats().busy_slots == 0; }, 5s))
+      << "the slot of a client that gave up must be freed";
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(server_->scheduler()->Stats().requests_cancelled, cancelled_before + 1);
+  std::fprintf(stderr, "slot freed %.0f ms after the client gave up\n", ms);
+  // The server still answers.
+  EXPECT_EQ(Get(port(), "/health").status, 200);
+}
+
 TEST_F(ServerHttpRealTest, ConcurrentRequestsGetExactlyWhatTheyGetAlone) {
   const std::vector<std::string> prompts = {"The capital of France is", "def fibonacci(n):", "Once upon a time, in a",
                                             "1, 2, 3, 4,",             "The weather today is", "Water boils at a temperature of",

@@ -10,7 +10,16 @@
 #include <mutex>
 #include <thread>
 
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
 
 #include <httplib.h>
 
@@ -67,6 +76,73 @@ struct EventQueue {
 };
 
 constexpr auto kPoll = std::chrono::milliseconds(100);
+
+// Numeric address and port of a socket address (IPv4, IPv6, IPv4-mapped IPv6 as dotted IPv4).
+bool AddrPort(const sockaddr_storage& a, std::string* addr, int* port) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (a.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&a);
+    if (!inet_ntop(AF_INET, &in->sin_addr, buf, sizeof buf)) return false;
+    *port = ntohs(in->sin_port);
+  } else if (a.ss_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&a);
+    if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) {
+      if (!inet_ntop(AF_INET, &in6->sin6_addr.s6_addr[12], buf, sizeof buf)) return false;
+    } else if (!inet_ntop(AF_INET6, &in6->sin6_addr, buf, sizeof buf)) {
+      return false;
+    }
+    *port = ntohs(in6->sin6_port);
+  } else {
+    return false;
+  }
+  *addr = buf;
+  return true;
+}
+
+// The file descriptor of the TCP connection `req` arrived on, or -1. cpp-httplib 0.11 (Debian 12)
+// does not expose it to handlers, so it is found by its two endpoints among this process's
+// sockets (httplib keeps the connection open until the handler returns, so the match stays
+// valid while the handler waits).
+int ConnectionSocket(const httplib::Request& req) {
+  if (req.remote_port <= 0 || req.local_port <= 0) return -1;
+  DIR* dir = opendir("/proc/self/fd");
+  if (dir == nullptr) return -1;
+  int found = -1;
+  while (dirent* e = readdir(dir)) {
+    char* end = nullptr;
+    const long fd = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || fd == dirfd(dir)) continue;
+    struct stat st;
+    if (fstat(static_cast<int>(fd), &st) != 0 || !S_ISSOCK(st.st_mode)) continue;
+    sockaddr_storage local{}, peer{};
+    socklen_t ll = sizeof local, pl = sizeof peer;
+    std::string la, pa;
+    int lp = 0, pp = 0;
+    if (getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&local), &ll) != 0 ||
+        getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &pl) != 0 || !AddrPort(local, &la, &lp) ||
+        !AddrPort(peer, &pa, &pp))
+      continue;
+    if (lp == req.local_port && pp == req.remote_port && pa == req.remote_addr) {
+      found = static_cast<int>(fd);
+      break;
+    }
+  }
+  closedir(dir);
+  return found;
+}
+
+// True when the peer of connected socket `fd` has closed or reset the connection (a request's
+// client gave up). Data waiting to be read (a pipelined request) is not a close.
+bool PeerClosed(int fd) {
+  pollfd p{fd, static_cast<short>(POLLIN | POLLRDHUP), 0};
+  if (poll(&p, 1, 0) <= 0) return false;
+  if (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) return true;
+  if (p.revents & POLLIN) {
+    char c;
+    return recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+  }
+  return false;
+}
 
 }  // namespace
 
@@ -241,10 +317,21 @@ void HttpServer::Impl::Completion(const httplib::Request& req, httplib::Response
   } untracker{this, track_id, handle};
   CompletionResult result;
   std::vector<CompletionEvent> events;
-  bool done = false;
+  bool done = false, client_gone = false;
+  const int conn = ConnectionSocket(req);  // -1: disconnects are not noticed until the end
+  auto last_check = std::chrono::steady_clock::now();
   while (!done) {
     events.clear();
-    if (!queue->PopAll(&events, kPoll)) {
+    const bool got = queue->PopAll(&events, kPoll);
+    // Tokens may arrive continuously, so the client is checked by time, not only when idle.
+    if (!client_gone && conn >= 0 && std::chrono::steady_clock::now() - last_check >= kPoll) {
+      last_check = std::chrono::steady_clock::now();
+      if (PeerClosed(conn)) {
+        client_gone = true;  // free the slot now; the final "cancelled" event follows
+        handle->Cancel();
+      }
+    }
+    if (!got) {
       if (stopping.load()) handle->Cancel();
       continue;
     }
@@ -262,7 +349,9 @@ void HttpServer::Impl::Completion(const httplib::Request& req, httplib::Response
   const CompletionEvent& fin = result.final_event;
   LogCompletion(req.path, meta, fin);
   if (!fin.error.ok()) return SetError(res, ErrorForStatus(500, "generation failed: " + fin.error.ToString()));
-  if (fin.finish_reason == "cancelled") return SetError(res, ErrorForStatus(503, "the request was cancelled (server shutting down)"));
+  if (fin.finish_reason == "cancelled")
+    return SetError(res, ErrorForStatus(503, client_gone ? "the request was cancelled (the client disconnected)"
+                                                         : "the request was cancelled (server shutting down)"));
   SetJson(res, CompletionResponseJson(meta, result));
 }
 
