@@ -582,6 +582,11 @@ TEST(CliQuantize, FlagErrors) {
   r = RunCli("bench -m " + Fixture("gemma4-e2b-tiny") + " --quality -p 0 -n 0");
   EXPECT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("mean KL 0 nats"), std::string::npos) << r.out;
+  // -p and --tokens are two ways to give the prompt: both at once is an error, not a silent choice
+  // (found by a fresh-user test).
+  r = RunCli("generate -m " + Fixture("gemma4-e2b-tiny") + " -p hi --tokens 1,2 -n 2");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("excludes"), std::string::npos) << r.out;
   r = RunCli("info -m " + Fixture("gemma4-e2b-tiny") + " --quantize q4_0");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("quantization: q4_0 (75 tensors converted at load"), std::string::npos) << r.out;

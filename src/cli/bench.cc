@@ -375,21 +375,23 @@ int BenchMain(int argc, char** argv) {
     return Fail(NotFound("model '" + model + "' does not exist" +
                          (model == DefaultModelPath() ? " (run scripts/fetch-default-model.sh to get the default model)" : "")));
   std::optional<QualityResult> quality_result;
+  // What the compared side is: the model quantised at load, or (no --quantize) only its activations.
+  const char* quality_label = load_options.quantize ? "quantised" : "with int8 activations";
   if (quality) {
     auto qr = MeasureQuality(model, load_options, threads, ubatch, quality_tokens, f32_activations);
     if (!qr.ok()) return Fail(qr.status());
     quality_result = *qr;
     std::fprintf(stderr, "gemma4rt: bench quality (%s, %d positions of %s): mean KL %.6g nats, top-1 agreement %.4f, "
-                 "perplexity %.4f as stored, %.4f quantised\n", quantize.c_str(), qr->tokens, qr->token_source.c_str(),
-                 qr->mean_kl, qr->top1_agreement, qr->ppl_ref, qr->ppl_quant);
+                 "perplexity %.4f as stored, %.4f %s\n", quantize.c_str(), qr->tokens, qr->token_source.c_str(),
+                 qr->mean_kl, qr->top1_agreement, qr->ppl_ref, qr->ppl_quant, quality_label);
   }
   auto print_quality = [&] {
     if (!quality_result || json) return;
     const QualityResult& q = *quality_result;
     std::printf("quality (%s, ple-bits %d, vs as stored; %d positions of the fixed %s): mean KL %.6g nats/token (max %.4g), "
-                "top-1 agreement %.2f%%, perplexity %.4f as stored -> %.4f quantised\n",
+                "top-1 agreement %.2f%%, perplexity %.4f as stored -> %.4f %s\n",
                 quantize.c_str(), ple_bits, q.tokens, q.token_source == "text" ? "text" : "token ids", q.mean_kl, q.max_kl,
-                100 * q.top1_agreement, q.ppl_ref, q.ppl_quant);
+                100 * q.top1_agreement, q.ppl_ref, q.ppl_quant, quality_label);
   };
   auto quality_json = [&]() -> nlohmann::json {
     if (!quality_result) return nullptr;

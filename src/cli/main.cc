@@ -161,8 +161,8 @@ int main(int argc, char** argv) {
         ->check(CLI::IsMember({8, 16}));
   };
   auto add_run = [&](CLI::App* c) {
-    c->add_option("-p,--prompt", prompt, "prompt text");
-    c->add_option("--tokens", tokens_text, "prompt as comma-separated token ids, e.g. 2,105,2364");
+    auto* p = c->add_option("-p,--prompt", prompt, "prompt text");
+    c->add_option("--tokens", tokens_text, "prompt as comma-separated token ids, e.g. 2,105,2364")->excludes(p);
     c->add_option("--chunk", chunk, "prefill chunk size in tokens")->check(CLI::Range(1, 1 << 20));
     c->add_option("-c,--ctx-size", ctx, "context size in tokens (0 = model maximum, capped at 4096)")->check(CLI::NonNegativeNumber);
     c->add_option("-t,--threads", threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 1024));
