@@ -2,6 +2,8 @@
 // continues greedily, and bad flags/files give a clear error and exit status 1.
 #include <gtest/gtest.h>
 
+#include "cli_runner.h"
+
 #include <cstdio>
 #include <string>
 
@@ -12,23 +14,8 @@
 namespace g4 {
 namespace {
 
-struct Result {
-  int status;
-  std::string out;
-};
-
-Result RunCli(const std::string& args) {
-  const std::string cmd = std::string(GEMMA4RT_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  Result r{-1, ""};
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using test_util::CliResult;
+using test_util::RunCli;
 
 // The line of `logits --json` output (stdout), wherever stderr lines fall.
 nlohmann::json JsonLine(const std::string& out) {
@@ -46,7 +33,7 @@ TEST(CliTest, LogitsJsonTopTokenMatchesTransformersAtEveryPosition) {
   const Tensor* logits = (*ref)->Find("logits");
   std::string tokens;
   for (int64_t i = 0; i < ids->numel(); ++i) tokens += (i ? "," : "") + std::to_string(static_cast<int>(ids->GetF32(i)));
-  Result r = RunCli("logits -m " + Fixture("gemma4-e2b-tiny") + " --tokens " + tokens + " --top 2 --json --chunk 7");
+  CliResult r = RunCli("logits -m " + Fixture("gemma4-e2b-tiny") + " --tokens " + tokens + " --top 2 --json --chunk 7");
   ASSERT_EQ(r.status, 0) << r.out;
   // The first line on stderr is the device policy; the JSON is the last line.
   EXPECT_EQ(r.out.rfind("gemma4rt: device policy: backend=cpu", 0), 0u) << r.out;
@@ -64,18 +51,18 @@ TEST(CliTest, LogitsJsonTopTokenMatchesTransformersAtEveryPosition) {
 
 TEST(CliTest, GenerateGreedyEqualsArgmaxOfLogitsCommand) {
   // The first generated token must be the argmax of the last prompt position.
-  Result lg = RunCli("logits -m " + Fixture("gemma4-26b-a4b-tiny") + " --tokens 2,17,300,41 --top 1 --json");
+  CliResult lg = RunCli("logits -m " + Fixture("gemma4-26b-a4b-tiny") + " --tokens 2,17,300,41 --top 1 --json");
   ASSERT_EQ(lg.status, 0) << lg.out;
   auto j = JsonLine(lg.out);
   const int first = j["positions"][3]["ids"][0].get<int>();
-  Result gen = RunCli("generate -m " + Fixture("gemma4-26b-a4b-tiny") + " --tokens 2,17,300,41 -n 5 --temp 0");
+  CliResult gen = RunCli("generate -m " + Fixture("gemma4-26b-a4b-tiny") + " --tokens 2,17,300,41 -n 5 --temp 0");
   ASSERT_EQ(gen.status, 0) << gen.out;
   EXPECT_NE(gen.out.find("ids: " + std::to_string(first) + " "), std::string::npos) << gen.out;
   EXPECT_NE(gen.out.find("decode"), std::string::npos);
 }
 
 TEST(CliTest, BadInputsGiveClearErrors) {
-  Result r = RunCli("logits -m /nonexistent --tokens 1,2");
+  CliResult r = RunCli("logits -m /nonexistent --tokens 1,2");
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.out.find("NOT_FOUND"), std::string::npos) << r.out;
   r = RunCli("logits -m " + Fixture("gemma3-tiny") + " --tokens 2,x,3");
@@ -92,24 +79,24 @@ TEST(CliTest, BadInputsGiveClearErrors) {
 
 // The default model (no -m): text in, streamed text out, timings line at the end.
 TEST(CliTest, GenerateTextWithTheDefaultModel) {
-  Result r = RunCli("generate -p $'Question: What is the capital of Germany?\\nAnswer: Berlin\\nQuestion: What is the capital of France?\\nAnswer:' --temp 0 -n 1 --show-ids");
+  CliResult r = RunCli("generate -p $'Question: What is the capital of Germany?\\nAnswer: Berlin\\nQuestion: What is the capital of France?\\nAnswer:' --temp 0 -n 1 --show-ids");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find(" Paris\nids: 9079"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("time to first token"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("decode"), std::string::npos) << r.out;
   // Same seed, same sampled text.
-  Result a = RunCli("generate -p 'Once upon a time' -n 12 --seed 7 --temp 1.0");
-  Result b = RunCli("generate -p 'Once upon a time' -n 12 --seed 7 --temp 1.0");
+  CliResult a = RunCli("generate -p 'Once upon a time' -n 12 --seed 7 --temp 1.0");
+  CliResult b = RunCli("generate -p 'Once upon a time' -n 12 --seed 7 --temp 1.0");
   ASSERT_EQ(a.status, 0) << a.out;
   auto text = [](const std::string& out) { return out.substr(out.find('\n') + 1, out.find("gemma4rt: finish") - out.find('\n') - 1); };
   EXPECT_EQ(text(a.out), text(b.out));
-  Result bad = RunCli("generate -p hi --top-p 1.5");
+  CliResult bad = RunCli("generate -p hi --top-p 1.5");
   EXPECT_EQ(bad.status, 1);
   EXPECT_NE(bad.out.find("top_p"), std::string::npos) << bad.out;
 }
 
 TEST(CliTest, InfoPrintsTheLayerPlan) {
-  Result r = RunCli("info -m " + Fixture("gemma4-e2b-tiny"));
+  CliResult r = RunCli("info -m " + Fixture("gemma4-e2b-tiny"));
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("layers: 10"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("layer 5"), std::string::npos) << r.out;  // shared sliding layers read layer 5

@@ -3,6 +3,8 @@
 // bytes of the reference quantisers (gguf.quants, compressed-tensors).
 #include <gtest/gtest.h>
 
+#include "cli_runner.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -505,22 +507,8 @@ TEST(QuantizeAtLoad, Errors) {
 // ---------------------------------------------------------------------------------------------
 // The flags on the command line.
 
-struct CliResult {
-  int status;
-  std::string out;
-};
-CliResult RunCli(const std::string& args) {
-  const std::string cmd = std::string(GEMMA4RT_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  CliResult r{-1, ""};
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using test_util::CliResult;
+using test_util::RunCli;
 
 // `logits --quantize w4a16 --ple-bits 16` of the F32 fixture: top-1 at every position = transformers'
 // argmax on the compressed-tensors fixture's dequantised weights.

@@ -27,6 +27,7 @@
 #include <cstring>
 
 #include "base/check.h"
+#include "tensor/block_fields.h"
 #include "tensor/dtype.h"
 
 #if defined(__clang__)
@@ -97,20 +98,6 @@ void DequantQ5_1(const uint8_t* b, float* y) {
     const int hi = (qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
     y[j] = MulAdd(d, static_cast<float>(lo), m);
     y[j + 16] = MulAdd(d, static_cast<float>(hi), m);
-  }
-}
-
-// The 6-bit scale and min of sub-block s (0..7) from the 12 packed bytes of a Q4_K/Q5_K block.
-// Bytes 0-3 hold the low 6 bits of scales 0-3, bytes 4-7 the low 6 bits of mins 0-3; scales and
-// mins 4-7 take their low 4 bits from the nibbles of bytes 8-11 and their top 2 bits from the top
-// 2 bits of bytes 0-3 (scales) and 4-7 (mins).
-inline void ScaleMinK4(const uint8_t* sc, int s, int* scale, int* min) {
-  if (s < 4) {
-    *scale = sc[s] & 63;
-    *min = sc[s + 4] & 63;
-  } else {
-    *scale = (sc[s + 4] & 0x0f) | ((sc[s - 4] >> 6) << 4);
-    *min = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
   }
 }
 

@@ -22,6 +22,7 @@
 
 #include "backends/cpu/kernels.h"
 #include "base/check.h"
+#include "tensor/block_fields.h"
 #include "tensor/dtype.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -67,17 +68,6 @@ using DFB = hn::CappedTag<float, 16>;
 // Full vectors for plain f32 data.
 using DFF = hn::ScalableTag<float>;
 
-// The fp16 scale at p as f32, exactly as F16ToF32: normal halves by moving the bits (exponent bias
-// 15 -> 127), zero, subnormals, inf and NaN through F16ToF32.
-HWY_INLINE float HalfAt(const uint8_t* p) {
-  const uint32_t h = static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8);
-  const uint32_t exp = h & 0x7c00u;
-  if (HWY_UNLIKELY(exp == 0 || exp == 0x7c00u)) return F16ToF32(static_cast<uint16_t>(h));
-  const uint32_t u = ((h & 0x8000u) << 16) | (((h & 0x7fffu) << 13) + (112u << 23));
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 HWY_INLINE uint32_t U32At(const uint8_t* p) {
   return static_cast<uint32_t>(p[0]) | (static_cast<uint32_t>(p[1]) << 8) | (static_cast<uint32_t>(p[2]) << 16) |
          (static_cast<uint32_t>(p[3]) << 24);
@@ -121,11 +111,16 @@ struct DecQ8_0 {
   }
 };
 
-struct DecQ4_0 {
+// Symmetric 4-bit blocks, Q4_0's nibble order: x = scale * (nib - 8), the scale an fp16 (Q4_0)
+// or a bf16 (W4G32, dtype.h) at the block's start.
+template <bool kBf16Scale>
+struct DecQ4Sym {
   static constexpr size_t kQK = 32, kGroup = 32, kBytes = 18;
   using Tag = DFB;
   struct Params { float d; };
-  static HWY_INLINE void Prepare(const uint8_t* b, Params* p) { p->d = HalfAt(b); }
+  static HWY_INLINE void Prepare(const uint8_t* b, Params* p) {
+    p->d = kBf16Scale ? Bf16ToF32(static_cast<uint16_t>(b[0] | (b[1] << 8))) : HalfAt(b);
+  }
   template <class DF>
   static HWY_INLINE hn::Vec<DF> Get(DF df, const uint8_t* HWY_RESTRICT b, const Params& p, size_t /*g*/, size_t e) {
     const hn::RebindToSigned<DF> di;
@@ -138,27 +133,8 @@ struct DecQ4_0 {
     return hn::Mul(hn::Set(df, p.d), hn::ConvertTo(df, hn::Sub(q, hn::Set(di, 8))));  // d * (nib - 8)
   }
 };
-
-// W4G32 (dtype.h): Q4_0's nibbles with a bf16 scale: s * (nib - 8).
-struct DecW4G32 {
-  static constexpr size_t kQK = 32, kGroup = 32, kBytes = 18;
-  using Tag = DFB;
-  struct Params { float s; };
-  static HWY_INLINE void Prepare(const uint8_t* b, Params* p) {
-    p->s = Bf16ToF32(static_cast<uint16_t>(b[0] | (b[1] << 8)));
-  }
-  template <class DF>
-  static HWY_INLINE hn::Vec<DF> Get(DF df, const uint8_t* HWY_RESTRICT b, const Params& p, size_t /*g*/, size_t e) {
-    const hn::RebindToSigned<DF> di;
-    auto q = LoadBytes(df, b + 2 + (e & 15));
-    if (e < 16) {
-      q = hn::And(q, hn::Set(di, 15));
-    } else {
-      q = hn::ShiftRight<4>(q);
-    }
-    return hn::Mul(hn::Set(df, p.s), hn::ConvertTo(df, hn::Sub(q, hn::Set(di, 8))));  // s * (nib - 8)
-  }
-};
+using DecQ4_0 = DecQ4Sym<false>;
+using DecW4G32 = DecQ4Sym<true>;
 
 struct DecQ4_1 {
   static constexpr size_t kQK = 32, kGroup = 32, kBytes = 20;
@@ -222,16 +198,6 @@ struct DecQ5_1 {
   }
 };
 
-// The 6-bit scale and min of sub-block s of a Q4_K/Q5_K block (as dequant.cc's ScaleMinK4).
-HWY_INLINE void ScaleMinK4(const uint8_t* sc, int s, int* scale, int* min) {
-  if (s < 4) {
-    *scale = sc[s] & 63;
-    *min = sc[s + 4] & 63;
-  } else {
-    *scale = (sc[s + 4] & 0x0f) | ((sc[s - 4] >> 6) << 4);
-    *min = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
-  }
-}
 
 struct ParamsK4 {
   float ds[8], dm[8];  // per sub-block of 32: d * scale, dmin * min

@@ -26,6 +26,7 @@
 
 #include "backends/cpu/kernels_q8.h"
 #include "base/check.h"
+#include "tensor/block_fields.h"
 #include "tensor/dtype.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -46,19 +47,12 @@ namespace hn = hwy::HWY_NAMESPACE;
 #define G4_Q8_AVX2 0
 #endif
 
-// The fp16 scale at p as f32, exactly as F16ToF32 (F16C's conversion on AVX2 and better; other
-// targets move the bits of normal halves and call F16ToF32 for zero, subnormals, inf and NaN).
+// The fp16 scale at p as f32, exactly as F16ToF32 (F16C's conversion on AVX2 and better).
 HWY_INLINE float HalfQ8(const uint8_t* p) {
-  const uint16_t h = static_cast<uint16_t>(p[0] | (p[1] << 8));
 #if G4_Q8_AVX2
-  return _cvtsh_ss(h);
+  return _cvtsh_ss(static_cast<uint16_t>(p[0] | (p[1] << 8)));
 #else
-  const uint32_t exp = h & 0x7c00u;
-  if (HWY_UNLIKELY(exp == 0 || exp == 0x7c00u)) return F16ToF32(h);
-  const uint32_t u = ((h & 0x8000u) << 16) | (((h & 0x7fffu) << 13) + (112u << 23));
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
+  return HalfAt(p);
 #endif
 }
 HWY_INLINE uint32_t U32Q8(const uint8_t* p) {
@@ -67,16 +61,6 @@ HWY_INLINE uint32_t U32Q8(const uint8_t* p) {
   return v;  // little-endian hosts only (x86, Arm Linux)
 }
 
-// The 6-bit scale and min of sub-block s of a Q4_K/Q5_K block (dequant.cc's ScaleMinK4).
-HWY_INLINE void ScaleMinQ8(const uint8_t* sc, int s, int* scale, int* min) {
-  if (s < 4) {
-    *scale = sc[s] & 63;
-    *min = sc[s + 4] & 63;
-  } else {
-    *scale = (sc[s + 4] & 0x0f) | ((sc[s - 4] >> 6) << 4);
-    *min = (sc[s + 4] >> 4) | ((sc[s] >> 6) << 4);
-  }
-}
 
 // ---------------------------------------------------------------------------------------------
 // Formats. Each has kQK elements per block of kBytes; kUnits = kQK / 32 units; kSigned (u is a
@@ -181,7 +165,7 @@ struct FmtK4 {
     const float dmin = HalfQ8(b + 2);
     for (int s = 0; s < 8; ++s) {
       int sc, mn;
-      ScaleMinQ8(b + 4, s, &sc, &mn);
+      ScaleMinK4(b + 4, s, &sc, &mn);
       p->a[s] = d * static_cast<float>(sc);
       p->o[s] = -(dmin * static_cast<float>(mn));
     }
@@ -264,11 +248,10 @@ struct FmtQ6K {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Tiles: R activation rows (x[r]: that row's blocks, sums[r]: its half sums) by C weight rows
-// (w[c], nb blocks each): out[r * C + c] = the dot products. Each (r, c) pair has one f32
-// accumulator fed once per unit in unit order, and its offsets are one dot product of the weight
-// row's b_h (collected in ob[c * 2 units ..]) with the row's sums, so a pair's result is the same
-// for every tile shape.
+// Tiles: R activation rows (x[r]: that row's blocks, sums[r]: its half sums) by one weight row
+// (w, nb blocks): out[r] = the R dot products. Each row has one f32 accumulator fed once per unit
+// in unit order, and its offsets are one dot product of the weight row's b_h (collected in ob)
+// with the row's sums, so a row's result is the same for every R.
 
 // sum_i a[i] * b[i], n elements, the same operations for any caller.
 HWY_INLINE float DotF32(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, size_t n) {
@@ -283,54 +266,45 @@ HWY_INLINE float DotF32(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b
 }
 
 #if G4_Q8_AVX2
-template <class Fmt, int R, int C>
-HWY_INLINE void DotTile(const ActBlockQ8* const* x, const float* const* sums, const uint8_t* const* w, size_t nb,
+template <class Fmt, int R>
+HWY_INLINE void DotTile(const ActBlockQ8* const* x, const float* const* sums, const uint8_t* HWY_RESTRICT w, size_t nb,
                         float* HWY_RESTRICT ob, float* out) {
   const size_t units = nb * Fmt::kUnits;
-  __m256 acc[R][C];
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) acc[r][c] = _mm256_setzero_ps();
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
   for (size_t ib = 0; ib < nb; ++ib) {
-    typename Fmt::Params p[C];
-    for (int c = 0; c < C; ++c) Fmt::Prepare(w[c] + ib * Fmt::kBytes, &p[c]);
+    const uint8_t* blk = w + ib * Fmt::kBytes;
+    typename Fmt::Params p;
+    Fmt::Prepare(blk, &p);
     HWY_UNROLL(8)
     for (int j = 0; j < Fmt::kUnits; ++j) {
       const size_t unit = ib * Fmt::kUnits + j;
-      __m256 av[C];
-      __m256i u[C], ua[C];
-      for (int c = 0; c < C; ++c) {
-        float a[2], o[2];
-        Fmt::Scales(p[c], j, a, o);
-        av[c] = _mm256_set_m128(_mm_set1_ps(a[1]), _mm_set1_ps(a[0]));
-        if constexpr (Fmt::kOffset) {
-          ob[c * 2 * units + 2 * unit] = o[0];
-          ob[c * 2 * units + 2 * unit + 1] = o[1];
-        }
-        u[c] = Fmt::UnitAvx2(w[c] + ib * Fmt::kBytes, j);
-        ua[c] = Fmt::kSigned ? _mm256_sign_epi8(u[c], u[c]) : u[c];
+      float a[2], o[2];
+      Fmt::Scales(p, j, a, o);
+      const __m256 av = _mm256_set_m128(_mm_set1_ps(a[1]), _mm_set1_ps(a[0]));
+      if constexpr (Fmt::kOffset) {
+        ob[2 * unit] = o[0];
+        ob[2 * unit + 1] = o[1];
       }
+      const __m256i u = Fmt::UnitAvx2(blk, j);
+      const __m256i ua = Fmt::kSigned ? _mm256_sign_epi8(u, u) : u;
       for (int r = 0; r < R; ++r) {
         const ActBlockQ8& xb = x[r][unit];
-        const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.q));
-        const __m256 dx = _mm256_broadcast_ss(&xb.d);
-        for (int c = 0; c < C; ++c) {
-          const __m256i xs = Fmt::kSigned ? _mm256_sign_epi8(xq, u[c]) : xq;
-          const __m256i p32 = _mm256_madd_epi16(_mm256_maddubs_epi16(ua[c], xs), ones);
-          acc[r][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), _mm256_mul_ps(av[c], dx), acc[r][c]);
-        }
+        __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.q));
+        if constexpr (Fmt::kSigned) xq = _mm256_sign_epi8(xq, u);
+        const __m256i p32 = _mm256_madd_epi16(_mm256_maddubs_epi16(ua, xq), ones);
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), _mm256_mul_ps(av, _mm256_broadcast_ss(&xb.d)), acc[r]);
       }
     }
   }
   for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < C; ++c) {
-      const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc[r][c]), _mm256_extractf128_ps(acc[r][c], 1));
-      const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-      const __m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
-      float v = _mm_cvtss_f32(s1);
-      if constexpr (Fmt::kOffset) v += DotF32(ob + c * 2 * units, sums[r], 2 * units);
-      out[r * C + c] = v;
-    }
+    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc[r]), _mm256_extractf128_ps(acc[r], 1));
+    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    const __m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
+    float v = _mm_cvtss_f32(s1);
+    if constexpr (Fmt::kOffset) v += DotF32(ob, sums[r], 2 * units);
+    out[r] = v;
   }
 }
 #else
@@ -347,47 +321,35 @@ HWY_INLINE int32_t DotHalf(const int16_t* HWY_RESTRICT u, const int8_t* HWY_REST
   return hn::GetLane(hn::SumOfLanes(d32, hn::Add(s0, s1)));
 }
 
-template <class Fmt, int R, int C>
-HWY_INLINE void DotTile(const ActBlockQ8* const* x, const float* const* sums, const uint8_t* const* w, size_t nb,
+template <class Fmt, int R>
+HWY_INLINE void DotTile(const ActBlockQ8* const* x, const float* const* sums, const uint8_t* HWY_RESTRICT w, size_t nb,
                         float* HWY_RESTRICT ob, float* out) {
   const size_t units = nb * Fmt::kUnits;
-  float acc[R][C] = {};
-  HWY_ALIGN int16_t u[C][32];
+  float acc[R] = {};
+  HWY_ALIGN int16_t u[32];
   for (size_t ib = 0; ib < nb; ++ib) {
-    typename Fmt::Params p[C];
-    for (int c = 0; c < C; ++c) Fmt::Prepare(w[c] + ib * Fmt::kBytes, &p[c]);
+    const uint8_t* blk = w + ib * Fmt::kBytes;
+    typename Fmt::Params p;
+    Fmt::Prepare(blk, &p);
     for (int j = 0; j < Fmt::kUnits; ++j) {
       const size_t unit = ib * Fmt::kUnits + j;
-      float a[C][2];
-      for (int c = 0; c < C; ++c) {
-        float o[2];
-        Fmt::Scales(p[c], j, a[c], o);
-        ob[c * 2 * units + 2 * unit] = o[0];
-        ob[c * 2 * units + 2 * unit + 1] = o[1];
-        Fmt::Unit(w[c] + ib * Fmt::kBytes, j, u[c]);
-      }
+      float a[2];
+      Fmt::Scales(p, j, a, ob + 2 * unit);
+      Fmt::Unit(blk, j, u);
       for (int r = 0; r < R; ++r) {
         const ActBlockQ8& xb = x[r][unit];
-        for (int c = 0; c < C; ++c) {
-          const float i0 = static_cast<float>(DotHalf(u[c], xb.q));
-          const float i1 = static_cast<float>(DotHalf(u[c] + 16, xb.q + 16));
-          acc[r][c] += xb.d * (a[c][0] * i0 + a[c][1] * i1);
-        }
+        const float i0 = static_cast<float>(DotHalf(u, xb.q));
+        const float i1 = static_cast<float>(DotHalf(u + 16, xb.q + 16));
+        acc[r] += xb.d * (a[0] * i0 + a[1] * i1);
       }
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < C; ++c) {
-      float v = acc[r][c];
-      if constexpr (Fmt::kOffset) v += DotF32(ob + c * 2 * units, sums[r], 2 * units);
-      out[r * C + c] = v;
-    }
+  for (int r = 0; r < R; ++r) out[r] = Fmt::kOffset ? acc[r] + DotF32(ob, sums[r], 2 * units) : acc[r];
 }
 #endif
 
-// Rows [0, R) of the activations against weight rows [m0, m1): tiles of C weight rows, then one
-// at a time.
-template <class Fmt, int R, int C>
+// Rows [0, R) of the activations against weight rows [m0, m1), one weight row at a time.
+template <class Fmt, int R>
 HWY_NOINLINE void RowsTile(const ActBlockQ8* xq, const float* sums, size_t units, int m0, int m1, const uint8_t* w,
                            size_t row_bytes, float scale, float* ob, float* y, size_t ldy) {
   const ActBlockQ8* x[R];
@@ -397,25 +359,15 @@ HWY_NOINLINE void RowsTile(const ActBlockQ8* xq, const float* sums, size_t units
     s[r] = sums + r * 2 * units;
   }
   const size_t nb = units / Fmt::kUnits;
-  float out[R * C];
-  int m = m0;
-  for (; m + C <= m1; m += C) {
-    const uint8_t* wc[C];
-    for (int c = 0; c < C; ++c) wc[c] = w + static_cast<size_t>(m + c) * row_bytes;
-    DotTile<Fmt, R, C>(x, s, wc, nb, ob, out);
-    for (int r = 0; r < R; ++r)
-      for (int c = 0; c < C; ++c) y[r * ldy + m + c] = out[r * C + c] * scale;
-  }
-  for (; m < m1; ++m) {
-    const uint8_t* wc[1] = {w + static_cast<size_t>(m) * row_bytes};
-    DotTile<Fmt, R, 1>(x, s, wc, nb, ob, out);
+  float out[R];
+  for (int m = m0; m < m1; ++m) {
+    DotTile<Fmt, R>(x, s, w + static_cast<size_t>(m) * row_bytes, nb, ob, out);
     for (int r = 0; r < R; ++r) y[r * ldy + m] = out[r] * scale;
   }
 }
 
-// Decode (one row): tiles of four weight rows in one pass over the weights. Otherwise groups of
-// weight rows (~256 KiB, which stay in L2) against tiles of four activation rows (then 3, 2, 1)
-// by two weight rows.
+// Decode (up to four rows): one pass over the weights. Prefill: groups of weight rows (~256 KiB,
+// which stay in L2) against tiles of eight activation rows (then 4, 3, 2, 1).
 constexpr int kPrefillRows = 8;
 
 template <class Fmt>
@@ -423,13 +375,9 @@ void MatMulFmt(const ActBlockQ8* xq, const float* sums, int rows, int K, const u
                float* y, int ldy) {
   const size_t units = static_cast<size_t>(K) / 32;
   const size_t row_bytes = static_cast<size_t>(K) / Fmt::kQK * Fmt::kBytes;
-  thread_local std::vector<float> ob;
-  if (ob.size() < 8 * units) ob.resize(8 * units);
-  if (rows == 1) {
-    RowsTile<Fmt, 1, 1>(xq, sums, units, 0, M, w, row_bytes, scale, ob.data(), y, ldy);
-    return;
-  }
-  const int group = rows <= 4 ? M : std::max(2, static_cast<int>((256u << 10) / std::max<size_t>(row_bytes, 1)));
+  thread_local std::vector<float> ob;  // one weight row's offsets b_h, two per unit
+  if (ob.size() < 2 * units) ob.resize(2 * units);
+  const int group = rows <= 4 ? M : std::max(1, static_cast<int>((256u << 10) / std::max<size_t>(row_bytes, 1)));
   for (int m0 = 0; m0 < M; m0 += group) {
     const int m1 = std::min(M, m0 + group);
     for (int r0 = 0; r0 < rows;) {
@@ -438,11 +386,11 @@ void MatMulFmt(const ActBlockQ8* xq, const float* sums, int rows, int K, const u
       const float* sr = sums + static_cast<size_t>(r0) * 2 * units;
       float* yr = y + static_cast<size_t>(r0) * ldy;
       switch (R) {
-        case kPrefillRows: RowsTile<Fmt, kPrefillRows, 1>(xr, sr, units, m0, m1, w, row_bytes, scale, ob.data(), yr, ldy); break;
-        case 4: RowsTile<Fmt, 4, 1>(xr, sr, units, m0, m1, w, row_bytes, scale, ob.data(), yr, ldy); break;
-        case 3: RowsTile<Fmt, 3, 1>(xr, sr, units, m0, m1, w, row_bytes, scale, ob.data(), yr, ldy); break;
-        case 2: RowsTile<Fmt, 2, 1>(xr, sr, units, m0, m1, w, row_bytes, scale, ob.data(), yr, ldy); break;
-        default: RowsTile<Fmt, 1, 1>(xr, sr, units, m0, m1, w, row_bytes, scale, ob.data(), yr, ldy); break;
+        case kPrefillRows: RowsTile<Fmt, kPrefillRows>(xr, sr, units, m0, m1, w, row_bytes, scale, ob.data(), yr, ldy); break;
+        case 4: RowsTile<Fmt, 4>(xr, sr, units, m0, m1, w, row_bytes, scale, ob.data(), yr, ldy); break;
+        case 3: RowsTile<Fmt, 3>(xr, sr, units, m0, m1, w, row_bytes, scale, ob.data(), yr, ldy); break;
+        case 2: RowsTile<Fmt, 2>(xr, sr, units, m0, m1, w, row_bytes, scale, ob.data(), yr, ldy); break;
+        default: RowsTile<Fmt, 1>(xr, sr, units, m0, m1, w, row_bytes, scale, ob.data(), yr, ldy); break;
       }
       r0 += R;
     }
