@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/kernels_q8.h"
 #include "base/thread_pool.h"
 #include "tensor/dtype.h"
 
@@ -137,6 +138,46 @@ void LayerArgs(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_Layer<true>)->Name("BM_Layer_Hwy")->Apply(LayerArgs)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Layer<false>)->Name("BM_Layer_Reference")->Apply(LayerArgs)->Unit(benchmark::kMicrosecond);
+
+// The int8-activation path (kernels_q8.h, the engine's default for block-quantised weights) on
+// the shapes of Gemma 4 E2B (hidden 1536, FFN 6144: gate/up 6144 x 1536, down 1536 x 6144) and
+// of the Gemma 3 270M (2048 x 640, and its LM head 262144 x 640 Q8_0), decode (1 row) and prefill
+// (64 rows), single-threaded. Activations are quantised once outside the loop, as the backend
+// shares one quantisation among the matmuls of an input.
+void BM_Q8(benchmark::State& state) {
+  const DType t = static_cast<DType>(state.range(0));
+  const int M = static_cast<int>(state.range(1)), K = static_cast<int>(state.range(2)),
+            rows = static_cast<int>(state.range(3));
+  const std::vector<uint8_t> w = RandomWeights(t, M, K, 1);
+  const std::vector<float> x = RandomActs(static_cast<size_t>(rows) * K, 2);
+  std::vector<cpu::ActBlockQ8> xq(static_cast<size_t>(rows) * K / 32);
+  std::vector<float> sums(static_cast<size_t>(rows) * K / 16), y(static_cast<size_t>(rows) * M);
+  cpu::QuantizeRowsQ8(x.data(), rows, K, xq.data(), sums.data());
+  for (auto _ : state) {
+    cpu::MatMulQ8(xq.data(), sums.data(), rows, K, w.data(), t, M, 1.0f, y.data(), M);
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(w.size()));
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * K * rows * state.iterations(), benchmark::Counter::kIsRate,
+                                                 benchmark::Counter::kIs1000);
+}
+void Q8Args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"dtype", "M", "K", "rows"});
+  for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kQ5_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    for (int rows : {1, 64}) b->Args({static_cast<int64_t>(t), 6144, 1536, rows});
+  }
+  for (DType t : {DType::kQ5_0, DType::kQ8_0}) {
+    for (int rows : {1, 64}) b->Args({static_cast<int64_t>(t), 2048, 640, rows});
+  }
+  b->Args({static_cast<int64_t>(DType::kQ8_0), 262144, 640, 1});
+}
+BENCHMARK(BM_Q8)->Apply(Q8Args)->Unit(benchmark::kMicrosecond);
+
+// A BF16 weight of 48 MB (more than the last-level caches), one activation row: decode of a BF16
+// checkpoint streams its weights from memory (compare bytes_per_second with BM_ReadBandwidth).
+void BM_Stream_BF16(benchmark::State& s) { RunMatMul(s, cpu::MatMul, DType::kBF16, 16384, 1536, 1); }
+BENCHMARK(BM_Stream_BF16)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace g4

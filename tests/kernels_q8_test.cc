@@ -194,6 +194,19 @@ TEST_P(KernelsQ8Test, EachRowIsIndependentOfTheBatch) {
                     w.data(), t, M, 1.0f, solo.data(), M);
       for (int m = 0; m < M; ++m) EXPECT_EQ(solo[m], batch[static_cast<size_t>(r) * M + m]) << DTypeName(t) << " r=" << r;
     }
+    // Nor on where its weight row falls in a tile: threads split the weight rows anywhere, and
+    // the SIMD kernel takes them four at a time from the start of its range.
+    const size_t row_bytes = DTypeRowBytes(t, K);
+    for (int m0 = 1; m0 < 4; ++m0) {
+      std::vector<float> part(static_cast<size_t>(rows) * M, 777.0f);
+      cpu::MatMulQ8(xq.data(), sums.data(), rows, K, w.data() + m0 * row_bytes, t, M - m0, 1.0f, part.data() + m0, M);
+      for (int r = 0; r < rows; ++r) {
+        for (int m = m0; m < M; ++m) {
+          EXPECT_EQ(part[static_cast<size_t>(r) * M + m], batch[static_cast<size_t>(r) * M + m])
+              << DTypeName(t) << " m0=" << m0 << " r=" << r << " m=" << m;
+        }
+      }
+    }
   }
 }
 

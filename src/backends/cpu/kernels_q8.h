@@ -49,9 +49,10 @@ void QuantizeRowsQ8Reference(const float* x, int rows, int K, ActBlockQ8* blocks
 // y[n * ldy + m] = scale * sum_k W[m, k] * xq[n, k] for n < rows, m < M, with xq the activation
 // blocks and half sums of QuantizeRowsQ8 (K / 32 blocks and K / 16 sums per row) and W [M, K] of
 // type `wt` (MatMulQ8Supports) at `w`. SIMD (Highway; x86 AVX2 and AVX-512 use byte
-// multiply-adds), tiles of up to eight activation rows by one weight row. Each (row, weight row)
-// result is computed by the same operations whatever the tile, so a sequence's logits do not
-// depend on what else is in the batch.
+// multiply-adds on tiles of four weight rows by up to six activation rows; other targets one
+// weight row by up to eight activation rows). Each (row, weight row) result is computed by the
+// same operations whatever the tile and wherever the weight range starts, so a sequence's logits
+// do not depend on what else is in the batch or on how the rows are split among threads.
 void MatMulQ8(const ActBlockQ8* xq, const float* sums, int rows, int K, const uint8_t* w, DType wt, int M,
               float scale, float* y, int ldy);
 // Scalar reference: dequantises each weight row with ConvertToF32 and each activation block to

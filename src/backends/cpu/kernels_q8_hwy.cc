@@ -5,17 +5,18 @@
 // block's int8 q_k:
 // - x86 AVX2 and AVX-512 targets: byte multiply-add (vpmaddubsw: u8 x i8 -> pairs of i16; no
 //   saturation since |u| <= 128 and |q| <= 127 give |pair| <= 32512), then vpmaddwd with ones
-//   (-> i32, lanes 0-3 the first half of the unit, 4-7 the second), converted to f32 and
-//   multiplied-added with the lane-wise scale [a_0 dx x4, a_1 dx x4] into one f32 accumulator per
-//   (activation row, weight row) pair. Signed Q8_0 weights use |u| and sign(q, u).
+//   (-> exact i32), converted to f32 and multiplied-added with a_h * dx (PairTile below). Signed
+//   Q8_0 weights use |u| and sign(q, u).
 // - Other targets (SSE4 and older, NEON, SVE, scalar): u decoded by scalar code into i16, i16 x i16
 //   -> i32 multiply-adds (ReorderWidenMulAccumulate), one reduction per half.
-// Tiles: one activation row by one weight row in decode (measured fastest here: several weight
-// rows at once slowed decode), eight activation rows by one weight row in prefill (the weight unit
-// is decoded once for eight rows). Decode is bound by the accumulator's FMA latency on 18- to
-// 34-byte units; splitting each pair's sum into two chains (tried: sum units in pairs, then add)
-// sped Q4_0 decode on the synthetic E2B by 13% but cost 12% of prefill on Gemma 3 270M, so it is
-// not used; a decode-only split would make a row's result depend on the batch.
+// Tiles (AVX2/AVX-512): four weight rows at a time (PairTile) by one activation row in decode and
+// six in prefill; two rows' units share each 256-bit decode, and the four rows share the scale
+// conversion, one vphaddd reduction and one f32 multiply-add per unit. The tile prefetches the
+// next four rows, since the hardware prefetchers follow four interleaved streams badly.
+// Measured single-threaded on this machine's EPYC (bench/kernels_bench.cc BM_Q8, 6144 x 1536,
+// CPU time per call, one-row tiles -> four-row tiles): Q4_0 decode 615 -> 330 us, prefill of 64
+// rows 22.1 -> 11.7 ms; Q4_K decode 750 -> 380 us; Q8_0 LM head 262144 x 640 14.2 -> 10.5 ms.
+// Other targets: one activation row or eight by one weight row (DotTile).
 // The offsets b_h * dx * sum(q over the half) use the sums stored in the activation block.
 #include <algorithm>
 #include <cstddef>
@@ -40,6 +41,9 @@ namespace g4 {
 namespace cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
+
+constexpr int kPairRows = 6;  // activation rows per four-weight-row tile (PairTile)
+constexpr int kPrefetchTiles = 1;  // PairTile prefetches the weight rows this many tiles ahead
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 #define G4_Q8_AVX2 1
@@ -66,14 +70,12 @@ HWY_INLINE uint32_t U32Q8(const uint8_t* p) {
 // Formats. Each has kQK elements per block of kBytes; kUnits = kQK / 32 units; kSigned (u is a
 // signed byte: Q8_0 only); kOffset (b_h != 0); Prepare(block, &params); Scales(params, j, a, b)
 // for unit j; Unit(block, j, u) = the unit's 32 integers, scalar (all targets); and on AVX2+,
-// UnitAvx2(block, j) = the same 32 integers as bytes of one 256-bit register.
+// PairAvx2(block of row 0, block of row 1, j, lo, hi) = unit j of both rows as bytes, lo =
+// [elements 0-15 of row 0 | of row 1], hi = elements 16-31, and BlockScales4(four rows' blocks,
+// a, o) = each unit's scale a and offset b for the four rows as [row 0 .. row 3] (kTwoScales:
+// per half, index 2 j + h).
 
 #if G4_Q8_AVX2
-HWY_INLINE __m256i Nibbles16(const uint8_t* qs) {  // 16 bytes: low nibbles then high nibbles
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
-  const __m128i m = _mm_set1_epi8(0x0f);
-  return _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m), _mm_and_si128(v, m));
-}
 // Byte k of the result is 0x10 where bit k of the 32-bit mask at qh is set, else 0.
 HWY_INLINE __m256i FifthBits32(const uint8_t* qh) {
   const __m256i bits = _mm256_set1_epi32(static_cast<int>(U32Q8(qh)));
@@ -82,6 +84,32 @@ HWY_INLINE __m256i FifthBits32(const uint8_t* qh) {
   const __m256i sel = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
   const __m256i b = _mm256_and_si256(_mm256_shuffle_epi8(bits, shuf), sel);
   return _mm256_and_si256(_mm256_cmpeq_epi8(b, sel), _mm256_set1_epi8(0x10));
+}
+// [16 bytes at p0 | 16 bytes at p1].
+HWY_INLINE __m256i Load2x128(const uint8_t* p0, const uint8_t* p1) {
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p0))),
+                                 _mm_loadu_si128(reinterpret_cast<const __m128i*>(p1)), 1);
+}
+// The fp16 values at b[0] + off, ..., b[3] + off as four f32 (F16C, exactly as HalfQ8).
+HWY_INLINE __m128 Halves4(const uint8_t* const* b, int off) {
+  uint16_t h[4];
+  for (int i = 0; i < 4; ++i) std::memcpy(&h[i], b[i] + off, 2);
+  __m128i v = _mm_cvtsi32_si128(h[0]);
+  v = _mm_insert_epi16(v, h[1], 1);
+  v = _mm_insert_epi16(v, h[2], 2);
+  v = _mm_insert_epi16(v, h[3], 3);
+  return _mm_cvtph_ps(v);
+}
+// v[i] = row i's eight values (i < 4) -> t[j] = [v[0][j] v[1][j] v[2][j] v[3][j]] (j < 8).
+HWY_INLINE void Transpose4x8(const __m256* v, __m128* t) {
+  const __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
+  const __m256 u[4] = {_mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xee),
+                       _mm256_shuffle_ps(t1, t3, 0x44), _mm256_shuffle_ps(t1, t3, 0xee)};
+  for (int j = 0; j < 4; ++j) {
+    t[j] = _mm256_castps256_ps128(u[j]);
+    t[j + 4] = _mm256_extractf128_ps(u[j], 1);
+  }
 }
 #endif
 
@@ -95,7 +123,15 @@ struct FmtQ8_0 {
     for (int k = 0; k < 32; ++k) u[k] = static_cast<int8_t>(b[2 + k]);
   }
 #if G4_Q8_AVX2
-  static HWY_INLINE __m256i UnitAvx2(const uint8_t* b, int) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)); }
+  static constexpr bool kPaired = true, kTwoScales = false;
+  static HWY_INLINE void PairAvx2(const uint8_t* b0, const uint8_t* b1, int, __m256i* lo, __m256i* hi) {
+    *lo = Load2x128(b0 + 2, b1 + 2);
+    *hi = Load2x128(b0 + 18, b1 + 18);
+  }
+  static HWY_INLINE void BlockScales4(const uint8_t* const* b, __m128* a, __m128* o) {
+    a[0] = Halves4(b, 0);
+    o[0] = _mm_setzero_ps();
+  }
 #endif
 };
 
@@ -118,7 +154,17 @@ struct FmtQ4Legacy {
     }
   }
 #if G4_Q8_AVX2
-  static HWY_INLINE __m256i UnitAvx2(const uint8_t* b, int) { return Nibbles16(b + kQs); }
+  static constexpr bool kPaired = true, kTwoScales = false;
+  static HWY_INLINE void PairAvx2(const uint8_t* b0, const uint8_t* b1, int, __m256i* lo, __m256i* hi) {
+    const __m256i v = Load2x128(b0 + kQs, b1 + kQs);
+    const __m256i m = _mm256_set1_epi8(0x0f);
+    *lo = _mm256_and_si256(v, m);
+    *hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
+  }
+  static HWY_INLINE void BlockScales4(const uint8_t* const* b, __m128* a, __m128* o) {
+    a[0] = Halves4(b, 0);
+    o[0] = kMin ? Halves4(b, 2) : _mm_mul_ps(a[0], _mm_set1_ps(-8.0f));
+  }
 #endif
 };
 using FmtQ4_0 = FmtQ4Legacy<2, false>;
@@ -144,8 +190,17 @@ struct FmtQ5Legacy {
     }
   }
 #if G4_Q8_AVX2
-  static HWY_INLINE __m256i UnitAvx2(const uint8_t* b, int) {
-    return _mm256_or_si256(Nibbles16(b + kQh + 4), FifthBits32(b + kQh));
+  static constexpr bool kPaired = true, kTwoScales = false;
+  static HWY_INLINE void PairAvx2(const uint8_t* b0, const uint8_t* b1, int, __m256i* lo, __m256i* hi) {
+    const __m256i v = Load2x128(b0 + kQh + 4, b1 + kQh + 4);
+    const __m256i m = _mm256_set1_epi8(0x0f);
+    const __m256i f0 = FifthBits32(b0 + kQh), f1 = FifthBits32(b1 + kQh);
+    *lo = _mm256_or_si256(_mm256_and_si256(v, m), _mm256_permute2x128_si256(f0, f1, 0x20));
+    *hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m), _mm256_permute2x128_si256(f0, f1, 0x31));
+  }
+  static HWY_INLINE void BlockScales4(const uint8_t* const* b, __m128* a, __m128* o) {
+    a[0] = Halves4(b, 0);
+    o[0] = kMin ? Halves4(b, 2) : _mm_mul_ps(a[0], _mm_set1_ps(-16.0f));
   }
 #endif
 };
@@ -183,17 +238,39 @@ struct FmtK4 {
     }
   }
 #if G4_Q8_AVX2
-  static HWY_INLINE __m256i UnitAvx2(const uint8_t* b, int j) {
-    const __m256i qs = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + kQs + 32 * (j / 2)));
+  static constexpr bool kPaired = true, kTwoScales = false;
+  static HWY_INLINE void PairAvx2(const uint8_t* b0, const uint8_t* b1, int j, __m256i* lo, __m256i* hi) {
+    const size_t q = kQs + 32 * (j / 2);
     const __m256i m = _mm256_set1_epi8(0x0f);
-    __m256i u = (j % 2 == 0) ? _mm256_and_si256(qs, m) : _mm256_and_si256(_mm256_srli_epi16(qs, 4), m);
+    const __m256i vl = Load2x128(b0 + q, b1 + q), vh = Load2x128(b0 + q + 16, b1 + q + 16);
+    __m256i l = (j % 2 == 0) ? _mm256_and_si256(vl, m) : _mm256_and_si256(_mm256_srli_epi16(vl, 4), m);
+    __m256i h = (j % 2 == 0) ? _mm256_and_si256(vh, m) : _mm256_and_si256(_mm256_srli_epi16(vh, 4), m);
     if constexpr (kFive) {
-      const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << j));
-      const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 16));
-      const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit);
-      u = _mm256_or_si256(u, _mm256_and_si256(set, _mm256_set1_epi8(0x10)));
+      const __m256i bit = _mm256_set1_epi8(static_cast<char>(1 << j)), five = _mm256_set1_epi8(0x10);
+      const __m256i ql = Load2x128(b0 + 16, b1 + 16), qh = Load2x128(b0 + 32, b1 + 32);
+      l = _mm256_or_si256(l, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(ql, bit), bit), five));
+      h = _mm256_or_si256(h, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit), five));
     }
-    return u;
+    *lo = l;
+    *hi = h;
+  }
+  // The eight scales (d * sc) and offsets (-dmin * mn) of a block as vectors: the 12 packed bytes
+  // decoded with 32-bit operations (ScaleMinK4's fields, four sub-blocks per word).
+  static HWY_INLINE void ScalesVec(const uint8_t* b, __m256* a, __m256* o) {
+    const uint32_t u0 = U32Q8(b + 4), u1 = U32Q8(b + 8), u2 = U32Q8(b + 12);
+    const uint32_t sc_lo = u0 & 0x3f3f3f3fu, mn_lo = u1 & 0x3f3f3f3fu;
+    const uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | ((u0 >> 2) & 0x30303030u);
+    const uint32_t mn_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 2) & 0x30303030u);
+    const __m128i sc = _mm_cvtsi64_si128(static_cast<int64_t>(sc_lo | (static_cast<uint64_t>(sc_hi) << 32)));
+    const __m128i mn = _mm_cvtsi64_si128(static_cast<int64_t>(mn_lo | (static_cast<uint64_t>(mn_hi) << 32)));
+    *a = _mm256_mul_ps(_mm256_set1_ps(HalfQ8(b)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc)));
+    *o = _mm256_mul_ps(_mm256_set1_ps(-HalfQ8(b + 2)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mn)));
+  }
+  static HWY_INLINE void BlockScales4(const uint8_t* const* b, __m128* a, __m128* o) {
+    __m256 va[4], vo[4];
+    for (int i = 0; i < 4; ++i) ScalesVec(b[i], &va[i], &vo[i]);
+    Transpose4x8(va, a);
+    Transpose4x8(vo, o);
   }
 #endif
 };
@@ -229,20 +306,38 @@ struct FmtQ6K {
     }
   }
 #if G4_Q8_AVX2
-  static HWY_INLINE __m256i UnitAvx2(const uint8_t* b, int j) {
+  static constexpr bool kPaired = true, kTwoScales = true;
+  static HWY_INLINE void PairAvx2(const uint8_t* b0, const uint8_t* b1, int j, __m256i* lo, __m256i* hi) {
     const int h = j / 4, f = j % 4;
-    const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h + 32 * (f % 2)));
-    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h));
+    const size_t ql = 64 * h + 32 * (f % 2), qh = 128 + 32 * h;
     const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x30);
-    const __m256i lo = f < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
-    __m256i hi;  // field f (bits 2f, 2f + 1) moved to bits 4, 5 of each byte
-    switch (f) {
-      case 0: hi = _mm256_slli_epi16(qh, 4); break;
-      case 1: hi = _mm256_slli_epi16(qh, 2); break;
-      case 2: hi = qh; break;
-      default: hi = _mm256_srli_epi16(qh, 2); break;
+    const auto one = [&](size_t e) {  // elements e .. e + 15 of both rows
+      const __m256i l = Load2x128(b0 + ql + e, b1 + ql + e), q = Load2x128(b0 + qh + e, b1 + qh + e);
+      const __m256i lo4 = f < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
+      __m256i hi2;
+      switch (f) {
+        case 0: hi2 = _mm256_slli_epi16(q, 4); break;
+        case 1: hi2 = _mm256_slli_epi16(q, 2); break;
+        case 2: hi2 = q; break;
+        default: hi2 = _mm256_srli_epi16(q, 2); break;
+      }
+      return _mm256_or_si256(lo4, _mm256_and_si256(hi2, m2));
+    };
+    *lo = one(0);
+    *hi = one(16);
+  }
+  // a[i] = the four rows' scale i (d * scales[i], i < 16: unit i / 2, half i % 2); o[i] = -32 a[i].
+  static HWY_INLINE void BlockScales4(const uint8_t* const* b, __m128* a, __m128* o) {
+    __m256 lo[4], hi[4];
+    for (int i = 0; i < 4; ++i) {
+      const __m256 d = _mm256_set1_ps(HalfQ8(b[i] + 208));
+      const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i] + 192));
+      lo[i] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
+      hi[i] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))));
     }
-    return _mm256_or_si256(lo, _mm256_and_si256(hi, m2));
+    Transpose4x8(lo, a);
+    Transpose4x8(hi, a + 8);
+    for (int i = 0; i < 16; ++i) o[i] = _mm_mul_ps(a[i], _mm_set1_ps(-32.0f));
   }
 #endif
 };
@@ -266,48 +361,131 @@ HWY_INLINE float DotF32(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b
 }
 
 #if G4_Q8_AVX2
+// Four weight rows at a time (formats with one scale and one offset per unit, kPaired): each
+// pair of rows' unit is decoded into two registers, lo = [elements 0-15 of row 0 | of row 1] and
+// hi = [elements 16-31 of row 0 | of row 1], multiplied with the activation's halves broadcast to
+// both 128-bit lanes (vpmaddubsw, then the two halves' i16 sums added: |sum| <= 4 * 31 * 127, or
+// for signed Q8_0 widened separately), widened to i32 (vpmaddwd with ones) and reduced for both
+// pairs by one vphaddd into [r0 r0 r2 r2 | r1 r1 r3 r3] (two exact partial sums per row). One f32
+// multiply-add per unit then scales all four rows (a_m * dx, lane-wise), and the offsets
+// b_m * (dx * sum q) go into a second accumulator [r0 r1 r2 r3]. Against the one-row tile this
+// shares the scale conversion, the multiply-add and the reduction among four rows and decodes
+// two rows' nibbles per 256-bit operation. Every lane does the same operations whichever tile
+// position its row has and whatever R is, so results stay batch-invariant.
 template <class Fmt, int R>
-HWY_INLINE void DotTile(const ActBlockQ8* const* x, const float* const* sums, const uint8_t* HWY_RESTRICT w, size_t nb,
-                        float* HWY_RESTRICT ob, float* out) {
-  const size_t units = nb * Fmt::kUnits;
+HWY_INLINE void PairTile(const ActBlockQ8* const* x, const float* const* sums, const uint8_t* const* w, size_t nb,
+                         const uint8_t* prefetch, float (*out)[4]) {
   __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  __m128 off[R];
+  for (int r = 0; r < R; ++r) {
+    acc[r] = _mm256_setzero_ps();
+    off[r] = _mm_setzero_ps();
+  }
   const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i spread = _mm256_setr_epi32(0, 0, 2, 2, 1, 1, 3, 3);
   for (size_t ib = 0; ib < nb; ++ib) {
-    const uint8_t* blk = w + ib * Fmt::kBytes;
-    typename Fmt::Params p;
-    Fmt::Prepare(blk, &p);
+    const uint8_t* b[4];
+    for (int i = 0; i < 4; ++i) b[i] = w[i] + ib * Fmt::kBytes;
+    // The four rows are read as four interleaved streams, which the hardware prefetchers follow
+    // badly (the 262144 x 640 Q8_0 LM head ran at half speed without this): prefetch the next
+    // tile's bytes, as many per block as this tile consumes.
+    for (size_t q = ib * 4 * Fmt::kBytes; q < (ib + 1) * 4 * Fmt::kBytes; q += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(prefetch + q), _MM_HINT_T0);
+    }
+    constexpr int kScales = Fmt::kTwoScales ? 2 * Fmt::kUnits : Fmt::kUnits;
+    __m128 a4s[kScales], o4s[kScales];
+    Fmt::BlockScales4(b, a4s, o4s);
     HWY_UNROLL(8)
     for (int j = 0; j < Fmt::kUnits; ++j) {
       const size_t unit = ib * Fmt::kUnits + j;
-      float a[2], o[2];
-      Fmt::Scales(p, j, a, o);
-      const __m256 av = _mm256_set_m128(_mm_set1_ps(a[1]), _mm_set1_ps(a[0]));
-      if constexpr (Fmt::kOffset) {
-        ob[2 * unit] = o[0];
-        ob[2 * unit + 1] = o[1];
+      __m256i lo01, hi01, lo23, hi23;
+      Fmt::PairAvx2(b[0], b[1], j, &lo01, &hi01);
+      Fmt::PairAvx2(b[2], b[3], j, &lo23, &hi23);
+      if constexpr (Fmt::kTwoScales) {
+        // Halves with their own scales (Q6_K): each half reduced and scaled on its own.
+        const __m256 a8l = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(a4s[2 * j]), spread);
+        const __m256 a8h = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(a4s[2 * j + 1]), spread);
+        for (int r = 0; r < R; ++r) {
+          const ActBlockQ8& xb = x[r][unit];
+          const __m256i xlo = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.q)));
+          const __m256i xhi =
+              _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.q + 16)));
+          const __m256 hl = _mm256_cvtepi32_ps(_mm256_hadd_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo01, xlo), ones),
+                                                                 _mm256_madd_epi16(_mm256_maddubs_epi16(lo23, xlo), ones)));
+          const __m256 hh = _mm256_cvtepi32_ps(_mm256_hadd_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(hi01, xhi), ones),
+                                                                 _mm256_madd_epi16(_mm256_maddubs_epi16(hi23, xhi), ones)));
+          const __m256 dx = _mm256_broadcast_ss(&xb.d);
+          acc[r] = _mm256_fmadd_ps(hl, _mm256_mul_ps(a8l, dx), acc[r]);
+          acc[r] = _mm256_fmadd_ps(hh, _mm256_mul_ps(a8h, dx), acc[r]);
+          off[r] = _mm_fmadd_ps(o4s[2 * j], _mm_set1_ps(sums[r][2 * unit]), off[r]);
+          off[r] = _mm_fmadd_ps(o4s[2 * j + 1], _mm_set1_ps(sums[r][2 * unit + 1]), off[r]);
+        }
+        continue;
       }
-      const __m256i u = Fmt::UnitAvx2(blk, j);
-      const __m256i ua = Fmt::kSigned ? _mm256_sign_epi8(u, u) : u;
+      const __m128 a4 = a4s[j], o4 = o4s[j];
+      const __m256 a8 = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(a4), spread);
       for (int r = 0; r < R; ++r) {
         const ActBlockQ8& xb = x[r][unit];
-        __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.q));
-        if constexpr (Fmt::kSigned) xq = _mm256_sign_epi8(xq, u);
-        const __m256i p32 = _mm256_madd_epi16(_mm256_maddubs_epi16(ua, xq), ones);
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p32), _mm256_mul_ps(av, _mm256_broadcast_ss(&xb.d)), acc[r]);
+        const __m256i xlo = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.q)));
+        const __m256i xhi = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.q + 16)));
+        __m256i p01, p23;
+        if constexpr (Fmt::kSigned) {
+          const auto dot = [&](__m256i u, __m256i xq) {
+            return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(u, u), _mm256_sign_epi8(xq, u)), ones);
+          };
+          p01 = _mm256_add_epi32(dot(lo01, xlo), dot(hi01, xhi));
+          p23 = _mm256_add_epi32(dot(lo23, xlo), dot(hi23, xhi));
+        } else {
+          p01 = _mm256_madd_epi16(
+              _mm256_add_epi16(_mm256_maddubs_epi16(lo01, xlo), _mm256_maddubs_epi16(hi01, xhi)), ones);
+          p23 = _mm256_madd_epi16(
+              _mm256_add_epi16(_mm256_maddubs_epi16(lo23, xlo), _mm256_maddubs_epi16(hi23, xhi)), ones);
+        }
+        const __m256 h = _mm256_cvtepi32_ps(_mm256_hadd_epi32(p01, p23));
+        acc[r] = _mm256_fmadd_ps(h, _mm256_mul_ps(a8, _mm256_broadcast_ss(&xb.d)), acc[r]);
+        if constexpr (Fmt::kOffset) {
+          off[r] = _mm_fmadd_ps(o4, _mm_set1_ps(sums[r][2 * unit] + sums[r][2 * unit + 1]), off[r]);
+        }
       }
     }
   }
   for (int r = 0; r < R; ++r) {
-    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(acc[r]), _mm256_extractf128_ps(acc[r], 1));
-    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    const __m128 s1 = _mm_add_ss(s2, _mm_movehdup_ps(s2));
-    float v = _mm_cvtss_f32(s1);
-    if constexpr (Fmt::kOffset) v += DotF32(ob, sums[r], 2 * units);
-    out[r] = v;
+    HWY_ALIGN float t[8];
+    HWY_ALIGN float o[4];
+    _mm256_store_ps(t, acc[r]);
+    _mm_store_ps(o, off[r]);
+    out[r][0] = (t[0] + t[1]) + o[0];
+    out[r][1] = (t[4] + t[5]) + o[1];
+    out[r][2] = (t[2] + t[3]) + o[2];
+    out[r][3] = (t[6] + t[7]) + o[3];
   }
 }
-#else
+
+// Rows [0, R) of the activations against weight rows [m0, m1), four weight rows at a time (the
+// last group repeats row m1 - 1 to fill the tile; those results are dropped).
+template <class Fmt, int R>
+HWY_NOINLINE void PairRowsTile(const ActBlockQ8* xq, const float* sums, size_t units, int m0, int m1,
+                               const uint8_t* w, size_t row_bytes, float scale, float* y, size_t ldy) {
+  const ActBlockQ8* x[R];
+  const float* s[R];
+  for (int r = 0; r < R; ++r) {
+    x[r] = xq + r * units;
+    s[r] = sums + r * 2 * units;
+  }
+  const size_t nb = units / Fmt::kUnits;
+  float out[R][4];
+  for (int m = m0; m < m1; m += 4) {
+    const uint8_t* rows[4];
+    for (int i = 0; i < 4; ++i) rows[i] = w + static_cast<size_t>(std::min(m + i, m1 - 1)) * row_bytes;
+    PairTile<Fmt, R>(x, s, rows, nb, w + static_cast<size_t>(m + kPrefetchTiles * 4) * row_bytes, out);
+    const int n = std::min(4, m1 - m);
+    for (int r = 0; r < R; ++r) {
+      for (int i = 0; i < n; ++i) y[r * ldy + m + i] = out[r][i] * scale;
+    }
+  }
+}
+#endif  // G4_Q8_AVX2
+
 // Sum over 16 elements of u (i16) times q (i8), exact in i32.
 HWY_INLINE int32_t DotHalf(const int16_t* HWY_RESTRICT u, const int8_t* HWY_RESTRICT q) {
   const hn::CappedTag<int16_t, 16> d16;
@@ -346,7 +524,6 @@ HWY_INLINE void DotTile(const ActBlockQ8* const* x, const float* const* sums, co
   }
   for (int r = 0; r < R; ++r) out[r] = Fmt::kOffset ? acc[r] + DotF32(ob, sums[r], 2 * units) : acc[r];
 }
-#endif
 
 // Rows [0, R) of the activations against weight rows [m0, m1), one weight row at a time.
 template <class Fmt, int R>
@@ -378,6 +555,31 @@ void MatMulFmt(const ActBlockQ8* xq, const float* sums, int rows, int K, const u
   thread_local std::vector<float> ob;  // one weight row's offsets b_h, two per unit
   if (ob.size() < 2 * units) ob.resize(2 * units);
   const int group = rows <= 4 ? M : std::max(1, static_cast<int>((256u << 10) / std::max<size_t>(row_bytes, 1)));
+#if G4_Q8_AVX2
+  if constexpr (Fmt::kPaired) {
+    for (int m0 = 0; m0 < M; m0 += group) {
+      const int m1 = std::min(M, m0 + group);
+      for (int r0 = 0; r0 < rows;) {
+        const int R = std::min(kPairRows, rows - r0);
+        const ActBlockQ8* xr = xq + static_cast<size_t>(r0) * units;
+        const float* sr = sums + static_cast<size_t>(r0) * 2 * units;
+        float* yr = y + static_cast<size_t>(r0) * ldy;
+        switch (R) {
+          case 8: PairRowsTile<Fmt, 8>(xr, sr, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
+          case 7: PairRowsTile<Fmt, 7>(xr, sr, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
+          case 6: PairRowsTile<Fmt, 6>(xr, sr, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
+          case 5: PairRowsTile<Fmt, 5>(xr, sr, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
+          case 4: PairRowsTile<Fmt, 4>(xr, sr, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
+          case 3: PairRowsTile<Fmt, 3>(xr, sr, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
+          case 2: PairRowsTile<Fmt, 2>(xr, sr, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
+          default: PairRowsTile<Fmt, 1>(xr, sr, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
+        }
+        r0 += R;
+      }
+    }
+    return;
+  }
+#endif
   for (int m0 = 0; m0 < M; m0 += group) {
     const int m1 = std::min(M, m0 + group);
     for (int r0 = 0; r0 < rows;) {
