@@ -4,6 +4,7 @@
 
 #include "cli_runner.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -101,6 +102,44 @@ TEST(CliTest, InfoPrintsTheLayerPlan) {
   EXPECT_NE(r.out.find("layers: 10"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("layer 5"), std::string::npos) << r.out;  // shared sliding layers read layer 5
   EXPECT_NE(r.out.find("layer 4"), std::string::npos) << r.out;  // shared full layer reads layer 4
+}
+
+// What a log line says after "weights=" (up to " threads=" or " context="), or "" if absent.
+std::string WeightsField(const std::string& out) {
+  const size_t b = out.find("weights=");
+  if (b == std::string::npos) return "";
+  const size_t from = b + 8;
+  const size_t e = std::min(out.find(" threads=", from), out.find(" context=", from));
+  return out.substr(from, e == std::string::npos ? std::string::npos : e - from);
+}
+
+// `gemma4rt serve ARGS` until its "model loaded" line (or an error), then SIGINT; the log.
+CliResult ServeUntilLoaded(const std::string& args) {
+  const std::string log = testing::TempDir() + "gemma4rt_cli_serve.log";
+  return RunCli("serve --port 0 -t 1 " + args + " >" + log + " 2>&1 & pid=$!; for i in $(seq 1 600); do grep -q -e 'model loaded' -e 'error' " +
+                log + " && break; sleep 0.1; done; kill -INT $pid; wait $pid; cat " + log);
+}
+
+// info, logits, generate, bench and serve all describe the weights with WeightsDescription: the
+// projections' dtype first, then the embedding's when it differs.
+TEST(CliTest, EveryCommandDescribesTheWeightsTheSameWay) {
+  const std::string m = "-m " + Fixture("gemma4-e2b-tiny-w4a16");
+  const std::string want = "W4G32 embed=F32 quantization=w4a16-ct";
+  CliResult info = RunCli("info " + m);
+  ASSERT_EQ(info.status, 0) << info.out;
+  EXPECT_EQ(WeightsField(info.out), want) << info.out;
+  CliResult gen = RunCli("generate " + m + " --tokens 2,17 -n 1 --temp 0");
+  ASSERT_EQ(gen.status, 0) << gen.out;
+  EXPECT_EQ(WeightsField(gen.out), want) << gen.out;
+  CliResult logits = RunCli("logits " + m + " --tokens 2,17 --top 1");
+  ASSERT_EQ(logits.status, 0) << logits.out;
+  EXPECT_EQ(WeightsField(logits.out), want) << logits.out;
+  CliResult bench = RunCli("bench " + m + " -p 4 -n 2 -r 1 --no-warmup --bw-mib 0");
+  ASSERT_EQ(bench.status, 0) << bench.out;
+  EXPECT_EQ(WeightsField(bench.out), want) << bench.out;
+  CliResult serve = ServeUntilLoaded(m + " -c 64 -np 1");
+  ASSERT_NE(serve.out.find("model loaded"), std::string::npos) << serve.out;
+  EXPECT_EQ(WeightsField(serve.out.substr(serve.out.find("model loaded"))), want) << serve.out;
 }
 
 }  // namespace

@@ -69,16 +69,6 @@ struct Session {
   g4::Status tokenizer_status;
 };
 
-// "weights=F32" as before, or "weights=W4G32 embed=Q8_0" when the projections differ from the embedding.
-std::string WeightsDescription(const g4::LoadedModel& m) {
-  const g4::ModelWeights& w = m.weights;
-  std::string s = std::string(g4::DTypeName(w.embed->dtype));
-  if (!w.layers.empty() && w.layers[0].q_proj && w.layers[0].q_proj->dtype != w.embed->dtype)
-    s = std::string(g4::DTypeName(w.layers[0].q_proj->dtype)) + " embed=" + s;
-  if (!m.quantization.empty()) s += " quantization=" + m.quantization;
-  return s;
-}
-
 g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int threads, const g4::LoadOptions& lo,
                            bool f32_activations) {
   if (!std::filesystem::exists(model))
@@ -86,7 +76,7 @@ g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int thr
                         (model == g4::DefaultModelPath() ? " (run scripts/fetch-default-model.sh to get the default model)" : ""));
   G4_ASSIGN_OR_RETURN(auto loaded, g4::LoadModel(model, lo));
   std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=%s compute=f32 activations=%s weights=%s threads=%d context=%d\n",
-               g4::cpu::SimdTargetName(), f32_activations ? "f32" : "int8-for-quantised-weights", WeightsDescription(*loaded).c_str(), threads,
+               g4::cpu::SimdTargetName(), f32_activations ? "f32" : "int8-for-quantised-weights", g4::WeightsDescription(*loaded).c_str(), threads,
                ctx > 0 ? ctx : std::min(loaded->config.max_position, 4096));
   if (loaded->weights.total_bytes > (size_t{128} << 20)) {  // progress for large models
     int last = -1;
@@ -209,7 +199,7 @@ int main(int argc, char** argv) {
     const g4::ModelConfig& c = (*loaded)->config;
     const g4::ModelWeights& w = (*loaded)->weights;
     std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=%s compute=f32 weights=%s threads=%d\n",
-                 g4::cpu::SimdTargetName(), WeightsDescription(**loaded).c_str(), threads);
+                 g4::cpu::SimdTargetName(), g4::WeightsDescription(**loaded).c_str(), threads);
     std::printf("model: %s (%s)\n", model.c_str(), c.architecture.c_str());
     std::printf("family: %s  hidden: %d  layers: %d  heads: %d  vocab: %d  window: %d  ple_dim: %d  experts: %d (top %d)\n",
                 c.family == g4::ModelFamily::kGemma4 ? "gemma4" : "gemma3", c.hidden, c.num_layers, c.num_heads, c.vocab,

@@ -178,8 +178,7 @@ void ServeInstance::Load(std::function<void()> before_load) {
   info.id = opt_.alias.empty() ? base : opt_.alias;
   info.accepted_ids = {info.id, base, opt_.model, std::filesystem::absolute(opt_.model).string()};
   if (const std::string stem = std::filesystem::path(base).stem().string(); stem != base) info.accepted_ids.push_back(stem);
-  std::string weights = std::string(DTypeName(model->weights.embed->dtype));
-  if (!model->quantization.empty()) weights += " quantization=" + model->quantization;
+  const std::string weights = WeightsDescription(*model);
   const std::string arch = c.architecture;
   EngineOptions eo;
   eo.max_seqs = opt_.parallel;
