@@ -142,5 +142,26 @@ TEST(CliTest, EveryCommandDescribesTheWeightsTheSameWay) {
   EXPECT_EQ(WeightsField(serve.out.substr(serve.out.find("model loaded"))), want) << serve.out;
 }
 
+// `info` reports the KV cache for the context the other commands use: -c when given, else the
+// shared default (the model's maximum capped at 4096; the default model has 32768 positions).
+TEST(CliTest, InfoKvCacheUsesTheSameContextAsTheOtherCommands) {
+  CliResult def = RunCli("info");
+  ASSERT_EQ(def.status, 0) << def.out;
+  EXPECT_NE(def.out.find(" per sequence at 4096 tokens (f32)"), std::string::npos) << def.out;
+  EXPECT_NE(def.out.find(" context=4096\n"), std::string::npos) << def.out;
+  CliResult gen = RunCli("generate --tokens 2,17 -n 1 --temp 0");
+  ASSERT_EQ(gen.status, 0) << gen.out;
+  EXPECT_NE(gen.out.find(" context=4096\n"), std::string::npos) << gen.out;
+  CliResult c = RunCli("info -c 1000");
+  ASSERT_EQ(c.status, 0) << c.out;
+  EXPECT_NE(c.out.find(" per sequence at 1000 tokens (f32)"), std::string::npos) << c.out;
+  CliResult too_long = RunCli("info -c 40000");
+  EXPECT_EQ(too_long.status, 1);
+  EXPECT_NE(too_long.out.find("gemma4rt: error: INVALID_ARGUMENT: context size 40000 exceeds the model's "
+                              "max_position_embeddings (32768)"),
+            std::string::npos)
+      << too_long.out;
+}
+
 }  // namespace
 }  // namespace g4

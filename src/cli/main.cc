@@ -1,5 +1,5 @@
 // gemma4rt: one binary, subcommands. The CLI only parses flags and prints; the engine does the work.
-//   gemma4rt info     [-m MODEL]            (info, logits, generate, serve, bench also take
+//   gemma4rt info     [-m MODEL] [-c CTX]   (info, logits, generate, serve, bench also take
 //                                            --quantize q8_0|q4_0|w4a16 and --ple-bits 8|16)
 //   gemma4rt logits   [-m MODEL] (-p TEXT | --tokens 2,105,...) [--top K] [--json] [--chunk N]
 //   gemma4rt generate [-m MODEL] (-p TEXT | --tokens ...) [--chat] [-n N] [sampling flags]
@@ -75,9 +75,10 @@ g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int thr
     return g4::NotFound("model '" + model + "' does not exist" +
                         (model == g4::DefaultModelPath() ? " (run scripts/fetch-default-model.sh to get the default model)" : ""));
   G4_ASSIGN_OR_RETURN(auto loaded, g4::LoadModel(model, lo));
+  G4_ASSIGN_OR_RETURN(const int context, g4::ResolveContextSize(loaded->config, ctx));
   std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=%s compute=f32 activations=%s weights=%s threads=%d context=%d\n",
                g4::cpu::SimdTargetName(), f32_activations ? "f32" : "int8-for-quantised-weights", g4::WeightsDescription(*loaded).c_str(), threads,
-               ctx > 0 ? ctx : std::min(loaded->config.max_position, 4096));
+               context);
   if (loaded->weights.total_bytes > (size_t{128} << 20)) {  // progress for large models
     int last = -1;
     const bool tty = isatty(STDERR_FILENO);
@@ -94,7 +95,7 @@ g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int thr
   if (tok.ok()) s.tokenizer = std::move(tok).value();
   else s.tokenizer_status = tok.status();
   g4::EngineOptions o;
-  o.max_context = ctx;
+  o.max_context = context;
   o.prefill_chunk = chunk;
   G4_ASSIGN_OR_RETURN(s.engine, g4::Engine::Create(std::move(loaded), g4::MakeCpuBackend(threads, g4::CpuBackendOptions{!f32_activations}), o));
   return s;
@@ -161,6 +162,8 @@ int main(int argc, char** argv) {
 
   auto* info = app.add_subcommand("info", "print the model's layer plan, parameter and memory counts");
   add_model(info);
+  info->add_option("-c,--ctx-size", ctx, "context size the KV cache figure is for (0 = model maximum, capped at 4096)")
+      ->check(CLI::NonNegativeNumber);
 
   auto* logits = app.add_subcommand("logits", "print the top-K logits at every position");
   add_model(logits);
@@ -198,8 +201,10 @@ int main(int argc, char** argv) {
     if (!loaded.ok()) return Fail(loaded.status());
     const g4::ModelConfig& c = (*loaded)->config;
     const g4::ModelWeights& w = (*loaded)->weights;
-    std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=%s compute=f32 weights=%s threads=%d\n",
-                 g4::cpu::SimdTargetName(), g4::WeightsDescription(**loaded).c_str(), threads);
+    auto context = g4::ResolveContextSize(c, ctx);  // what generate, logits, serve and bench allocate
+    if (!context.ok()) return Fail(context.status());
+    std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=%s compute=f32 weights=%s threads=%d context=%d\n",
+                 g4::cpu::SimdTargetName(), g4::WeightsDescription(**loaded).c_str(), threads, *context);
     std::printf("model: %s (%s)\n", model.c_str(), c.architecture.c_str());
     std::printf("family: %s  hidden: %d  layers: %d  heads: %d  vocab: %d  window: %d  ple_dim: %d  experts: %d (top %d)\n",
                 c.family == g4::ModelFamily::kGemma4 ? "gemma4" : "gemma3", c.hidden, c.num_layers, c.num_heads, c.vocab,
@@ -213,9 +218,8 @@ int main(int argc, char** argv) {
                     qs.bytes_out / 1048576.0);
       std::printf("\n");
     }
-    const int context = std::min(c.max_position, 8192);
     std::printf("kv cache: %.3f MiB per sequence at %d tokens (f32), %d cache-owning layers\n",
-                g4::KvCache::BytesPerSequence(c, context) / 1048576.0, context, c.NumCacheOwners());
+                g4::KvCache::BytesPerSequence(c, *context) / 1048576.0, *context, c.NumCacheOwners());
     std::printf("%s", c.Describe().c_str());
     return 0;
   }
