@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -161,6 +162,30 @@ TEST(CliTest, InfoKvCacheUsesTheSameContextAsTheOtherCommands) {
                               "max_position_embeddings (32768)"),
             std::string::npos)
       << too_long.out;
+}
+
+// Out-of-range sampling flags fail before the model is read: the model path here does not exist,
+// so an error about the flag (and no device policy line) proves nothing was loaded.
+TEST(CliTest, SamplingFlagRangesAreCheckedBeforeTheModelLoads) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"--temp -1", "--temp: temperature must be a finite number >= 0 (0 = greedy), got -1"},
+      {"--top-p 2", "--top-p: top_p must be in (0, 1], got 2"},
+      {"--top-p 0", "--top-p: top_p must be in (0, 1], got 0"},
+      {"--top-k -2", "--top-k: top_k must be -1 or 0 (disabled) or >= 1, got -2"},
+      {"--min-p 1.5", "--min-p: min_p must be in [0, 1], got 1.5"},
+      {"--repeat-penalty 0", "--repeat-penalty: repetition_penalty must be a finite number > 0 (1 = disabled), got 0"},
+      {"--presence-penalty 3", "--presence-penalty: presence_penalty must be in [-2, 2], got 3"},
+      {"--frequency-penalty -2.5", "--frequency-penalty: frequency_penalty must be in [-2, 2], got -2.5"},
+  };
+  for (const auto& [flag, message] : cases) {
+    CliResult r = RunCli(std::string("generate -m /nonexistent/model.gguf -p hi ") + flag);
+    EXPECT_EQ(r.status, 1) << flag << ": " << r.out;
+    EXPECT_EQ(r.out, std::string("gemma4rt: error: INVALID_ARGUMENT: ") + message + "\n") << flag;
+  }
+  // In range: the flags pass and the missing model is what fails.
+  CliResult ok = RunCli("generate -m /nonexistent/model.gguf -p hi --temp 0 --top-p 1 --top-k -1 --min-p 0");
+  EXPECT_EQ(ok.status, 1);
+  EXPECT_NE(ok.out.find("NOT_FOUND: model '/nonexistent/model.gguf' does not exist"), std::string::npos) << ok.out;
 }
 
 }  // namespace

@@ -63,6 +63,30 @@ g4::StatusOr<std::vector<int32_t>> ParseTokens(const std::string& text) {
   return ids;
 }
 
+// Range-checks the sampling flags given on the command line without the model: each one alone in
+// otherwise default SamplingParams, so the error names the flag ("--top-p: top_p must be in (0, 1], got 2").
+Status ValidateSamplingFlags(std::optional<float> temp, std::optional<int> top_k, std::optional<float> top_p,
+                             std::optional<float> min_p, std::optional<float> repeat_penalty, float presence, float frequency) {
+  auto check = [](const char* flag, auto set) -> Status {
+    g4::SamplingParams p;
+    set(p);
+    Status st = p.Validate();
+    if (st.ok()) return st;
+    return g4::InvalidArgument(std::string(flag) + ": " + st.message());
+  };
+  std::vector<Status> results;
+  if (temp) results.push_back(check("--temp", [&](g4::SamplingParams& p) { p.temperature = *temp; }));
+  if (top_k) results.push_back(check("--top-k", [&](g4::SamplingParams& p) { p.top_k = *top_k; }));
+  if (top_p) results.push_back(check("--top-p", [&](g4::SamplingParams& p) { p.top_p = *top_p; }));
+  if (min_p) results.push_back(check("--min-p", [&](g4::SamplingParams& p) { p.min_p = *min_p; }));
+  if (repeat_penalty) results.push_back(check("--repeat-penalty", [&](g4::SamplingParams& p) { p.repetition_penalty = *repeat_penalty; }));
+  results.push_back(check("--presence-penalty", [&](g4::SamplingParams& p) { p.presence_penalty = presence; }));
+  results.push_back(check("--frequency-penalty", [&](g4::SamplingParams& p) { p.frequency_penalty = frequency; }));
+  for (const Status& st : results)
+    if (!st.ok()) return st;
+  return g4::OkStatus();
+}
+
 struct Session {
   std::unique_ptr<g4::Engine> engine;
   std::unique_ptr<g4::Tokenizer> tokenizer;  // null when the checkpoint has none
@@ -191,6 +215,11 @@ int main(int argc, char** argv) {
   gen->add_flag("--show-ids", show_ids, "print the generated token ids after the text");
 
   CLI11_PARSE(app, argc, argv);
+  // Sampling flags are checked before the model loads (SamplingParams::Validate, one flag at a time).
+  if (gen->parsed()) {
+    if (Status st = ValidateSamplingFlags(temp, top_k, top_p, min_p, repeat_penalty, presence, frequency); !st.ok())
+      return Fail(st);
+  }
   g4::LoadOptions load_options;
   load_options.ple_bits = ple_bits;
   if (auto q = g4::ParseQuantizeFlag(quantize); q.ok()) load_options.quantize = *q;
