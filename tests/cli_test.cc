@@ -188,5 +188,23 @@ TEST(CliTest, SamplingFlagRangesAreCheckedBeforeTheModelLoads) {
   EXPECT_NE(ok.out.find("NOT_FOUND: model '/nonexistent/model.gguf' does not exist"), std::string::npos) << ok.out;
 }
 
+// An unknown first argument is named as an unknown option (or subcommand), with the subcommands
+// and where to find help.
+TEST(CliTest, UnknownTopLevelOptionIsNamed) {
+  CliResult r = RunCli("--bogus");
+  EXPECT_EQ(r.status, 109);  // CLI11's ExtrasError, as for an unknown option after a subcommand
+  EXPECT_EQ(r.out, "gemma4rt: error: unknown option '--bogus'\n"
+                   "subcommands: info, logits, generate, serve, bench (gemma4rt --help, gemma4rt SUBCOMMAND --help)\n");
+  r = RunCli("frobnicate");
+  EXPECT_EQ(r.status, 109);
+  EXPECT_EQ(r.out.rfind("gemma4rt: error: unknown subcommand 'frobnicate'\n", 0), 0u) << r.out;
+  CliResult sub = RunCli("generate --bogus");
+  EXPECT_EQ(sub.status, 109);
+  EXPECT_NE(sub.out.find("--bogus"), std::string::npos) << sub.out;
+  CliResult help = RunCli("--help");
+  EXPECT_EQ(help.status, 0);
+  EXPECT_NE(help.out.find("generate"), std::string::npos) << help.out;
+}
+
 }  // namespace
 }  // namespace g4

@@ -214,6 +214,16 @@ int main(int argc, char** argv) {
   gen->add_flag("--ignore-eos", ignore_eos, "do not stop at end-of-generation tokens");
   gen->add_flag("--show-ids", show_ids, "print the generated token ids after the text");
 
+  // A first argument that is neither a subcommand nor --help: say what is wrong with it (CLI11
+  // would only say that a subcommand is required).
+  if (argc >= 2) {
+    const std::string first = argv[1];
+    if (first != "-h" && first != "--help" && first != "info" && first != "logits" && first != "generate") {
+      std::fprintf(stderr, "gemma4rt: error: %s '%s'\nsubcommands: info, logits, generate, serve, bench (gemma4rt --help, gemma4rt SUBCOMMAND --help)\n",
+                   first.rfind("-", 0) == 0 ? "unknown option" : "unknown subcommand", first.c_str());
+      return static_cast<int>(CLI::ExitCodes::ExtrasError);
+    }
+  }
   CLI11_PARSE(app, argc, argv);
   // Sampling flags are checked before the model loads (SamplingParams::Validate, one flag at a time).
   if (gen->parsed()) {
