@@ -188,6 +188,28 @@ TEST(CliTest, SamplingFlagRangesAreCheckedBeforeTheModelLoads) {
   EXPECT_NE(ok.out.find("NOT_FOUND: model '/nonexistent/model.gguf' does not exist"), std::string::npos) << ok.out;
 }
 
+// As README says: `--tokens` in, text out; --show-ids adds the generated ids; a model without a
+// tokenizer prints the ids only.
+TEST(CliTest, TokenIdsInGiveTextOutAndIdsOnlyWhenAskedOrWithoutATokenizer) {
+  // The default model's ids of the capitals prompt, from `logits --json`.
+  CliResult lg = RunCli("logits -p $'Question: What is the capital of Germany?\\nAnswer: Berlin\\nQuestion: What is the capital of France?\\nAnswer:' --top 1 --json");
+  ASSERT_EQ(lg.status, 0) << lg.out;
+  std::string tokens;
+  const nlohmann::json j = JsonLine(lg.out);
+  for (int id : j["tokens"]) tokens += (tokens.empty() ? "" : ",") + std::to_string(id);
+  ASSERT_FALSE(tokens.empty()) << lg.out;
+  CliResult text = RunCli("generate --tokens " + tokens + " --temp 0 -n 1");
+  ASSERT_EQ(text.status, 0) << text.out;
+  EXPECT_NE(text.out.find(" Paris\n"), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("ids:"), std::string::npos) << text.out;
+  CliResult both = RunCli("generate --tokens " + tokens + " --temp 0 -n 1 --show-ids");
+  ASSERT_EQ(both.status, 0) << both.out;
+  EXPECT_NE(both.out.find(" Paris\nids: 9079\n"), std::string::npos) << both.out;
+  CliResult no_tokenizer = RunCli("generate -m " + Fixture("gemma4-26b-a4b-tiny") + " --tokens 2,17,300,41 -n 2 --temp 0");
+  ASSERT_EQ(no_tokenizer.status, 0) << no_tokenizer.out;
+  EXPECT_NE(no_tokenizer.out.find("\nids: "), std::string::npos) << no_tokenizer.out;
+}
+
 // An unknown first argument is named as an unknown option (or subcommand), with the subcommands
 // and where to find help.
 TEST(CliTest, UnknownTopLevelOptionIsNamed) {
