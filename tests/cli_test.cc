@@ -4,8 +4,10 @@
 
 #include "cli_runner.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -101,6 +103,129 @@ TEST(CliTest, InfoPrintsTheLayerPlan) {
   EXPECT_NE(r.out.find("layers: 10"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("layer 5"), std::string::npos) << r.out;  // shared sliding layers read layer 5
   EXPECT_NE(r.out.find("layer 4"), std::string::npos) << r.out;  // shared full layer reads layer 4
+}
+
+// What a log line says after "weights=" (up to " threads=" or " context="), or "" if absent.
+std::string WeightsField(const std::string& out) {
+  const size_t b = out.find("weights=");
+  if (b == std::string::npos) return "";
+  const size_t from = b + 8;
+  const size_t e = std::min(out.find(" threads=", from), out.find(" context=", from));
+  return out.substr(from, e == std::string::npos ? std::string::npos : e - from);
+}
+
+// `gemma4rt serve ARGS` until its "model loaded" line (or an error), then SIGINT; the log.
+CliResult ServeUntilLoaded(const std::string& args) {
+  const std::string log = testing::TempDir() + "gemma4rt_cli_serve.log";
+  return RunCli("serve --port 0 -t 1 " + args + " >" + log + " 2>&1 & pid=$!; for i in $(seq 1 600); do grep -q -e 'model loaded' -e 'error' " +
+                log + " && break; sleep 0.1; done; kill -INT $pid; wait $pid; cat " + log);
+}
+
+// info, logits, generate, bench and serve all describe the weights with WeightsDescription: the
+// projections' dtype first, then the embedding's when it differs.
+TEST(CliTest, EveryCommandDescribesTheWeightsTheSameWay) {
+  const std::string m = "-m " + Fixture("gemma4-e2b-tiny-w4a16");
+  const std::string want = "W4G32 embed=F32 quantization=w4a16-ct";
+  CliResult info = RunCli("info " + m);
+  ASSERT_EQ(info.status, 0) << info.out;
+  EXPECT_EQ(WeightsField(info.out), want) << info.out;
+  CliResult gen = RunCli("generate " + m + " --tokens 2,17 -n 1 --temp 0");
+  ASSERT_EQ(gen.status, 0) << gen.out;
+  EXPECT_EQ(WeightsField(gen.out), want) << gen.out;
+  CliResult logits = RunCli("logits " + m + " --tokens 2,17 --top 1");
+  ASSERT_EQ(logits.status, 0) << logits.out;
+  EXPECT_EQ(WeightsField(logits.out), want) << logits.out;
+  CliResult bench = RunCli("bench " + m + " -p 4 -n 2 -r 1 --no-warmup --bw-mib 0");
+  ASSERT_EQ(bench.status, 0) << bench.out;
+  EXPECT_EQ(WeightsField(bench.out), want) << bench.out;
+  CliResult serve = ServeUntilLoaded(m + " -c 64 -np 1");
+  ASSERT_NE(serve.out.find("model loaded"), std::string::npos) << serve.out;
+  EXPECT_EQ(WeightsField(serve.out.substr(serve.out.find("model loaded"))), want) << serve.out;
+}
+
+// `info` reports the KV cache for the context the other commands use: -c when given, else the
+// shared default (the model's maximum capped at 4096; the default model has 32768 positions).
+TEST(CliTest, InfoKvCacheUsesTheSameContextAsTheOtherCommands) {
+  CliResult def = RunCli("info");
+  ASSERT_EQ(def.status, 0) << def.out;
+  EXPECT_NE(def.out.find(" per sequence at 4096 tokens (f32)"), std::string::npos) << def.out;
+  EXPECT_NE(def.out.find(" context=4096\n"), std::string::npos) << def.out;
+  CliResult gen = RunCli("generate --tokens 2,17 -n 1 --temp 0");
+  ASSERT_EQ(gen.status, 0) << gen.out;
+  EXPECT_NE(gen.out.find(" context=4096\n"), std::string::npos) << gen.out;
+  CliResult c = RunCli("info -c 1000");
+  ASSERT_EQ(c.status, 0) << c.out;
+  EXPECT_NE(c.out.find(" per sequence at 1000 tokens (f32)"), std::string::npos) << c.out;
+  CliResult too_long = RunCli("info -c 40000");
+  EXPECT_EQ(too_long.status, 1);
+  EXPECT_NE(too_long.out.find("gemma4rt: error: INVALID_ARGUMENT: context size 40000 exceeds the model's "
+                              "max_position_embeddings (32768)"),
+            std::string::npos)
+      << too_long.out;
+}
+
+// Out-of-range sampling flags fail before the model is read: the model path here does not exist,
+// so an error about the flag (and no device policy line) proves nothing was loaded.
+TEST(CliTest, SamplingFlagRangesAreCheckedBeforeTheModelLoads) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"--temp -1", "--temp: temperature must be a finite number >= 0 (0 = greedy), got -1"},
+      {"--top-p 2", "--top-p: top_p must be in (0, 1], got 2"},
+      {"--top-p 0", "--top-p: top_p must be in (0, 1], got 0"},
+      {"--top-k -2", "--top-k: top_k must be -1 or 0 (disabled) or >= 1, got -2"},
+      {"--min-p 1.5", "--min-p: min_p must be in [0, 1], got 1.5"},
+      {"--repeat-penalty 0", "--repeat-penalty: repetition_penalty must be a finite number > 0 (1 = disabled), got 0"},
+      {"--presence-penalty 3", "--presence-penalty: presence_penalty must be in [-2, 2], got 3"},
+      {"--frequency-penalty -2.5", "--frequency-penalty: frequency_penalty must be in [-2, 2], got -2.5"},
+  };
+  for (const auto& [flag, message] : cases) {
+    CliResult r = RunCli(std::string("generate -m /nonexistent/model.gguf -p hi ") + flag);
+    EXPECT_EQ(r.status, 1) << flag << ": " << r.out;
+    EXPECT_EQ(r.out, std::string("gemma4rt: error: INVALID_ARGUMENT: ") + message + "\n") << flag;
+  }
+  // In range: the flags pass and the missing model is what fails.
+  CliResult ok = RunCli("generate -m /nonexistent/model.gguf -p hi --temp 0 --top-p 1 --top-k -1 --min-p 0");
+  EXPECT_EQ(ok.status, 1);
+  EXPECT_NE(ok.out.find("NOT_FOUND: model '/nonexistent/model.gguf' does not exist"), std::string::npos) << ok.out;
+}
+
+// As README says: `--tokens` in, text out; --show-ids adds the generated ids; a model without a
+// tokenizer prints the ids only.
+TEST(CliTest, TokenIdsInGiveTextOutAndIdsOnlyWhenAskedOrWithoutATokenizer) {
+  // The default model's ids of the capitals prompt, from `logits --json`.
+  CliResult lg = RunCli("logits -p $'Question: What is the capital of Germany?\\nAnswer: Berlin\\nQuestion: What is the capital of France?\\nAnswer:' --top 1 --json");
+  ASSERT_EQ(lg.status, 0) << lg.out;
+  std::string tokens;
+  const nlohmann::json j = JsonLine(lg.out);
+  for (int id : j["tokens"]) tokens += (tokens.empty() ? "" : ",") + std::to_string(id);
+  ASSERT_FALSE(tokens.empty()) << lg.out;
+  CliResult text = RunCli("generate --tokens " + tokens + " --temp 0 -n 1");
+  ASSERT_EQ(text.status, 0) << text.out;
+  EXPECT_NE(text.out.find(" Paris\n"), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("ids:"), std::string::npos) << text.out;
+  CliResult both = RunCli("generate --tokens " + tokens + " --temp 0 -n 1 --show-ids");
+  ASSERT_EQ(both.status, 0) << both.out;
+  EXPECT_NE(both.out.find(" Paris\nids: 9079\n"), std::string::npos) << both.out;
+  CliResult no_tokenizer = RunCli("generate -m " + Fixture("gemma4-26b-a4b-tiny") + " --tokens 2,17,300,41 -n 2 --temp 0");
+  ASSERT_EQ(no_tokenizer.status, 0) << no_tokenizer.out;
+  EXPECT_NE(no_tokenizer.out.find("\nids: "), std::string::npos) << no_tokenizer.out;
+}
+
+// An unknown first argument is named as an unknown option (or subcommand), with the subcommands
+// and where to find help.
+TEST(CliTest, UnknownTopLevelOptionIsNamed) {
+  CliResult r = RunCli("--bogus");
+  EXPECT_EQ(r.status, 109);  // CLI11's ExtrasError, as for an unknown option after a subcommand
+  EXPECT_EQ(r.out, "gemma4rt: error: unknown option '--bogus'\n"
+                   "subcommands: info, logits, generate, serve, bench (gemma4rt --help, gemma4rt SUBCOMMAND --help)\n");
+  r = RunCli("frobnicate");
+  EXPECT_EQ(r.status, 109);
+  EXPECT_EQ(r.out.rfind("gemma4rt: error: unknown subcommand 'frobnicate'\n", 0), 0u) << r.out;
+  CliResult sub = RunCli("generate --bogus");
+  EXPECT_EQ(sub.status, 109);
+  EXPECT_NE(sub.out.find("--bogus"), std::string::npos) << sub.out;
+  CliResult help = RunCli("--help");
+  EXPECT_EQ(help.status, 0);
+  EXPECT_NE(help.out.find("generate"), std::string::npos) << help.out;
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <functional>
 #include <future>
 #include <thread>
 
@@ -145,12 +146,72 @@ TEST(SchedulerTest, AdmissionErrors) {
     stops.stop = {"x"};
     EXPECT_EQ(s.Submit(stops, nullptr).status().code(), StatusCode::kInvalidArgument);  // no tokenizer
   }
-  SchedulerOptions full;
-  full.max_queue = 0;
-  Scheduler s(*engine, nullptr, full);
-  auto r = s.Submit(Greedy({2, 5}, 1), nullptr);
-  EXPECT_EQ(r.status().code(), StatusCode::kResourceExhausted);
+}
+
+// Holds the scheduler thread inside the first token event of one request (the thread calls
+// on_event), so that nothing is admitted until Release(): arrivals pile up exactly as when many
+// come at once.
+struct SchedulerHold {
+  std::promise<void> entered, release;
+  std::shared_future<void> released = release.get_future().share();
+  bool once = false;
+  std::function<void(const CompletionEvent&)> Callback() {
+    return [this](const CompletionEvent& ev) {
+      if (ev.done || once) return;
+      once = true;
+      entered.set_value();
+      released.wait();
+    };
+  }
+  void Release() { release.set_value(); }
+};
+
+// N slots and max_queue Q accept N running + Q waiting, also when the requests arrive together
+// (before the scheduler thread has given the free slots out), and reject only beyond that.
+TEST(SchedulerTest, QueueLimitCountsWaitingRequestsNotUnadmittedOnes) {
+  auto engine = TinyEngine(2, 32);
+  SchedulerOptions o;
+  o.max_queue = 1;
+  Scheduler s(*engine, nullptr, o);
+  SchedulerHold hold;
+  auto a = s.Submit(Greedy({2, 5}, 4), hold.Callback());
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  hold.entered.get_future().wait();  // A runs in slot 0; the scheduler thread is held, slot 1 is free
+  std::vector<std::shared_future<std::pair<std::vector<int32_t>, CompletionEvent>>> accepted;
+  accepted.push_back(SubmitAndCollect(s, Greedy({2, 6}, 3)));  // gets slot 1 (not yet admitted)
+  accepted.push_back(SubmitAndCollect(s, Greedy({2, 7}, 3)));  // the one waiting request
+  auto d = s.Submit(Greedy({2, 8}, 3), nullptr);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(d.status().message(), "the request queue is full (slots: 2, max queue: 1)");
   EXPECT_EQ(s.Stats().requests_rejected, 1u);
+  EXPECT_EQ(s.Stats().requests_total, 3u);
+  hold.Release();
+  for (auto& f : accepted) {
+    auto [tokens, ev] = f.get();
+    EXPECT_EQ(ev.finish_reason, "length");
+    EXPECT_EQ(tokens.size(), 3u);
+  }
+  // The slots are free again.
+  EXPECT_TRUE(s.Submit(Greedy({2, 9}, 1), nullptr).ok());
+}
+
+// max_queue 0: a free slot still takes a request; a second one while it runs is rejected.
+TEST(SchedulerTest, MaxQueueZeroAcceptsOneRequestPerSlot) {
+  auto engine = TinyEngine(1, 32);
+  SchedulerOptions o;
+  o.max_queue = 0;
+  Scheduler s(*engine, nullptr, o);
+  SchedulerHold hold;
+  auto a = s.Submit(Greedy({2, 5}, 3), hold.Callback());
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  auto b = s.Submit(Greedy({2, 6}, 1), nullptr);  // A may or may not be admitted yet: either way full
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(b.status().message(), "the request queue is full (slots: 1, max queue: 0)");
+  EXPECT_EQ(s.Stats().requests_rejected, 1u);
+  hold.entered.get_future().wait();
+  hold.Release();
 }
 
 TEST(SchedulerTest, DegeneracyGuardEndsALoopAndSaysSo) {

@@ -287,8 +287,9 @@ TEST(ServerHttpTinyTest, ApiKeyBodyLimitRoutesAndMetricsSwitch) {
   Reply big = Post(port, "/v1/completions", json{{"prompt", std::vector<int>(600, 5)}}.dump(), good);
   EXPECT_EQ(big.status, 413);
   EXPECT_EQ(big.body["error"]["code"], "request_too_large");
-  // Unknown routes and methods: 404 JSON; /metrics without --metrics: 404.
-  for (auto [method, path] : {std::pair{"GET", "/v2/nothing"}, {"GET", "/v1/completions"}, {"GET", "/metrics"}}) {
+  // Unknown routes: 404 JSON; /metrics without --metrics: 404 (a known route with another method is
+  // 405, WrongMethodOnAKnownRouteIs405WithAllow).
+  for (auto [method, path] : {std::pair{"GET", "/v2/nothing"}, {"GET", "/metrics"}}) {
     Reply r = Get(port, path, good);
     EXPECT_EQ(r.status, 404) << method << " " << path;
     EXPECT_TRUE(r.body["error"]["message"].is_string()) << r.raw;
@@ -299,6 +300,42 @@ TEST(ServerHttpTinyTest, ApiKeyBodyLimitRoutesAndMetricsSwitch) {
   EXPECT_EQ(unknown.status, 404);
   EXPECT_EQ(unknown.body["error"]["param"], "model");
   EXPECT_EQ(unknown.body["error"]["code"], "model_not_found");
+}
+
+// GET on a POST-only endpoint (and POST/PUT/DELETE on GET-only ones) is 405 Method Not Allowed
+// with an Allow header and an OpenAI-shaped error, as OpenAI and vLLM answer; not 404.
+TEST(ServerHttpTinyTest, WrongMethodOnAKnownRouteIs405WithAllow) {
+  ServeOptions o = Options(TinyModel(), 64, 1);
+  o.metrics = true;
+  auto srv = StartServer(o);
+  ASSERT_TRUE(srv);
+  httplib::Client c("127.0.0.1", srv->port());
+  auto check = [](const httplib::Result& r, const std::string& method, const std::string& path, const std::string& allow) {
+    ASSERT_TRUE(r) << method << " " << path;
+    EXPECT_EQ(r->status, 405) << method << " " << path << ": " << r->body;
+    EXPECT_EQ(r->get_header_value("Allow"), allow) << method << " " << path;
+    EXPECT_EQ(r->get_header_value("Content-Type"), "application/json") << method << " " << path;
+    const json body = json::parse(r->body, nullptr, false);
+    EXPECT_EQ(body["error"]["message"], "method " + method + " is not allowed on " + path + " (allowed: " + allow + ")") << r->body;
+    EXPECT_EQ(body["error"]["type"], "invalid_request_error") << r->body;
+    EXPECT_EQ(body["error"]["code"], "method_not_allowed") << r->body;
+    EXPECT_TRUE(body["error"]["param"].is_null()) << r->body;
+  };
+  for (const char* path : {"/v1/completions", "/completions", "/v1/chat/completions", "/chat/completions", "/tokenize",
+                           "/detokenize", "/apply-template"}) {
+    check(c.Get(path), "GET", path, "POST");
+    check(c.Delete(path), "DELETE", path, "POST");
+    check(c.Put(path, "{}", "application/json"), "PUT", path, "POST");
+  }
+  for (const char* path : {"/v1/models", "/models", "/health", "/v1/health", "/metrics"})
+    check(c.Post(path, "{}", "application/json"), "POST", path, "GET, HEAD");
+  // The right methods still work, and unknown routes stay 404.
+  EXPECT_EQ(Get(srv->port(), "/v1/models").status, 200);
+  EXPECT_EQ(Post(srv->port(), "/v1/completions", R"({"prompt":[2,5],"max_tokens":1})").status, 200);
+  EXPECT_EQ(Get(srv->port(), "/v1/nothing").status, 404);
+  auto head = c.Head("/health");
+  ASSERT_TRUE(head);
+  EXPECT_EQ(head->status, 200);
 }
 
 TEST(ServerHttpTinyTest, ASecondServerOnABusyPortFailsToStart) {

@@ -435,9 +435,8 @@ int BenchMain(int argc, char** argv) {
   const int max_depth = *std::max_element(depths.begin(), depths.end());
   const int context = max_depth + longest;
 
-  std::string weights_dtype(DTypeName(loaded->weights.embed->dtype));
-  if (!loaded->quantization.empty()) weights_dtype += " quantization=" + loaded->quantization;
-  char policy[256];
+  const std::string weights_dtype = WeightsDescription(*loaded);
+  char policy[512];
   std::snprintf(policy, sizeof policy, "backend=cpu simd=%s compute=f32 activations=%s weights=%s threads=%d context=%d", cpu::SimdTargetName(), f32_activations ? "f32" : "int8-for-quantised-weights", weights_dtype.c_str(),
                 threads, context);
   std::fprintf(stderr, "gemma4rt: device policy: %s\n", policy);

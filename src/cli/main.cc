@@ -1,5 +1,5 @@
 // gemma4rt: one binary, subcommands. The CLI only parses flags and prints; the engine does the work.
-//   gemma4rt info     [-m MODEL]            (info, logits, generate, serve, bench also take
+//   gemma4rt info     [-m MODEL] [-c CTX]   (info, logits, generate, serve, bench also take
 //                                            --quantize q8_0|q4_0|w4a16 and --ple-bits 8|16)
 //   gemma4rt logits   [-m MODEL] (-p TEXT | --tokens 2,105,...) [--top K] [--json] [--chunk N]
 //   gemma4rt generate [-m MODEL] (-p TEXT | --tokens ...) [--chat] [-n N] [sampling flags]
@@ -63,21 +63,35 @@ g4::StatusOr<std::vector<int32_t>> ParseTokens(const std::string& text) {
   return ids;
 }
 
+// Range-checks the sampling flags given on the command line without the model: each one alone in
+// otherwise default SamplingParams, so the error names the flag ("--top-p: top_p must be in (0, 1], got 2").
+Status ValidateSamplingFlags(std::optional<float> temp, std::optional<int> top_k, std::optional<float> top_p,
+                             std::optional<float> min_p, std::optional<float> repeat_penalty, float presence, float frequency) {
+  auto check = [](const char* flag, auto set) -> Status {
+    g4::SamplingParams p;
+    set(p);
+    Status st = p.Validate();
+    if (st.ok()) return st;
+    return g4::InvalidArgument(std::string(flag) + ": " + st.message());
+  };
+  std::vector<Status> results;
+  if (temp) results.push_back(check("--temp", [&](g4::SamplingParams& p) { p.temperature = *temp; }));
+  if (top_k) results.push_back(check("--top-k", [&](g4::SamplingParams& p) { p.top_k = *top_k; }));
+  if (top_p) results.push_back(check("--top-p", [&](g4::SamplingParams& p) { p.top_p = *top_p; }));
+  if (min_p) results.push_back(check("--min-p", [&](g4::SamplingParams& p) { p.min_p = *min_p; }));
+  if (repeat_penalty) results.push_back(check("--repeat-penalty", [&](g4::SamplingParams& p) { p.repetition_penalty = *repeat_penalty; }));
+  results.push_back(check("--presence-penalty", [&](g4::SamplingParams& p) { p.presence_penalty = presence; }));
+  results.push_back(check("--frequency-penalty", [&](g4::SamplingParams& p) { p.frequency_penalty = frequency; }));
+  for (const Status& st : results)
+    if (!st.ok()) return st;
+  return g4::OkStatus();
+}
+
 struct Session {
   std::unique_ptr<g4::Engine> engine;
   std::unique_ptr<g4::Tokenizer> tokenizer;  // null when the checkpoint has none
   g4::Status tokenizer_status;
 };
-
-// "weights=F32" as before, or "weights=W4G32 embed=Q8_0" when the projections differ from the embedding.
-std::string WeightsDescription(const g4::LoadedModel& m) {
-  const g4::ModelWeights& w = m.weights;
-  std::string s = std::string(g4::DTypeName(w.embed->dtype));
-  if (!w.layers.empty() && w.layers[0].q_proj && w.layers[0].q_proj->dtype != w.embed->dtype)
-    s = std::string(g4::DTypeName(w.layers[0].q_proj->dtype)) + " embed=" + s;
-  if (!m.quantization.empty()) s += " quantization=" + m.quantization;
-  return s;
-}
 
 g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int threads, const g4::LoadOptions& lo,
                            bool f32_activations) {
@@ -85,9 +99,10 @@ g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int thr
     return g4::NotFound("model '" + model + "' does not exist" +
                         (model == g4::DefaultModelPath() ? " (run scripts/fetch-default-model.sh to get the default model)" : ""));
   G4_ASSIGN_OR_RETURN(auto loaded, g4::LoadModel(model, lo));
+  G4_ASSIGN_OR_RETURN(const int context, g4::ResolveContextSize(loaded->config, ctx));
   std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=%s compute=f32 activations=%s weights=%s threads=%d context=%d\n",
-               g4::cpu::SimdTargetName(), f32_activations ? "f32" : "int8-for-quantised-weights", WeightsDescription(*loaded).c_str(), threads,
-               ctx > 0 ? ctx : std::min(loaded->config.max_position, 4096));
+               g4::cpu::SimdTargetName(), f32_activations ? "f32" : "int8-for-quantised-weights", g4::WeightsDescription(*loaded).c_str(), threads,
+               context);
   if (loaded->weights.total_bytes > (size_t{128} << 20)) {  // progress for large models
     int last = -1;
     const bool tty = isatty(STDERR_FILENO);
@@ -104,7 +119,7 @@ g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int thr
   if (tok.ok()) s.tokenizer = std::move(tok).value();
   else s.tokenizer_status = tok.status();
   g4::EngineOptions o;
-  o.max_context = ctx;
+  o.max_context = context;
   o.prefill_chunk = chunk;
   G4_ASSIGN_OR_RETURN(s.engine, g4::Engine::Create(std::move(loaded), g4::MakeCpuBackend(threads, g4::CpuBackendOptions{!f32_activations}), o));
   return s;
@@ -171,6 +186,8 @@ int main(int argc, char** argv) {
 
   auto* info = app.add_subcommand("info", "print the model's layer plan, parameter and memory counts");
   add_model(info);
+  info->add_option("-c,--ctx-size", ctx, "context size the KV cache figure is for (0 = model maximum, capped at 4096)")
+      ->check(CLI::NonNegativeNumber);
 
   auto* logits = app.add_subcommand("logits", "print the top-K logits at every position");
   add_model(logits);
@@ -197,7 +214,22 @@ int main(int argc, char** argv) {
   gen->add_flag("--ignore-eos", ignore_eos, "do not stop at end-of-generation tokens");
   gen->add_flag("--show-ids", show_ids, "print the generated token ids after the text");
 
+  // A first argument that is neither a subcommand nor --help: say what is wrong with it (CLI11
+  // would only say that a subcommand is required).
+  if (argc >= 2) {
+    const std::string first = argv[1];
+    if (first != "-h" && first != "--help" && first != "info" && first != "logits" && first != "generate") {
+      std::fprintf(stderr, "gemma4rt: error: %s '%s'\nsubcommands: info, logits, generate, serve, bench (gemma4rt --help, gemma4rt SUBCOMMAND --help)\n",
+                   first.rfind("-", 0) == 0 ? "unknown option" : "unknown subcommand", first.c_str());
+      return static_cast<int>(CLI::ExitCodes::ExtrasError);
+    }
+  }
   CLI11_PARSE(app, argc, argv);
+  // Sampling flags are checked before the model loads (SamplingParams::Validate, one flag at a time).
+  if (gen->parsed()) {
+    if (Status st = ValidateSamplingFlags(temp, top_k, top_p, min_p, repeat_penalty, presence, frequency); !st.ok())
+      return Fail(st);
+  }
   g4::LoadOptions load_options;
   load_options.ple_bits = ple_bits;
   if (auto q = g4::ParseQuantizeFlag(quantize); q.ok()) load_options.quantize = *q;
@@ -208,8 +240,10 @@ int main(int argc, char** argv) {
     if (!loaded.ok()) return Fail(loaded.status());
     const g4::ModelConfig& c = (*loaded)->config;
     const g4::ModelWeights& w = (*loaded)->weights;
-    std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=%s compute=f32 weights=%s threads=%d\n",
-                 g4::cpu::SimdTargetName(), WeightsDescription(**loaded).c_str(), threads);
+    auto context = g4::ResolveContextSize(c, ctx);  // what generate, logits, serve and bench allocate
+    if (!context.ok()) return Fail(context.status());
+    std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=%s compute=f32 weights=%s threads=%d context=%d\n",
+                 g4::cpu::SimdTargetName(), g4::WeightsDescription(**loaded).c_str(), threads, *context);
     std::printf("model: %s (%s)\n", model.c_str(), c.architecture.c_str());
     std::printf("family: %s  hidden: %d  layers: %d  heads: %d  vocab: %d  window: %d  ple_dim: %d  experts: %d (top %d)\n",
                 c.family == g4::ModelFamily::kGemma4 ? "gemma4" : "gemma3", c.hidden, c.num_layers, c.num_heads, c.vocab,
@@ -223,9 +257,8 @@ int main(int argc, char** argv) {
                     qs.bytes_out / 1048576.0);
       std::printf("\n");
     }
-    const int context = std::min(c.max_position, 8192);
     std::printf("kv cache: %.3f MiB per sequence at %d tokens (f32), %d cache-owning layers\n",
-                g4::KvCache::BytesPerSequence(c, context) / 1048576.0, context, c.NumCacheOwners());
+                g4::KvCache::BytesPerSequence(c, *context) / 1048576.0, *context, c.NumCacheOwners());
     std::printf("%s", c.Describe().c_str());
     return 0;
   }

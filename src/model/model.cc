@@ -89,6 +89,15 @@ std::string DefaultModelFile() {
   return dir + "/gemma-3-270m-q4_k_m.gguf";
 }
 
+std::string WeightsDescription(const LoadedModel& m) {
+  const ModelWeights& w = m.weights;
+  std::string s = w.embed ? std::string(DTypeName(w.embed->dtype)) : "none";
+  if (!w.layers.empty() && w.layers[0].q_proj && (!w.embed || w.layers[0].q_proj->dtype != w.embed->dtype))
+    s = std::string(DTypeName(w.layers[0].q_proj->dtype)) + " embed=" + s;
+  if (!m.quantization.empty()) s += " quantization=" + m.quantization;
+  return s;
+}
+
 void PrefaultWeights(const LoadedModel& model, const std::function<void(double)>& progress) {
   std::vector<const Tensor*> tensors;
   const ModelWeights& w = model.weights;

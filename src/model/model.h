@@ -52,6 +52,11 @@ std::string DefaultModelPath();
 // cache path). For the server (whose -m flag reads $GEMMA4RT_MODEL itself) and the tests.
 std::string DefaultModelFile();
 
+// The weights as every command's log names them ("weights=..."): the projections' dtype, with
+// " embed=DTYPE" when the embedding is stored differently ("Q5_0 embed=Q8_0", "W4G32 embed=F32"),
+// else the one dtype ("F32"); then " quantization=..." when quantised (LoadedModel::quantization).
+std::string WeightsDescription(const LoadedModel& model);
+
 // Reads every page of the bound weights once (they are mmap'd, so a cold file would otherwise be
 // read during the first request), calling progress(fraction done in [0, 1]) about every 1%.
 void PrefaultWeights(const LoadedModel& model, const std::function<void(double)>& progress);

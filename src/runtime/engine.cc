@@ -8,11 +8,21 @@ namespace g4 {
 namespace {
 
 EngineOptions Resolve(EngineOptions o, const ModelConfig& c) {
-  if (o.max_context == 0) o.max_context = std::min(c.max_position, 4096);
+  if (o.max_context == 0) o.max_context = DefaultContextSize(c);
   return o;
 }
 
 }  // namespace
+
+int DefaultContextSize(const ModelConfig& config) { return std::min(config.max_position, kDefaultContextCap); }
+
+StatusOr<int> ResolveContextSize(const ModelConfig& config, int requested) {
+  if (requested < 0) return InvalidArgument("context size must be >= 0 (0 = the default), got " + std::to_string(requested));
+  if (requested > config.max_position)
+    return InvalidArgument("context size " + std::to_string(requested) + " exceeds the model's max_position_embeddings (" +
+                           std::to_string(config.max_position) + ")");
+  return requested == 0 ? DefaultContextSize(config) : requested;
+}
 
 Engine::Engine(std::unique_ptr<LoadedModel> model, std::unique_ptr<Backend> backend, const EngineOptions& options)
     : model_(std::move(model)),
@@ -25,9 +35,7 @@ Engine::Engine(std::unique_ptr<LoadedModel> model, std::unique_ptr<Backend> back
 StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<LoadedModel> model, std::unique_ptr<Backend> backend,
                                                  const EngineOptions& options) {
   if (options.max_seqs < 1 || options.max_seqs > 4096) return InvalidArgument("max_seqs must be in [1, 4096]");
-  if (options.max_context < 0 || options.max_context > model->config.max_position)
-    return InvalidArgument("context size " + std::to_string(options.max_context) + " exceeds the model's max_position_embeddings (" +
-                           std::to_string(model->config.max_position) + ")");
+  G4_RETURN_IF_ERROR(ResolveContextSize(model->config, options.max_context).status());
   if (options.prefill_chunk < 1) return InvalidArgument("prefill chunk must be >= 1");
   return std::unique_ptr<Engine>(new Engine(std::move(model), std::move(backend), options));
 }

@@ -23,9 +23,17 @@ namespace g4 {
 
 struct EngineOptions {
   int max_seqs = 1;        // sequences the KV cache holds at once
-  int max_context = 0;     // tokens per sequence; 0 = min(max_position_embeddings, 4096)
+  int max_context = 0;     // tokens per sequence; 0 = DefaultContextSize (min(max_position_embeddings, 4096))
   int prefill_chunk = 512; // tokens per prefill step
 };
+
+// The context every command uses when -c is 0 or not given: the model's max_position_embeddings,
+// capped at kDefaultContextCap tokens (the KV cache is allocated for it up front).
+inline constexpr int kDefaultContextCap = 4096;
+int DefaultContextSize(const ModelConfig& config);
+// `requested` tokens (-c), or DefaultContextSize when it is 0. Errors: InvalidArgument when it is
+// negative or exceeds the model's max_position_embeddings.
+StatusOr<int> ResolveContextSize(const ModelConfig& config, int requested);
 
 class Engine {
  public:

@@ -111,9 +111,15 @@ StatusOr<std::shared_ptr<RequestHandle>> Scheduler::Submit(CompletionRequest req
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stop_) return FailedPrecondition("the server is shutting down");
-    if (static_cast<int>(queue_.size()) >= options_.max_queue) {
+    // Every accepted request not yet finished is either running (busy_slots) or not yet given a
+    // slot (queue_, including arrivals the loop has not admitted yet, although a slot is free).
+    // Counting both against slots + max_queue accepts up to N running + Q waiting, however
+    // simultaneously they arrive; both counters only change under mu_.
+    const int slots = static_cast<int>(slots_.size());
+    if (static_cast<int>(queue_.size()) + stats_.busy_slots >= slots + options_.max_queue) {
       ++stats_.requests_rejected;
-      return ResourceExhausted("the request queue is full (" + std::to_string(options_.max_queue) + " waiting)");
+      return ResourceExhausted("the request queue is full (slots: " + std::to_string(slots) + ", max queue: " +
+                               std::to_string(options_.max_queue) + ")");
     }
     ++stats_.requests_total;
     queue_.push_back(std::move(pending));

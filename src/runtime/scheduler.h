@@ -82,7 +82,8 @@ class RequestHandle {
 };
 
 struct SchedulerOptions {
-  int max_queue = 64;                  // waiting requests beyond the slots; more -> ResourceExhausted
+  int max_queue = 64;                  // requests waiting beyond the slots: with N slots, up to N running
+                                       // plus max_queue waiting are accepted; more -> ResourceExhausted
   int prefill_chunk = 256;             // tokens of one prefill step
   DegeneracyOptions degeneracy;
 };

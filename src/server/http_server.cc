@@ -445,6 +445,30 @@ void HttpServer::Impl::Routes() {
   svr.Post("/tokenize", simple(&HandleTokenize));
   svr.Post("/detokenize", simple(&HandleDetokenize));
   svr.Post("/apply-template", simple(&HandleApplyTemplate));
+
+  // A known route asked with another method: 405 with an Allow header (RFC 9110) and an
+  // OpenAI-shaped body, as vLLM and OpenAI answer, not 404. (httplib answers HEAD from GET routes.)
+  auto not_allowed = [](std::string allow) {
+    return [allow](const httplib::Request& req, httplib::Response& res) {
+      SetError(res, ErrorForStatus(405, utf8::Sanitize("method " + req.method + " is not allowed on " + req.path + " (allowed: " + allow + ")")));
+      res.set_header("Allow", allow);
+    };
+  };
+  for (const char* path : {"/v1/chat/completions", "/chat/completions", "/v1/completions", "/completions", "/tokenize",
+                           "/detokenize", "/apply-template"}) {
+    svr.Get(path, not_allowed("POST"));
+    svr.Put(path, not_allowed("POST"));
+    svr.Patch(path, not_allowed("POST"));
+    svr.Delete(path, not_allowed("POST"));
+  }
+  std::vector<const char*> get_only = {"/health", "/v1/health", "/v1/models", "/models"};
+  if (opt.metrics) get_only.push_back("/metrics");  // without --metrics, /metrics is 404 for every method
+  for (const char* path : get_only) {
+    svr.Post(path, not_allowed("GET, HEAD"));
+    svr.Put(path, not_allowed("GET, HEAD"));
+    svr.Patch(path, not_allowed("GET, HEAD"));
+    svr.Delete(path, not_allowed("GET, HEAD"));
+  }
 }
 
 HttpServer::HttpServer(HttpOptions options) : impl_(std::make_unique<Impl>()) { impl_->opt = std::move(options); }

@@ -4,7 +4,8 @@
 //
 // Routes: POST /v1/chat/completions, POST /v1/completions (stream or not), GET /v1/models,
 // GET /health (200 {"status":"ok"}, 503 while loading), GET /metrics (with `metrics` only),
-// POST /tokenize, POST /detokenize, POST /apply-template. Unknown routes: 404 JSON.
+// POST /tokenize, POST /detokenize, POST /apply-template. Unknown routes: 404 JSON. A known route
+// asked with another method (GET /v1/completions, POST /v1/models): 405 JSON with an Allow header.
 // Every route but /health needs `Authorization: Bearer KEY` when api_keys is not empty (401).
 // Bodies over max_body_bytes: 413. Queue full: 429. Internal errors: 500. All errors are
 // {"error": {"message", "type", "param", "code"}}; no input can take the server down.

@@ -69,7 +69,7 @@ ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
   app.add_option("--alias", o.alias, "model id in /v1/models and responses (default: the model's file name)")->envname("GEMMA4RT_ALIAS");
   app.add_option("--max-body-bytes", o.max_body_bytes, "largest request body accepted (larger: 413)")
       ->envname("GEMMA4RT_MAX_BODY_BYTES")->check(CLI::Range(size_t{1}, size_t{1} << 32));
-  app.add_option("--max-queue", o.max_queue, "requests waiting for a slot before 429")->envname("GEMMA4RT_MAX_QUEUE")->check(CLI::Range(0, 1 << 20));
+  app.add_option("--max-queue", o.max_queue, "requests that may wait for a slot besides the -np running ones; more get 429")->envname("GEMMA4RT_MAX_QUEUE")->check(CLI::Range(0, 1 << 20));
   app.add_flag("--no-degeneracy-check", no_degeneracy, "do not end generations that loop")->envname("GEMMA4RT_NO_DEGENERACY_CHECK");
   app.add_option("--quantize", o.quantize, "quantise an F32/F16/BF16 checkpoint at load: q8_0, q4_0 or w4a16")
       ->envname("GEMMA4RT_QUANTIZE")->check(CLI::IsMember({"q8_0", "q4_0", "w4a16"}));
@@ -178,8 +178,7 @@ void ServeInstance::Load(std::function<void()> before_load) {
   info.id = opt_.alias.empty() ? base : opt_.alias;
   info.accepted_ids = {info.id, base, opt_.model, std::filesystem::absolute(opt_.model).string()};
   if (const std::string stem = std::filesystem::path(base).stem().string(); stem != base) info.accepted_ids.push_back(stem);
-  std::string weights = std::string(DTypeName(model->weights.embed->dtype));
-  if (!model->quantization.empty()) weights += " quantization=" + model->quantization;
+  const std::string weights = WeightsDescription(*model);
   const std::string arch = c.architecture;
   EngineOptions eo;
   eo.max_seqs = opt_.parallel;
