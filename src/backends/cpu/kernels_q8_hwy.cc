@@ -373,7 +373,8 @@ HWY_INLINE float DotF32(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b
 // two rows' nibbles per 256-bit operation. Every lane does the same operations whichever tile
 // position its row has and whatever R is, so results stay batch-invariant.
 template <class Fmt, int R>
-HWY_INLINE void PairTile(const ActBlockQ8* const* x, const float* const* sums, const uint8_t* const* w, size_t nb,
+HWY_INLINE void PairTile(const ActBlockQ8* const* x, const float* const* sums, const float* const* usums,
+                         const uint8_t* const* w, size_t nb,
                          const uint8_t* prefetch, float (*out)[4]) {
   __m256 acc[R];
   __m128 off[R];
@@ -428,23 +429,26 @@ HWY_INLINE void PairTile(const ActBlockQ8* const* x, const float* const* sums, c
         const ActBlockQ8& xb = x[r][unit];
         const __m256i xlo = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.q)));
         const __m256i xhi = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.q + 16)));
-        __m256i p01, p23;
+        __m256i p01;
         if constexpr (Fmt::kSigned) {
           const auto dot = [&](__m256i u, __m256i xq) {
             return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(u, u), _mm256_sign_epi8(xq, u)), ones);
           };
           p01 = _mm256_add_epi32(dot(lo01, xlo), dot(hi01, xhi));
-          p23 = _mm256_add_epi32(dot(lo23, xlo), dot(hi23, xhi));
+          const __m256i p23 = _mm256_add_epi32(dot(lo23, xlo), dot(hi23, xhi));
+          p01 = _mm256_hadd_epi32(p01, p23);
         } else {
+          // |u| <= 31: each i16 lane below is at most 4 * 31 * 127 = 15748 in magnitude, so the
+          // pairwise i16 add of vphaddw cannot overflow.
           p01 = _mm256_madd_epi16(
-              _mm256_add_epi16(_mm256_maddubs_epi16(lo01, xlo), _mm256_maddubs_epi16(hi01, xhi)), ones);
-          p23 = _mm256_madd_epi16(
-              _mm256_add_epi16(_mm256_maddubs_epi16(lo23, xlo), _mm256_maddubs_epi16(hi23, xhi)), ones);
+              _mm256_hadd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(lo01, xlo), _mm256_maddubs_epi16(hi01, xhi)),
+                                _mm256_add_epi16(_mm256_maddubs_epi16(lo23, xlo), _mm256_maddubs_epi16(hi23, xhi))),
+              ones);
         }
-        const __m256 h = _mm256_cvtepi32_ps(_mm256_hadd_epi32(p01, p23));
+        const __m256 h = _mm256_cvtepi32_ps(p01);
         acc[r] = _mm256_fmadd_ps(h, _mm256_mul_ps(a8, _mm256_broadcast_ss(&xb.d)), acc[r]);
         if constexpr (Fmt::kOffset) {
-          off[r] = _mm_fmadd_ps(o4, _mm_set1_ps(sums[r][2 * unit] + sums[r][2 * unit + 1]), off[r]);
+          off[r] = _mm_fmadd_ps(o4, _mm_broadcast_ss(&usums[r][unit]), off[r]);
         }
       }
     }
@@ -464,20 +468,22 @@ HWY_INLINE void PairTile(const ActBlockQ8* const* x, const float* const* sums, c
 // Rows [0, R) of the activations against weight rows [m0, m1), four weight rows at a time (the
 // last group repeats row m1 - 1 to fill the tile; those results are dropped).
 template <class Fmt, int R>
-HWY_NOINLINE void PairRowsTile(const ActBlockQ8* xq, const float* sums, size_t units, int m0, int m1,
-                               const uint8_t* w, size_t row_bytes, float scale, float* y, size_t ldy) {
+HWY_NOINLINE void PairRowsTile(const ActBlockQ8* xq, const float* sums, const float* usums, size_t units, int m0,
+                               int m1, const uint8_t* w, size_t row_bytes, float scale, float* y, size_t ldy) {
   const ActBlockQ8* x[R];
   const float* s[R];
+  const float* us[R];
   for (int r = 0; r < R; ++r) {
     x[r] = xq + r * units;
     s[r] = sums + r * 2 * units;
+    us[r] = usums + r * units;
   }
   const size_t nb = units / Fmt::kUnits;
   float out[R][4];
   for (int m = m0; m < m1; m += 4) {
     const uint8_t* rows[4];
     for (int i = 0; i < 4; ++i) rows[i] = w + static_cast<size_t>(std::min(m + i, m1 - 1)) * row_bytes;
-    PairTile<Fmt, R>(x, s, rows, nb, w + static_cast<size_t>(m + kPrefetchTiles * 4) * row_bytes, out);
+    PairTile<Fmt, R>(x, s, us, rows, nb, w + static_cast<size_t>(m + kPrefetchTiles * 4) * row_bytes, out);
     const int n = std::min(4, m1 - m);
     for (int r = 0; r < R; ++r) {
       for (int i = 0; i < n; ++i) y[r * ldy + m + i] = out[r][i] * scale;
@@ -557,22 +563,31 @@ void MatMulFmt(const ActBlockQ8* xq, const float* sums, int rows, int K, const u
   const int group = rows <= 4 ? M : std::max(1, static_cast<int>((256u << 10) / std::max<size_t>(row_bytes, 1)));
 #if G4_Q8_AVX2
   if constexpr (Fmt::kPaired) {
+    // One-scale formats add their offsets per unit: the two half sums of each activation unit,
+    // added once here rather than in every tile.
+    thread_local std::vector<float> usums;
+    if constexpr (!Fmt::kTwoScales && Fmt::kOffset) {
+      const size_t n = static_cast<size_t>(rows) * units;
+      if (usums.size() < n) usums.resize(n);
+      for (size_t i = 0; i < n; ++i) usums[i] = sums[2 * i] + sums[2 * i + 1];
+    }
     for (int m0 = 0; m0 < M; m0 += group) {
       const int m1 = std::min(M, m0 + group);
       for (int r0 = 0; r0 < rows;) {
         const int R = std::min(kPairRows, rows - r0);
         const ActBlockQ8* xr = xq + static_cast<size_t>(r0) * units;
         const float* sr = sums + static_cast<size_t>(r0) * 2 * units;
+        const float* ur = usums.data() + static_cast<size_t>(r0) * units;
         float* yr = y + static_cast<size_t>(r0) * ldy;
         switch (R) {
-          case 8: PairRowsTile<Fmt, 8>(xr, sr, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
-          case 7: PairRowsTile<Fmt, 7>(xr, sr, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
-          case 6: PairRowsTile<Fmt, 6>(xr, sr, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
-          case 5: PairRowsTile<Fmt, 5>(xr, sr, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
-          case 4: PairRowsTile<Fmt, 4>(xr, sr, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
-          case 3: PairRowsTile<Fmt, 3>(xr, sr, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
-          case 2: PairRowsTile<Fmt, 2>(xr, sr, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
-          default: PairRowsTile<Fmt, 1>(xr, sr, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
+          case 8: PairRowsTile<Fmt, 8>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
+          case 7: PairRowsTile<Fmt, 7>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
+          case 6: PairRowsTile<Fmt, 6>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
+          case 5: PairRowsTile<Fmt, 5>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
+          case 4: PairRowsTile<Fmt, 4>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
+          case 3: PairRowsTile<Fmt, 3>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
+          case 2: PairRowsTile<Fmt, 2>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
+          default: PairRowsTile<Fmt, 1>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
         }
         r0 += R;
       }
