@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <memory>
+#include <new>
 #include <vector>
 
 #include "backends/cpu/attention.h"
@@ -33,12 +35,12 @@ class CpuExecutable : public Executable {
     auto it = outputs_.find(name);
     if (it == outputs_.end()) return {};
     const Node& n = graph_.node(it->second);
-    return OutputView{buffers_[buffer_of_[it->second]].data(), RowsOf(n), n.cols};
+    return OutputView{arena_.get() + offset_of_[it->second], RowsOf(n), n.cols};
   }
 
  private:
   int RowsOf(const Node& n) const { return n.rows == Rows::kTokens ? num_tokens_ : num_out_; }
-  float* Buf(int node) { return buffers_[buffer_of_[node]].data(); }
+  float* Buf(int node) { return arena_.get() + offset_of_[node]; }
   void Plan();
   void RunAttention(const AttentionOp& op, const float* q, const float* k, const float* v, float* out,
                     const StepInput& in, KvCache& cache);
@@ -56,8 +58,14 @@ class CpuExecutable : public Executable {
   std::vector<float> act_sums_;                   // and their half sums
   int act_q8_node_ = -1;                          // the node they quantise (-1: none), this Run
   std::vector<std::vector<float>> task_scratch_;  // per pool task: one converted weight row
-  std::vector<std::vector<float>> buffers_;
-  std::vector<int> buffer_of_;       // node -> buffer index (-1: no output)
+  // Every node output lives in one arena (see Plan); offset_of_[node] in floats (kNoBuffer: none).
+  static constexpr size_t kNoBuffer = ~size_t{0};
+  static constexpr size_t kArenaAlignBytes = 64;
+  struct ArenaDelete {
+    void operator()(float* p) const { ::operator delete[](p, std::align_val_t(kArenaAlignBytes)); }
+  };
+  std::unique_ptr<float[], ArenaDelete> arena_;
+  std::vector<size_t> offset_of_;
   std::map<std::string, int> outputs_;
   // Scratch, sized at plan time or grown on first use only.
   std::vector<float> scratch_;       // one converted weight row (max K)
@@ -67,6 +75,12 @@ class CpuExecutable : public Executable {
   std::vector<float> moe_scratch_;
 };
 
+// Buffer planning: every node output with columns gets a range of one arena, live from the node
+// that writes it to its last reader (exported outputs: to the end of the step). Ranges are placed
+// greedily by size, largest first, each at the lowest offset that overlaps no range live at the
+// same time (TFLite's "greedy by size"): the arena comes close to the largest set of values live
+// at once, whatever the order of the graph, and long-lived small values never pin large blocks.
+// A node's output never shares bytes with its inputs (their lifetimes meet at the node).
 void CpuExecutable::Plan() {
   const auto& nodes = graph_.nodes();
   const int n = static_cast<int>(nodes.size());
@@ -78,37 +92,45 @@ void CpuExecutable::Plan() {
       last_use[i] = n;  // exported: never freed
       outputs_[nodes[i].name] = i;
     }
-  buffer_of_.assign(n, -1);
-  std::vector<size_t> capacity;
-  std::vector<int> free_list;
+  constexpr size_t kAlign = kArenaAlignBytes / sizeof(float);  // every range starts on a 64-byte boundary
+  struct Range {
+    int node, first, last;
+    size_t size, offset;  // floats
+  };
+  std::vector<Range> ranges;
   size_t max_k = 1;
   for (int i = 0; i < n; ++i) {
     const Node& node = nodes[i];
     for (int in : node.inputs) max_k = std::max<size_t>(max_k, nodes[in].cols);
-    if (node.cols > 0) {
-      const size_t need = static_cast<size_t>(RowsOf(node)) * node.cols;
-      // Best fit among free buffers, else a new one.
-      int best = -1;
-      for (size_t f = 0; f < free_list.size(); ++f) {
-        const int b = free_list[f];
-        if (capacity[b] >= need && (best < 0 || capacity[b] < capacity[free_list[best]])) best = static_cast<int>(f);
-      }
-      if (best >= 0) {
-        buffer_of_[i] = free_list[best];
-        free_list.erase(free_list.begin() + best);
-      } else {
-        buffer_of_[i] = static_cast<int>(capacity.size());
-        capacity.push_back(need);
-      }
-    }
-    for (int in : node.inputs)  // release inputs after their last reader (once, even if read twice)
-      if (last_use[in] == i && buffer_of_[in] >= 0 &&
-          std::find(free_list.begin(), free_list.end(), buffer_of_[in]) == free_list.end())
-        free_list.push_back(buffer_of_[in]);
-    if (node.cols > 0 && last_use[i] < 0) free_list.push_back(buffer_of_[i]);  // unused output
+    if (node.cols <= 0) continue;
+    const size_t need = static_cast<size_t>(RowsOf(node)) * node.cols;
+    ranges.push_back({i, i, std::max(i, last_use[i]), (std::max<size_t>(need, 1) + kAlign - 1) / kAlign * kAlign, 0});
   }
-  buffers_.resize(capacity.size());
-  for (size_t b = 0; b < capacity.size(); ++b) buffers_[b].assign(std::max<size_t>(capacity[b], 1), 0.0f);
+  std::vector<int> order(ranges.size());
+  for (size_t r = 0; r < order.size(); ++r) order[r] = static_cast<int>(r);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return ranges[a].size > ranges[b].size; });
+  std::vector<const Range*> placed, overlapping;
+  size_t arena = 0;
+  for (int r : order) {
+    Range& cur = ranges[r];
+    overlapping.clear();
+    for (const Range* p : placed)
+      if (p->first <= cur.last && cur.first <= p->last) overlapping.push_back(p);
+    std::sort(overlapping.begin(), overlapping.end(), [](const Range* a, const Range* b) { return a->offset < b->offset; });
+    size_t offset = 0;
+    for (const Range* p : overlapping) {
+      if (p->offset >= offset + cur.size) break;  // the gap before p fits
+      offset = std::max(offset, p->offset + p->size);
+    }
+    cur.offset = offset;
+    arena = std::max(arena, offset + cur.size);
+    placed.push_back(&cur);
+  }
+  offset_of_.assign(n, kNoBuffer);
+  for (const Range& r : ranges) offset_of_[r.node] = r.offset;
+  const size_t arena_bytes = std::max<size_t>(arena, 1) * sizeof(float);
+  arena_.reset(static_cast<float*>(::operator new[](arena_bytes, std::align_val_t(kArenaAlignBytes))));
+  std::memset(arena_.get(), 0, arena_bytes);
   scratch_.assign(max_k, 0.0f);
   task_scratch_.assign(pool_->size(), std::vector<float>(max_k, 0.0f));
   attn_cache_rows_.assign(2 * static_cast<size_t>(num_tokens_), nullptr);
