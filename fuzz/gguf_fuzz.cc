@@ -38,10 +38,11 @@ uint64_t Bits(double d) {
 void Touch(const g4::GgufValue& v, uint64_t* h) {
   *h = *h * 31 + v.gguf_type + v.u + static_cast<uint64_t>(v.i) + (v.b ? 1 : 0) + Bits(v.f);
   for (char c : v.s) *h = *h * 131 + static_cast<unsigned char>(c);
-  for (const std::string& s : v.strings) {
-    for (char c : s) *h = *h * 131 + static_cast<unsigned char>(c);
+  for (size_t k = 0; k < v.size(); ++k) {
+    for (char c : v.StringAt(k)) *h = *h * 131 + static_cast<unsigned char>(c);
+    *h = *h * 31 + static_cast<uint64_t>(v.IntAt(k)) + Bits(v.FloatAt(k)) + (v.BoolAt(k) ? 1 : 0);
+    Touch(v.ArrayAt(k), h);
   }
-  for (const g4::GgufValue& e : v.array) Touch(e, h);
 }
 
 }  // namespace

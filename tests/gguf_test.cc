@@ -258,31 +258,93 @@ TEST(GgufTest, ParsesEveryMetadataTypeV2AndV3) {
     const GgufValue& as = meta("arr_str");
     EXPECT_EQ(as.type, GgufValue::Type::kArray);
     EXPECT_EQ(as.array_type, kStr);
-    EXPECT_EQ(as.strings, (std::vector<std::string>{"x", "", "<bos>"}));
-    EXPECT_TRUE(as.array.empty());
+    ASSERT_EQ(as.size(), 3u);
+    EXPECT_EQ(as.StringAt(0), "x");
+    EXPECT_EQ(as.StringAt(1), "");
+    EXPECT_EQ(as.StringAt(2), "<bos>");
+    EXPECT_EQ(as.Strings(), (std::vector<std::string>{"x", "", "<bos>"}));
+    EXPECT_EQ(as.IntAt(0), 0);  // not a number
     const GgufValue& ai = meta("arr_i32");
     EXPECT_EQ(ai.array_type, kI32);
-    ASSERT_EQ(ai.array.size(), 3u);
-    EXPECT_EQ(ai.array[0].i, -1);
-    EXPECT_EQ(ai.array[1].i, 7);
-    EXPECT_EQ(ai.array[2].i, 2147483647);
-    EXPECT_EQ(ai.array[2].type, GgufValue::Type::kInt);
+    ASSERT_EQ(ai.size(), 3u);
+    EXPECT_EQ(ai.IntAt(0), -1);
+    EXPECT_EQ(ai.IntAt(1), 7);
+    EXPECT_EQ(ai.IntAt(2), 2147483647);
+    EXPECT_EQ(ai.FloatAt(0), -1.0);
+    EXPECT_TRUE(ai.BoolAt(0));
+    EXPECT_EQ(ai.StringAt(0), "");  // not a string
+    EXPECT_TRUE(ai.Strings().empty());
     const GgufValue& af = meta("arr_f32");
-    ASSERT_EQ(af.array.size(), 2u);
-    EXPECT_EQ(af.array[1].f, -2.25);
+    ASSERT_EQ(af.size(), 2u);
+    EXPECT_EQ(af.FloatAt(0), 0.5);
+    EXPECT_EQ(af.FloatAt(1), -2.25);
+    EXPECT_EQ(af.IntAt(1), -2);  // truncated toward zero
     const GgufValue& ab = meta("arr_bool");
-    ASSERT_EQ(ab.array.size(), 2u);
-    EXPECT_TRUE(ab.array[0].b);
-    EXPECT_FALSE(ab.array[1].b);
+    ASSERT_EQ(ab.size(), 2u);
+    EXPECT_TRUE(ab.BoolAt(0));
+    EXPECT_FALSE(ab.BoolAt(1));
+    EXPECT_EQ(ab.IntAt(0), 1);
     EXPECT_EQ(meta("arr_empty").array_type, kU64);
-    EXPECT_TRUE(meta("arr_empty").array.empty());
+    EXPECT_EQ(meta("arr_empty").size(), 0u);
+    EXPECT_EQ(meta("str").size(), 0u);  // a scalar string is not an array
     const GgufValue& an = meta("arr_nested");
     EXPECT_EQ(an.array_type, kArr);
-    ASSERT_EQ(an.array.size(), 2u);
-    EXPECT_EQ(an.array[0].type, GgufValue::Type::kArray);
-    EXPECT_EQ(an.array[0].array_type, kStr);
-    EXPECT_EQ(an.array[0].strings, (std::vector<std::string>{"a", "bc"}));
-    EXPECT_TRUE(an.array[1].strings.empty());
+    ASSERT_EQ(an.size(), 2u);
+    EXPECT_EQ(an.ArrayAt(0).type, GgufValue::Type::kArray);
+    EXPECT_EQ(an.ArrayAt(0).array_type, kStr);
+    EXPECT_EQ(an.ArrayAt(0).Strings(), (std::vector<std::string>{"a", "bc"}));
+    EXPECT_EQ(an.ArrayAt(1).size(), 0u);
+    EXPECT_EQ(ai.ArrayAt(0).size(), 0u);  // not an array of arrays
+  }
+}
+
+// The tokenizer arrays, as llama.cpp's converter writes them: string tokens, float32 scores,
+// int32 token types. Elements are views into the mapping, valid after the metadata pages are
+// released (they are read back from the file).
+TEST(GgufTest, VocabularyArraysHoldEveryElement) {
+  const std::vector<std::string> tokens = {"<pad>", "<eos>", "<bos>", "", "\xe2\x96\x81the",
+                                           "a token longer than the small-string buffer", "<0x0A>"};
+  W scores, types;
+  for (size_t k = 0; k < tokens.size(); ++k) {
+    scores.put<float>(-0.25f * static_cast<float>(k) - 1.0f);
+    types.put<int32_t>(k < 3 ? 3 : k == 6 ? 6 : 1);
+  }
+  // A second, larger vocabulary checks offsets far from the array start.
+  std::vector<std::string> many;
+  for (int k = 0; k < 5000; ++k) many.push_back("t" + std::to_string(k * 7919));
+  Spec s;
+  s.kvs = {{"tokenizer.ggml.tokens", StrArrVal(tokens)},
+           {"tokenizer.ggml.scores", ArrVal(kF32, tokens.size(), scores.b)},
+           {"tokenizer.ggml.token_type", ArrVal(kI32, tokens.size(), types.b)},
+           {"many", StrArrVal(many)}};
+  s.tensors = {{"a.weight", {4, 2}, kGgmlF32, F32Bytes({1, 2, 3, 4, 5, 6, 7, 8})}};
+  auto g = OpenOk(Serialize(s));
+  ASSERT_TRUE(g);
+  for (int pass = 0; pass < 2; ++pass) {
+    SCOPED_TRACE(pass == 0 ? "as opened" : "after ReleaseMetadataPages");
+    const GgufValue* t = g->FindMeta("tokenizer.ggml.tokens");
+    const GgufValue* sc = g->FindMeta("tokenizer.ggml.scores");
+    const GgufValue* ty = g->FindMeta("tokenizer.ggml.token_type");
+    const GgufValue* m = g->FindMeta("many");
+    ASSERT_TRUE(t && sc && ty && m);
+    EXPECT_EQ(t->array_type, kStr);
+    EXPECT_EQ(sc->array_type, kF32);
+    EXPECT_EQ(ty->array_type, kI32);
+    ASSERT_EQ(t->size(), tokens.size());
+    ASSERT_EQ(sc->size(), tokens.size());
+    ASSERT_EQ(ty->size(), tokens.size());
+    for (size_t k = 0; k < tokens.size(); ++k) {
+      EXPECT_EQ(t->StringAt(k), tokens[k]) << k;
+      EXPECT_EQ(sc->FloatAt(k), -0.25 * static_cast<double>(k) - 1.0) << k;
+      EXPECT_EQ(ty->IntAt(k), k < 3 ? 3 : k == 6 ? 6 : 1) << k;
+    }
+    EXPECT_EQ(t->Strings(), tokens);
+    ASSERT_EQ(m->size(), many.size());
+    for (size_t k = 0; k < many.size(); k += 997) EXPECT_EQ(m->StringAt(k), many[k]) << k;
+    EXPECT_EQ(m->StringAt(many.size() - 1), many.back());
+    // Tensor data is untouched by the release.
+    EXPECT_EQ(g->Find("a.weight")->GetF32(7), 8.0f);
+    g->ReleaseMetadataPages();
   }
 }
 
@@ -461,14 +523,14 @@ TEST(GgufTest, OpensFilesWrittenByGgufPackage) {
       EXPECT_EQ((*g)->GetString("test.str").value(), "h\xc3\xa9llo");
       const GgufValue* nested = (*g)->FindMeta("test.arr_nested");
       ASSERT_NE(nested, nullptr);
-      ASSERT_EQ(nested->array.size(), 2u);
-      EXPECT_EQ(nested->array[0].strings, (std::vector<std::string>{"x", "yz"}));
-      EXPECT_EQ(nested->array[1].strings, (std::vector<std::string>{"w"}));
+      ASSERT_EQ(nested->size(), 2u);
+      EXPECT_EQ(nested->ArrayAt(0).Strings(), (std::vector<std::string>{"x", "yz"}));
+      EXPECT_EQ(nested->ArrayAt(1).Strings(), (std::vector<std::string>{"w"}));
       const GgufValue* nested_int = (*g)->FindMeta("test.arr_nested_int");
       ASSERT_NE(nested_int, nullptr);
-      ASSERT_EQ(nested_int->array.size(), 2u);
-      ASSERT_EQ(nested_int->array[0].array.size(), 2u);
-      EXPECT_EQ(nested_int->array[0].array[1].i, 2);
+      ASSERT_EQ(nested_int->size(), 2u);
+      ASSERT_EQ(nested_int->ArrayAt(0).size(), 2u);
+      EXPECT_EQ(nested_int->ArrayAt(0).IntAt(1), 2);
     } else if (name == "seed-tensors.gguf") {
       const std::pair<const char*, DType> want[] = {
           {"t.f32", DType::kF32},   {"t.f16", DType::kF16},   {"t.bf16", DType::kBF16},
@@ -493,7 +555,7 @@ TEST(GgufTest, OpensFilesWrittenByGgufPackage) {
       EXPECT_EQ(b->GetF32(4), 4.0f);
     } else if (name == "seed-gemma3.gguf") {
       EXPECT_EQ((*g)->GetString("general.architecture").value(), "gemma3");
-      EXPECT_EQ((*g)->FindMeta("tokenizer.ggml.tokens")->strings.at(2), "<bos>");
+      EXPECT_EQ((*g)->FindMeta("tokenizer.ggml.tokens")->StringAt(2), "<bos>");
       EXPECT_EQ((*g)->Find("token_embd.weight")->shape, (std::vector<int64_t>{16, 64}));
     }
   }
@@ -785,21 +847,32 @@ TEST_F(GgufRealModel, Metadata) {
   ASSERT_NE(tokens, nullptr);
   EXPECT_EQ(tokens->type, GgufValue::Type::kArray);
   EXPECT_EQ(tokens->array_type, 8u);
-  ASSERT_EQ(tokens->strings.size(), 262144u);
-  EXPECT_EQ(tokens->strings[0], "<pad>");
-  EXPECT_EQ(tokens->strings[1], "<eos>");
-  EXPECT_EQ(tokens->strings[2], "<bos>");
+  ASSERT_EQ(tokens->size(), 262144u);
+  EXPECT_EQ(tokens->StringAt(0), "<pad>");
+  EXPECT_EQ(tokens->StringAt(1), "<eos>");
+  EXPECT_EQ(tokens->StringAt(2), "<bos>");
+  EXPECT_EQ(tokens->StringAt(106), "<end_of_turn>");
+  EXPECT_EQ(tokens->StringAt(1000), "put");
+  EXPECT_EQ(tokens->StringAt(262143), "<unused6241>");
+  // Values as read by the gguf Python package (GGUFReader).
   const GgufValue* scores = g.FindMeta("tokenizer.ggml.scores");
   ASSERT_NE(scores, nullptr);
   EXPECT_EQ(scores->array_type, 6u);
-  EXPECT_EQ(scores->array.size(), 262144u);
+  ASSERT_EQ(scores->size(), 262144u);
+  EXPECT_EQ(scores->FloatAt(0), -1000.0);
+  EXPECT_EQ(scores->FloatAt(1000), -506.0);
+  EXPECT_EQ(scores->FloatAt(262143), -1000.0);
   const GgufValue* types = g.FindMeta("tokenizer.ggml.token_type");
   ASSERT_NE(types, nullptr);
   EXPECT_EQ(types->array_type, 5u);
-  ASSERT_EQ(types->array.size(), 262144u);
+  ASSERT_EQ(types->size(), 262144u);
+  EXPECT_EQ(types->IntAt(2), 3);       // control
+  EXPECT_EQ(types->IntAt(236), 4);     // user-defined ("</iframe>")
+  EXPECT_EQ(types->IntAt(1000), 1);    // normal
+  EXPECT_EQ(types->IntAt(256000), 4);  // "<end_of_image>"
   const GgufValue* tags = g.FindMeta("general.tags");
   ASSERT_NE(tags, nullptr);
-  EXPECT_EQ(tags->strings,
+  EXPECT_EQ(tags->Strings(),
             (std::vector<std::string>{"gemma3", "gemma", "google", "text-generation"}));
 }
 

@@ -309,6 +309,10 @@ TEST_P(KernelsTest, GeGluAndSoftcap) {
       const double tol = 0.5 * std::fabs(static_cast<double>(a[i]) * b[i]) * 5 * kU + 4 * kU * std::fabs(y_ref[i]);
       EXPECT_LE(std::fabs(static_cast<double>(y[i]) - y_ref[i]), tol) << "gelu n=" << n << " a=" << a[i] << " b=" << b[i];
     }
+    // In place over `a` (how the CPU executable runs the MLP): the same bits as out of place.
+    std::vector<float> in_place = a;
+    cpu::GeGlu(in_place.data(), b.data(), n, in_place.data());
+    EXPECT_EQ(in_place, y) << "gelu in place n=" << n;
     // Softcap: cap * tanh(x / cap): the same bound on tanh, times cap.
     for (float cap : {30.0f, 50.0f}) {
       cpu::Softcap(a.data(), n, cap, y.data());

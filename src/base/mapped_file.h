@@ -23,6 +23,12 @@ class MappedFile {
   size_t size() const { return size_; }  // bytes
   const std::string& path() const { return path_; }
 
+  // Drops the resident pages wholly inside bytes [offset, offset + length) (madvise
+  // MADV_DONTNEED): they leave the resident set and are read back from the file on the next
+  // access, so the data stays valid. Partial pages at either end are kept. Ranges past the end are
+  // clipped. Never fails (madvise errors are ignored).
+  void ReleasePages(size_t offset, size_t length) const;
+
  private:
   MappedFile() = default;
   const uint8_t* data_ = nullptr;

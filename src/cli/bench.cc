@@ -587,8 +587,11 @@ int BenchMain(int argc, char** argv) {
   }
   engine.ResetSequence(seq);
 
-  // Peak memory of the benchmark itself, before the bandwidth test allocates its buffers.
+  // Peak memory of the benchmark itself, before the bandwidth test allocates its buffers, and the
+  // budget it is held to: the weights as stored plus the KV cache this run allocated, plus 10%.
   const size_t peak_rss = PeakRssBytes();
+  const size_t kv_cache_bytes = engine.cache().bytes();
+  const size_t rss_budget = static_cast<size_t>(static_cast<double>(size_bytes + kv_cache_bytes) * 1.1);
   const BandwidthResult bw = MeasureCopyBandwidth(static_cast<size_t>(bw_mib) << 20, threads, bw_iters);
   for (TestResult& r : results)
     if (!r.prompt && bw.gbps > 0 && r.median_ts > 0)
@@ -635,6 +638,10 @@ int BenchMain(int argc, char** argv) {
       if (r.depth == 0) out[r.test] = r.median_ts;
     }
     out["peak_rss_bytes"] = peak_rss;
+    out["weights_bytes"] = size_bytes;
+    out["kv_cache_bytes"] = kv_cache_bytes;
+    out["peak_rss_budget_bytes"] = rss_budget;
+    out["peak_rss_within_budget"] = peak_rss > 0 && peak_rss <= rss_budget;
     out["bandwidth_gbps"] = bw.gbps;
     out["bandwidth_test"] = {{"method", "memcpy, (read + written bytes) / best time"},
                              {"buffer_bytes", bw.bytes},
@@ -646,7 +653,11 @@ int BenchMain(int argc, char** argv) {
     if (quality_result) out["quality"] = quality_json();
     std::printf("%s\n", out.dump(1).c_str());
   } else {
-    std::printf("\npeak RSS %s (VmHWM)", HumanBytes(static_cast<double>(peak_rss)).c_str());
+    std::printf("\npeak RSS %s (VmHWM); weights %s + KV cache %s (context %d) + 10%% = %s: %s",
+                HumanBytes(static_cast<double>(peak_rss)).c_str(), HumanBytes(static_cast<double>(size_bytes)).c_str(),
+                HumanBytes(static_cast<double>(kv_cache_bytes)).c_str(), context,
+                HumanBytes(static_cast<double>(rss_budget)).c_str(),
+                peak_rss == 0 ? "not measured" : peak_rss <= rss_budget ? "within" : "OVER");
     if (bw.gbps > 0)
       std::printf("; memcpy bandwidth %.2f GB/s (%d threads, %s buffer, read + written bytes)", bw.gbps, threads,
                   HumanBytes(static_cast<double>(bw.bytes)).c_str());

@@ -15,7 +15,9 @@ Graph BuildGemmaGraph(const ModelConfig& c, const ModelWeights& w, const GraphOp
   };
 
   // Embedding scale is cast to the weight dtype first (Gemma4TextScaledWordEmbedding).
-  int x = g.Add(EmbedOp{w.embed, RoundToDType(std::sqrt(static_cast<float>(H)), w.embed->dtype)}, {}, H, "embeddings");
+  const bool export_all = opt.export_intermediates;
+  int x = g.Add(EmbedOp{w.embed, RoundToDType(std::sqrt(static_cast<float>(H)), w.embed->dtype)}, {}, H,
+                export_all ? "embeddings" : "");
 
   int ple = -1;
   const int P = c.ple_dim;
@@ -24,10 +26,13 @@ Graph BuildGemmaGraph(const ModelConfig& c, const ModelWeights& w, const GraphOp
     int tok = g.Add(EmbedOp{w.ple_embed, RoundToDType(std::sqrt(static_cast<float>(P)), w.ple_embed->dtype)}, {}, LP);
     int proj = linear(x, w.ple_model_proj, 1.0f / std::sqrt(static_cast<float>(H)));
     proj = norm(proj, w.ple_proj_norm, P);
-    ple = g.Add(AddOp{1.0f / std::sqrt(2.0f)}, {proj, tok}, LP, "ple");
+    ple = g.Add(AddOp{1.0f / std::sqrt(2.0f)}, {proj, tok}, LP, export_all ? "ple" : "");
   }
 
   std::vector<int> layer_k(c.num_layers, -1), layer_v(c.num_layers, -1);
+  // The last layer whose attention reads each owner's cache: its KvWrite goes right after it.
+  std::vector<int> last_reader(c.num_layers, -1);
+  for (int l = 0; l < c.num_layers; ++l) last_reader[c.layers[l].kv_donor < 0 ? l : c.layers[l].kv_donor] = l;
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerPlan& lp = c.layers[l];
     const LayerWeights& lw = w.layers[l];
@@ -50,6 +55,10 @@ Graph BuildGemmaGraph(const ModelConfig& c, const ModelWeights& w, const GraphOp
     }
     int a = g.Add(AttentionOp{owner, c.num_heads, lp.num_kv_heads, D, lp.window, c.attn_scale, c.attn_softcap},
                   {q, layer_k[owner], layer_v[owner]}, c.num_heads * D);
+    // Caches are written after every layer that reads them (KV-shared readers see the pre-step
+    // cache plus the step's own k/v, exactly like the owner); then k/v are dead.
+    for (int o = 0; o <= l; ++o)
+      if (last_reader[o] == l && layer_k[o] >= 0) g.Add(KvWriteOp{o}, {layer_k[o], layer_v[o]}, 0);
     a = norm(linear(a, lw.o_proj), lw.post_attn_norm, H);
     x = g.Add(AddOp{}, {x, a}, H);
 
@@ -78,13 +87,7 @@ Graph BuildGemmaGraph(const ModelConfig& c, const ModelWeights& w, const GraphOp
       x = g.Add(AddOp{}, {x, norm(inj, lw.ple_post_norm, H)}, H);
     }
     if (c.family == ModelFamily::kGemma4) x = g.Add(ScaleOp{lw.layer_scalar}, {x}, H);
-    g.Export(x, "hidden." + std::to_string(l));
-  }
-
-  // Caches are written after every layer that reads them (KV-shared readers see the pre-step
-  // cache plus the step's own k/v, exactly like the owner).
-  for (int l = 0; l < c.num_layers; ++l) {
-    if (layer_k[l] >= 0) g.Add(KvWriteOp{l}, {layer_k[l], layer_v[l]}, 0);
+    if (export_all) g.Export(x, "hidden." + std::to_string(l));
   }
 
   if (!opt.all_logits) x = g.Add(SelectRowsOp{}, {x}, H);

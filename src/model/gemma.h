@@ -14,7 +14,9 @@
 //     [PLE] x = x + norm_post_ple((gelu(x W_gateᵀ) * ple[:, l]) W_projᵀ)
 //     x = x * layer_scalar
 //   logits = softcap(norm_final(x) . embedᵀ)
-// KV caches are written once at the end of the step (KvWrite), after every reader.
+// Each cache-owning layer's KV cache is written (KvWrite) right after the last attention that
+// reads it (the owner's own, or that of its last KV-shared reader), so every reader sees the
+// pre-step cache plus the step's own k/v, and the step's k/v are freed as early as possible.
 #pragma once
 
 #include "graph/graph.h"
@@ -27,10 +29,15 @@ struct GraphOptions {
   // true: logits for every step token (Rows::kTokens); false: only for the step's output rows
   // (SelectRows before the final norm), as generation needs.
   bool all_logits = false;
+  // true: also export the intermediates "embeddings", "hidden.<l>" and "ple" (for tests and
+  // Engine::Prefill's `captured`). An exported output lives until the end of the step, so a
+  // backend keeps one [tokens, H] buffer per layer: leave this off for generation.
+  bool export_intermediates = false;
 };
 
-// Builds the forward graph. Exported outputs: "embeddings" [tokens, H], "hidden.<l>"
-// [tokens, H] (output of layer l), "ple" [tokens, L*P] when PLE exists, "logits" [rows, V].
+// Builds the forward graph. Exported outputs: "logits" [rows, V]; with export_intermediates
+// also "embeddings" [tokens, H], "hidden.<l>" [tokens, H] (output of layer l) and "ple"
+// [tokens, L*P] when PLE exists.
 Graph BuildGemmaGraph(const ModelConfig& config, const ModelWeights& weights, const GraphOptions& options);
 
 }  // namespace g4

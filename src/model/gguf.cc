@@ -3,7 +3,9 @@
 // tensors with more than 4 dimensions (GGML_MAX_DIMS), data offsets that are not a multiple of
 // the alignment, and shapes whose non-zero dimensions multiply past int64 (so every partial
 // product of a shape is safe). Counts are bounded by the smallest encoding of what they count
-// and the bytes left, so nothing is allocated for data the file does not contain.
+// and the bytes left, so nothing is allocated for data the file does not contain. Metadata arrays
+// are views into the mapping (see GgufValue); their bytes are validated here (string lengths,
+// bool values), once.
 #include "model/gguf.h"
 
 #include <algorithm>
@@ -11,6 +13,8 @@
 #include <cstring>
 #include <limits>
 #include <utility>
+
+#include "base/check.h"
 
 namespace g4 {
 
@@ -211,6 +215,8 @@ class GgufParser {
   // Reads a string; `what` (with "[index]" appended unless index is kNoIndex) names it in errors.
   static constexpr uint64_t kNoIndex = ~0ull;
   Status ReadString(std::string* s, const std::string& what, uint64_t index = kNoIndex);
+  // Steps over a string; its bytes are [*begin, *begin + *len) of the file (either may be null).
+  Status SkipString(const std::string& what, uint64_t index, uint64_t* begin = nullptr, uint64_t* len = nullptr);
   Status ReadValue(uint32_t type, GgufValue* v, const std::string& where, int depth);
   Status ReadTensorInfos(uint64_t count, uint32_t alignment);
 
@@ -221,19 +227,27 @@ class GgufParser {
   const std::string& path_;
 };
 
-Status GgufParser::ReadString(std::string* s, const std::string& what, uint64_t index) {
+Status GgufParser::SkipString(const std::string& what, uint64_t index, uint64_t* begin, uint64_t* len) {
   // Messages are only built on failure: this runs once per vocabulary entry.
   auto name = [&] { return index == kNoIndex ? what : what + "[" + Str(index) + "]"; };
   if (Left() < 8) return Need(8, name() + " (string length)");
-  uint64_t len = 0;
-  std::memcpy(&len, data_ + pos_, 8);
+  uint64_t n = 0;
+  std::memcpy(&n, data_ + pos_, 8);
   pos_ += 8;
-  if (len > Left()) {
-    return Error(name() + ": string length " + Str(len) + " runs past the end of the file (" +
+  if (n > Left()) {
+    return Error(name() + ": string length " + Str(n) + " runs past the end of the file (" +
                  Str(Left()) + " bytes left at offset " + Str(pos_) + ")");
   }
-  s->assign(reinterpret_cast<const char*>(data_ + pos_), static_cast<size_t>(len));
-  pos_ += len;
+  if (begin) *begin = pos_;
+  if (len) *len = n;
+  pos_ += n;
+  return OkStatus();
+}
+
+Status GgufParser::ReadString(std::string* s, const std::string& what, uint64_t index) {
+  uint64_t begin = 0, len = 0;
+  G4_RETURN_IF_ERROR(SkipString(what, index, &begin, &len));
+  s->assign(reinterpret_cast<const char*>(data_ + begin), static_cast<size_t>(len));
   return OkStatus();
 }
 
@@ -279,25 +293,34 @@ Status GgufParser::ReadValue(uint32_t type, GgufValue* v, const std::string& whe
   }
   v->type = GgufValue::Type::kArray;
   v->array_type = elem_type;
+  v->count_ = static_cast<size_t>(count);
   if (elem_type == kTypeString) {
-    v->strings.resize(static_cast<size_t>(count));
+    // Views: one offset per element from the first one; the bytes stay in the mapping.
+    const uint64_t first = pos_;
+    v->elems_ = data_ + pos_;
+    v->string_offsets_.resize(static_cast<size_t>(count));
     for (uint64_t k = 0; k < count; ++k) {
-      G4_RETURN_IF_ERROR(ReadString(&v->strings[k], where, k));
+      if (pos_ - first > std::numeric_limits<uint32_t>::max()) {
+        return Unimplemented(path_ + ": " + where + ": string array of more than 4 GiB is not supported");
+      }
+      v->string_offsets_[k] = static_cast<uint32_t>(pos_ - first);
+      G4_RETURN_IF_ERROR(SkipString(where, k));
     }
   } else if (IsScalar(elem_type)) {
     // The count check above guarantees all count * elem_min bytes are present.
-    v->array.resize(static_cast<size_t>(count));
-    for (uint64_t k = 0; k < count; ++k) {
-      if (!DecodeScalar(elem_type, data_ + pos_, &v->array[k])) {
-        return Error(where + "[" + Str(k) + "]: bool value " + Str(data_[pos_]) +
-                     " is neither 0 nor 1");
+    v->elems_ = data_ + pos_;
+    if (elem_type == kTypeBool) {
+      for (uint64_t k = 0; k < count; ++k) {
+        if (data_[pos_ + k] > 1) {
+          return Error(where + "[" + Str(k) + "]: bool value " + Str(data_[pos_ + k]) + " is neither 0 nor 1");
+        }
       }
-      pos_ += elem_min;
     }
+    pos_ += count * elem_min;
   } else {  // arrays of arrays
-    v->array.resize(static_cast<size_t>(count));
+    v->arrays_.resize(static_cast<size_t>(count));
     for (uint64_t k = 0; k < count; ++k) {
-      G4_RETURN_IF_ERROR(ReadValue(elem_type, &v->array[k], where + "[" + Str(k) + "]", depth + 1));
+      G4_RETURN_IF_ERROR(ReadValue(elem_type, &v->arrays_[k], where + "[" + Str(k) + "]", depth + 1));
     }
   }
   return OkStatus();
@@ -403,6 +426,7 @@ Status GgufParser::ReadTensorInfos(uint64_t count, uint32_t alignment) {
   // The data section starts at the next multiple of `alignment` (pos_ <= size_ < 2^63: no
   // overflow).
   const uint64_t data_start = (pos_ + alignment - 1) / alignment * alignment;
+  out_->data_start_ = std::min(data_start, size_);
 
   struct Range {
     uint64_t begin, end;
@@ -501,12 +525,100 @@ StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
   GgufParser parser(g.get(), file->data(), file->size());
   G4_RETURN_IF_ERROR(parser.Parse());
   g->file_ = std::move(file);
+  g->ReleaseMetadataPages();  // parsed: the metadata bytes are read again only through array views
   return StatusOr<std::unique_ptr<GgufFile>>(std::move(g));
+}
+
+void GgufFile::ReleaseMetadataPages() const {
+  if (file_) file_->ReleasePages(0, static_cast<size_t>(data_start_));
 }
 
 const GgufValue* GgufFile::FindMeta(const std::string& key) const {
   auto it = metadata_.find(key);
   return it == metadata_.end() ? nullptr : &it->second;
+}
+
+namespace {
+
+// A numeric or bool element decoded from its little-endian bytes.
+struct Number {
+  bool is_float = false, is_unsigned = false, ok = true;
+  int64_t i = 0;
+  uint64_t u = 0;
+  double f = 0;
+};
+
+Number DecodeNumber(uint32_t t, const uint8_t* p) {
+  Number n;
+  switch (t) {
+    case kTypeUInt8: case kTypeBool: n.is_unsigned = true; n.u = p[0]; break;
+    case kTypeUInt16: n.is_unsigned = true; n.u = Load<uint16_t>(p); break;
+    case kTypeUInt32: n.is_unsigned = true; n.u = Load<uint32_t>(p); break;
+    case kTypeUInt64: n.is_unsigned = true; n.u = Load<uint64_t>(p); break;
+    case kTypeInt8: n.i = static_cast<int8_t>(p[0]); break;
+    case kTypeInt16: n.i = Load<int16_t>(p); break;
+    case kTypeInt32: n.i = Load<int32_t>(p); break;
+    case kTypeInt64: n.i = Load<int64_t>(p); break;
+    case kTypeFloat32: n.is_float = true; n.f = Load<float>(p); break;
+    case kTypeFloat64: n.is_float = true; n.f = Load<double>(p); break;
+    default: n.ok = false; break;
+  }
+  return n;
+}
+
+Number ElementNumber(const GgufValue& v, size_t k, const uint8_t* elems) {
+  G4_CHECK(k < v.size());
+  if (!IsScalar(v.array_type)) return Number{false, false, false, 0, 0, 0};
+  return DecodeNumber(v.array_type, elems + k * MinEncodedSize(v.array_type));
+}
+
+}  // namespace
+
+int64_t GgufValue::IntAt(size_t k) const {
+  const Number n = ElementNumber(*this, k, elems_);
+  if (!n.ok) return 0;
+  if (n.is_float) {
+    // Truncate toward zero, saturating where the double does not fit (NaN -> 0).
+    if (!(n.f == n.f)) return 0;
+    if (n.f >= 9223372036854775807.0) return std::numeric_limits<int64_t>::max();
+    if (n.f <= -9223372036854775808.0) return std::numeric_limits<int64_t>::min();
+    return static_cast<int64_t>(n.f);
+  }
+  return n.is_unsigned ? static_cast<int64_t>(n.u) : n.i;
+}
+
+double GgufValue::FloatAt(size_t k) const {
+  const Number n = ElementNumber(*this, k, elems_);
+  if (!n.ok) return 0;
+  return n.is_float ? n.f : n.is_unsigned ? static_cast<double>(n.u) : static_cast<double>(n.i);
+}
+
+bool GgufValue::BoolAt(size_t k) const {
+  const Number n = ElementNumber(*this, k, elems_);
+  if (!n.ok) return false;
+  return n.is_float ? n.f != 0 : n.is_unsigned ? n.u != 0 : n.i != 0;
+}
+
+std::string_view GgufValue::StringAt(size_t k) const {
+  G4_CHECK(k < size());
+  if (array_type != kTypeString) return {};
+  const uint8_t* p = elems_ + string_offsets_[k];
+  const uint64_t len = Load<uint64_t>(p);  // checked against the file by the parser
+  return std::string_view(reinterpret_cast<const char*>(p + 8), static_cast<size_t>(len));
+}
+
+const GgufValue& GgufValue::ArrayAt(size_t k) const {
+  G4_CHECK(k < size());
+  static const GgufValue kEmpty;
+  return array_type == kTypeArray ? arrays_[k] : kEmpty;
+}
+
+std::vector<std::string> GgufValue::Strings() const {
+  std::vector<std::string> out;
+  if (type != Type::kArray || array_type != kTypeString) return out;
+  out.reserve(size());
+  for (size_t k = 0; k < size(); ++k) out.emplace_back(StringAt(k));
+  return out;
 }
 
 namespace {

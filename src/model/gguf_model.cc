@@ -17,12 +17,14 @@ Status PerLayerInt(const GgufFile& f, const std::string& key, int layers, std::v
     return OkStatus();
   }
   if (v->type == GgufValue::Type::kArray) {
-    if (static_cast<int>(v->array.size()) != layers)
-      return InvalidArgument(f.path() + ": metadata key '" + key + "' has " + std::to_string(v->array.size()) +
+    if (static_cast<int>(v->size()) != layers)
+      return InvalidArgument(f.path() + ": metadata key '" + key + "' has " + std::to_string(v->size()) +
                              " entries; block_count is " + std::to_string(layers));
+    if (!IsGgufIntegerType(v->array_type))
+      return InvalidArgument(f.path() + ": metadata key '" + key + "' is an array of GGUF type " +
+                             std::to_string(v->array_type) + ", not of integers");
     for (int i = 0; i < layers; ++i) {
-      const GgufValue& e = v->array[i];
-      const int64_t x = e.type == GgufValue::Type::kInt ? e.i : static_cast<int64_t>(e.u);
+      const int64_t x = v->IntAt(i);
       if (x < 0 || x > (1 << 30)) return InvalidArgument(f.path() + ": metadata key '" + key + "' entry out of range");
       (*out)[i] = static_cast<int>(x);
     }
@@ -88,9 +90,9 @@ StatusOr<ModelConfig> ConfigFromGguf(const GgufFile& f) {
   std::vector<LayerType> types(L, LayerType::kSliding);
   const GgufValue* pattern = f.FindMeta(a + "attention.sliding_window_pattern");
   if (pattern != nullptr && pattern->type == GgufValue::Type::kArray) {
-    if (static_cast<int>(pattern->array.size()) != L)
-      return InvalidArgument(f.path() + ": '" + a + "attention.sliding_window_pattern' has " + std::to_string(pattern->array.size()) + " entries, expected " + std::to_string(L));
-    for (int i = 0; i < L; ++i) types[i] = pattern->array[i].b ? LayerType::kSliding : LayerType::kFull;
+    if (static_cast<int>(pattern->size()) != L)
+      return InvalidArgument(f.path() + ": '" + a + "attention.sliding_window_pattern' has " + std::to_string(pattern->size()) + " entries, expected " + std::to_string(L));
+    for (int i = 0; i < L; ++i) types[i] = pattern->BoolAt(i) ? LayerType::kSliding : LayerType::kFull;
   } else {
     const int period = pattern != nullptr ? static_cast<int>(f.GetInt(a + "attention.sliding_window_pattern", 6)) : 6;
     if (period <= 0) return InvalidArgument(f.path() + ": '" + a + "attention.sliding_window_pattern' must be > 0");

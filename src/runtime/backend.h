@@ -26,7 +26,8 @@ struct StepInput {
 };
 
 // A read-only view of an exported output after Run: data [rows, cols] row-major f32, valid until
-// the next Run of the same executable.
+// the next Run or Compile of any executable of the same backend (a backend may share step memory
+// between its executables, since steps run one at a time).
 struct OutputView {
   const float* data = nullptr;
   int rows = 0;
@@ -48,6 +49,7 @@ class Backend {
   virtual ~Backend() = default;
   virtual std::string Name() const = 0;
   // Compiles `graph` for steps of exactly `num_tokens` tokens and `num_output_rows` output rows.
+  // Executables must not outlive their backend, and must not Run concurrently with each other.
   virtual StatusOr<std::unique_ptr<Executable>> Compile(const Graph& graph, int num_tokens, int num_output_rows) = 0;
 };
 

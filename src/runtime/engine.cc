@@ -32,6 +32,13 @@ Engine::Engine(std::unique_ptr<LoadedModel> model, std::unique_ptr<Backend> back
       graph_last_(BuildGemmaGraph(model_->config, model_->weights, GraphOptions{false})),
       graph_all_(BuildGemmaGraph(model_->config, model_->weights, GraphOptions{true})) {}
 
+const Graph& Engine::GraphFor(bool all_logits, bool capture) {
+  if (!capture) return all_logits ? graph_all_ : graph_last_;
+  std::unique_ptr<Graph>& g = graph_capture_[all_logits ? 1 : 0];
+  if (!g) g = std::make_unique<Graph>(BuildGemmaGraph(model_->config, model_->weights, GraphOptions{all_logits, true}));
+  return *g;
+}
+
 StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<LoadedModel> model, std::unique_ptr<Backend> backend,
                                                  const EngineOptions& options) {
   if (options.max_seqs < 1 || options.max_seqs > 4096) return InvalidArgument("max_seqs must be in [1, 4096]");
@@ -50,12 +57,12 @@ Status Engine::CheckTokens(std::span<const int32_t> tokens) const {
   return OkStatus();
 }
 
-StatusOr<Executable*> Engine::GetExecutable(int num_tokens, int num_output_rows, bool all_logits) {
-  auto key = std::make_tuple(num_tokens, num_output_rows, all_logits);
+StatusOr<Executable*> Engine::GetExecutable(int num_tokens, int num_output_rows, bool all_logits, bool capture) {
+  auto key = std::make_tuple(num_tokens, num_output_rows, all_logits, capture);
   auto it = executables_.find(key);
   if (it != executables_.end()) return it->second.get();
   G4_ASSIGN_OR_RETURN(std::unique_ptr<Executable> exe,
-                      backend_->Compile(all_logits ? graph_all_ : graph_last_, num_tokens, num_output_rows));
+                      backend_->Compile(GraphFor(all_logits, capture), num_tokens, num_output_rows));
   Executable* raw = exe.get();
   executables_[key] = std::move(exe);
   return raw;
@@ -78,7 +85,7 @@ Status Engine::Prefill(int seq, std::span<const int32_t> tokens, bool all_logits
     const int len = std::min(options_.prefill_chunk, n - begin);
     const bool last_chunk = begin + len == n;
     const int out_rows = all_logits ? len : (last_chunk ? 1 : 0);
-    G4_ASSIGN_OR_RETURN(Executable * exe, GetExecutable(len, out_rows, all_logits));
+    G4_ASSIGN_OR_RETURN(Executable * exe, GetExecutable(len, out_rows, all_logits, captured != nullptr));
     pos_buf_.resize(len);
     seq_buf_.assign(len, seq);
     out_buf_.assign(out_rows, len - 1);
@@ -92,7 +99,7 @@ Status Engine::Prefill(int seq, std::span<const int32_t> tokens, bool all_logits
       std::memcpy(dst, lv.data, sizeof(float) * lv.rows * lv.cols);
     }
     if (captured) {
-      for (const Node& node : (all_logits ? graph_all_ : graph_last_).nodes()) {
+      for (const Node& node : GraphFor(all_logits, true).nodes()) {
         if (node.name.empty() || node.rows != Rows::kTokens) continue;
         OutputView ov = exe->Output(node.name);
         std::vector<float>& dst = (*captured)[node.name];
@@ -114,7 +121,7 @@ Status Engine::Decode(std::span<const int32_t> seqs, std::span<const int32_t> to
       return ResourceExhausted("sequence " + std::to_string(s) + " is full (context size " + std::to_string(cache_.max_context()) + ")");
   }
   const int B = static_cast<int>(seqs.size());
-  G4_ASSIGN_OR_RETURN(Executable * exe, GetExecutable(B, B, false));
+  G4_ASSIGN_OR_RETURN(Executable * exe, GetExecutable(B, B, false, false));
   pos_buf_.resize(B);
   out_buf_.resize(B);
   for (int b = 0; b < B; ++b) {

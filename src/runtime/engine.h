@@ -65,7 +65,10 @@ class Engine {
  private:
   Engine(std::unique_ptr<LoadedModel> model, std::unique_ptr<Backend> backend, const EngineOptions& options);
   Status CheckTokens(std::span<const int32_t> tokens) const;
-  StatusOr<Executable*> GetExecutable(int num_tokens, int num_output_rows, bool all_logits);
+  // The graph for a step: logits for every token or the output rows only; capture: with the
+  // intermediates exported (built on first use).
+  const Graph& GraphFor(bool all_logits, bool capture);
+  StatusOr<Executable*> GetExecutable(int num_tokens, int num_output_rows, bool all_logits, bool capture);
 
   std::unique_ptr<LoadedModel> model_;
   std::unique_ptr<Backend> backend_;
@@ -73,7 +76,9 @@ class Engine {
   KvCache cache_;
   Graph graph_last_;  // logits for output rows only
   Graph graph_all_;   // logits for every token
-  std::map<std::tuple<int, int, bool>, std::unique_ptr<Executable>> executables_;
+  std::unique_ptr<Graph> graph_capture_[2];  // [all_logits]: also exporting the intermediates
+  // By (tokens, output rows, all_logits, capture).
+  std::map<std::tuple<int, int, bool, bool>, std::unique_ptr<Executable>> executables_;
   std::vector<int32_t> pos_buf_, seq_buf_, out_buf_;
 };
 

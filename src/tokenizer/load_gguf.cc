@@ -12,10 +12,6 @@ using tokenizer_internal::Model;
 
 namespace {
 
-constexpr uint32_t kGgufFloat32 = 6;
-constexpr uint32_t kGgufInt32 = 5;
-constexpr uint32_t kGgufString = 8;
-
 // llama.cpp's LLAMA_TOKEN_TYPE_* values as stored in tokenizer.ggml.token_type.
 uint32_t AttrFromType(int64_t type) {
   switch (type) {
@@ -72,8 +68,6 @@ StatusOr<const GgufValue*> GetArray(const GgufFile& f, const std::string& key, s
                   "unexpected array element type " + std::to_string(v->array_type));
 }
 
-size_t ArraySize(const GgufValue& v) { return v.array_type == kGgufString ? v.strings.size() : v.array.size(); }
-
 // Reads an optional token id key; absent -> `dflt`. An id outside the vocabulary is an error.
 Status ReadTokenId(const GgufFile& f, const std::string& key, int32_t n, int32_t dflt, int32_t* out) {
   const GgufValue* v = f.FindMeta(key);
@@ -114,14 +108,14 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& f) {
   // Tokens.
   const std::string kTokensKey = "tokenizer.ggml.tokens";
   G4_ASSIGN_OR_RETURN(const GgufValue* toks, GetArray(f, kTokensKey, {kGgufString}, true));
-  const size_t n = toks->strings.size();
+  const size_t n = toks->size();
   if (n == 0) return KeyError(f, StatusCode::kInvalidArgument, kTokensKey, "is empty");
   if (n > static_cast<size_t>(INT32_MAX)) {
     return KeyError(f, StatusCode::kInvalidArgument, kTokensKey, "too many tokens");
   }
   m->tokens.resize(n);
   for (size_t i = 0; i < n; ++i) {
-    m->tokens[i].text = toks->strings[i];
+    m->tokens[i].text = toks->StringAt(i);
     // llama.cpp renames empty entries so that they can never match text.
     if (m->tokens[i].text.empty()) m->tokens[i].text = "[EMPTY_" + std::to_string(i) + "]";
   }
@@ -130,27 +124,24 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& f) {
   const std::string kScoresKey = "tokenizer.ggml.scores";
   G4_ASSIGN_OR_RETURN(const GgufValue* scores, GetArray(f, kScoresKey, {kGgufFloat32, kGgufInt32}, spm));
   if (scores != nullptr) {
-    if (ArraySize(*scores) != n) {
+    if (scores->size() != n) {
       return KeyError(
           f, StatusCode::kInvalidArgument, kScoresKey,
-          "has " + std::to_string(ArraySize(*scores)) + " entries but " + kTokensKey + " has " + std::to_string(n));
+          "has " + std::to_string(scores->size()) + " entries but " + kTokensKey + " has " + std::to_string(n));
     }
-    for (size_t i = 0; i < n; ++i) {
-      const GgufValue& e = scores->array[i];
-      m->tokens[i].score = e.type == GgufValue::Type::kFloat ? static_cast<float>(e.f) : static_cast<float>(e.i);
-    }
+    for (size_t i = 0; i < n; ++i) m->tokens[i].score = static_cast<float>(scores->FloatAt(i));
   }
 
   // Token types.
   const std::string kTypesKey = "tokenizer.ggml.token_type";
   G4_ASSIGN_OR_RETURN(const GgufValue* types, GetArray(f, kTypesKey, {kGgufInt32}, false));
   if (types != nullptr) {
-    if (types->array.size() != n) {
+    if (types->size() != n) {
       return KeyError(
           f, StatusCode::kInvalidArgument, kTypesKey,
-          "has " + std::to_string(types->array.size()) + " entries but " + kTokensKey + " has " + std::to_string(n));
+          "has " + std::to_string(types->size()) + " entries but " + kTokensKey + " has " + std::to_string(n));
     }
-    for (size_t i = 0; i < n; ++i) m->tokens[i].attrs = AttrFromType(types->array[i].i);
+    for (size_t i = 0; i < n; ++i) m->tokens[i].attrs = AttrFromType(types->IntAt(i));
   }
 
   m->BuildIndex();
@@ -159,16 +150,16 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& f) {
   if (!spm) {
     const std::string kMergesKey = "tokenizer.ggml.merges";
     G4_ASSIGN_OR_RETURN(const GgufValue* merges, GetArray(f, kMergesKey, {kGgufString}, true));
-    m->merges.reserve(merges->strings.size());
-    for (size_t r = 0; r < merges->strings.size(); ++r) {
-      const std::string& s = merges->strings[r];
+    m->merges.reserve(merges->size());
+    for (size_t r = 0; r < merges->size(); ++r) {
+      const std::string_view s = merges->StringAt(r);
       const std::string where = kMergesKey + "[" + std::to_string(r) + "] " + Quote(s);
       const size_t sp = s.find(' ', 1);
       if (sp == std::string::npos || sp + 1 >= s.size()) {
         return Status(StatusCode::kInvalidArgument,
                       f.path() + ": " + where + ": expected two pieces separated by a space");
       }
-      const std::string left = s.substr(0, sp), right = s.substr(sp + 1);
+      const std::string left(s.substr(0, sp)), right(s.substr(sp + 1));
       const int32_t a = m->Lookup(left), b = m->Lookup(right), c = m->Lookup(left + right);
       const std::string* missing = a < 0 ? &left : b < 0 ? &right : nullptr;
       if (missing != nullptr) {
@@ -199,6 +190,7 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& f) {
   m->byte_fallback = true;
 
   m->Finalize();
+  f.ReleaseMetadataPages();  // the vocabulary is copied: its mapped pages can go
   return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(m)));
 }
 

@@ -14,11 +14,46 @@
 
 namespace g4::tokenizer_internal {
 
-struct StringHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+// text -> token id over a vocabulary it does not copy: an open-addressing table of ids (linear
+// probing, at most half full) whose keys are the tokens' own texts. 4 bytes per slot: 2 MiB for a
+// 262144-entry vocabulary, where an unordered_map<string, int32> held a node and a key copy per
+// token (~20 MB). The texts must not change while the index is used.
+class TokenIndex {
+ public:
+  // Indexes texts(0..n-1) (`texts(i)` returns a string_view that stays valid); the first id wins
+  // for duplicated texts.
+  template <typename TextOf>
+  void Build(size_t n, TextOf&& texts) {
+    size_t cap = 16;
+    while (cap < 2 * n) cap *= 2;
+    slots_.assign(cap, -1);
+    for (size_t i = 0; i < n; ++i) {
+      const std::string_view t = texts(i);
+      for (size_t s = Hash(t) & (cap - 1);; s = (s + 1) & (cap - 1)) {
+        if (slots_[s] < 0) {
+          slots_[s] = static_cast<int32_t>(i);
+          break;
+        }
+        if (texts(static_cast<size_t>(slots_[s])) == t) break;  // duplicate: keep the first id
+      }
+    }
+  }
+  // The id whose text is `s`, or -1.
+  template <typename TextOf>
+  int32_t Find(std::string_view s, TextOf&& texts) const {
+    if (slots_.empty()) return -1;
+    const size_t mask = slots_.size() - 1;
+    for (size_t k = Hash(s) & mask;; k = (k + 1) & mask) {
+      const int32_t id = slots_[k];
+      if (id < 0) return -1;
+      if (texts(static_cast<size_t>(id)) == s) return id;
+    }
+  }
+
+ private:
+  static size_t Hash(std::string_view s) { return std::hash<std::string_view>{}(s); }
+  std::vector<int32_t> slots_;
 };
-using StringIndex = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
 struct TokenData {
   std::string text;  // as stored in the vocabulary
@@ -83,7 +118,7 @@ struct PreTokenizerStep {
 struct Model {
   Tokenizer::Kind kind = Tokenizer::Kind::kSentencePiece;
   std::vector<TokenData> tokens;
-  StringIndex index;  // text -> id (first id wins for duplicated strings)
+  TokenIndex index;  // text -> id (first id wins for duplicated strings); built by BuildIndex
 
   // BPE merges keyed by (left id << 32 | right id).
   std::unordered_map<uint64_t, Merge> merges;
@@ -109,14 +144,13 @@ struct Model {
   bool byte_fallback = true;
   bool fuse_unk = false;
 
-  // Builds `index` (text -> id) from `tokens`.
+  // Builds `index` (text -> id) from `tokens`; token texts must not change afterwards.
   void BuildIndex();
   // Finishes construction (after BuildIndex): byte table, special-token tries, EOG list.
   void Finalize();
 
   int32_t Lookup(std::string_view s) const {
-    auto it = index.find(s);
-    return it == index.end() ? -1 : it->second;
+    return index.Find(s, [this](size_t i) { return std::string_view(tokens[i].text); });
   }
   uint64_t static PairKey(int32_t a, int32_t b) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);

@@ -71,9 +71,7 @@ bool IsByteText(std::string_view t, uint8_t* value) {
 }  // namespace
 
 void Model::BuildIndex() {
-  index.clear();
-  index.reserve(tokens.size());
-  for (size_t i = 0; i < tokens.size(); ++i) index.emplace(tokens[i].text, static_cast<int32_t>(i));
+  index.Build(tokens.size(), [this](size_t i) { return std::string_view(tokens[i].text); });
 }
 
 void Model::Finalize() {

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <memory>
+#include <new>
 #include <vector>
 
 #include "backends/cpu/attention.h"
@@ -20,10 +22,42 @@ struct Overloaded : Ts... { using Ts::operator()...; };
 template <class... Ts>
 Overloaded(Ts...) -> Overloaded<Ts...>;
 
+// Memory shared by every executable of one backend. Steps run one at a time (an Engine runs one
+// step after another), so all of them can use one node-output arena and one set of int8
+// activation blocks, sized for the largest step compiled so far: a server that compiles a step
+// per batch shape and prompt-chunk length holds one arena, not one per shape.
+class CpuWorkspace {
+ public:
+  // The arena, at least `floats` floats (64-byte aligned, zero-filled when it grows). Growing
+  // discards the contents: call at the start of a step only.
+  float* Arena(size_t floats) {
+    floats = std::max<size_t>(floats, 1);
+    if (floats > arena_floats_) {
+      arena_.reset();  // release before allocating: never both at once
+      arena_.reset(static_cast<float*>(::operator new[](floats * sizeof(float), std::align_val_t(kAlignBytes))));
+      std::memset(arena_.get(), 0, floats * sizeof(float));
+      arena_floats_ = floats;
+    }
+    return arena_.get();
+  }
+  static constexpr size_t kAlignBytes = 64;
+
+  std::vector<cpu::ActBlockQ8> act_q8;  // int8 activation blocks of the current matmul
+  std::vector<float> act_sums;          // and their half sums
+
+ private:
+  struct ArenaDelete {
+    void operator()(float* p) const { ::operator delete[](p, std::align_val_t(kAlignBytes)); }
+  };
+  std::unique_ptr<float[], ArenaDelete> arena_;
+  size_t arena_floats_ = 0;
+};
+
 class CpuExecutable : public Executable {
  public:
-  CpuExecutable(const Graph& graph, int num_tokens, int num_output_rows, ThreadPool* pool, const CpuBackendOptions& opts)
-      : graph_(graph), num_tokens_(num_tokens), num_out_(num_output_rows), pool_(pool), opts_(opts) {
+  CpuExecutable(const Graph& graph, int num_tokens, int num_output_rows, ThreadPool* pool, CpuWorkspace* ws,
+                const CpuBackendOptions& opts)
+      : graph_(graph), num_tokens_(num_tokens), num_out_(num_output_rows), pool_(pool), ws_(ws), opts_(opts) {
     Plan();
   }
 
@@ -33,31 +67,38 @@ class CpuExecutable : public Executable {
     auto it = outputs_.find(name);
     if (it == outputs_.end()) return {};
     const Node& n = graph_.node(it->second);
-    return OutputView{buffers_[buffer_of_[it->second]].data(), RowsOf(n), n.cols};
+    return OutputView{base_ + offset_of_[it->second], RowsOf(n), n.cols};
   }
 
  private:
   int RowsOf(const Node& n) const { return n.rows == Rows::kTokens ? num_tokens_ : num_out_; }
-  float* Buf(int node) { return buffers_[buffer_of_[node]].data(); }
+  float* Buf(int node) { return base_ + offset_of_[node]; }
   void Plan();
   void RunAttention(const AttentionOp& op, const float* q, const float* k, const float* v, float* out,
                     const StepInput& in, KvCache& cache);
   void RunMoE(const MoEOp& op, const float* y, const float* r, float* out, int rows);
-  // Splits the output columns (weight rows) of a matmul across the pool.
-  // x_node: the graph node x belongs to; consecutive matmuls of one node (q/k/v, gate/up) share
-  // one quantisation of it.
-  void ParallelMatMul(const float* x, int x_node, int rows, int K, const Tensor& w, float scale, float* y);
+  // True when a matmul with weights `w` and inner size K runs on int8 activation blocks.
+  bool UsesQ8(const Tensor& w, int K) const {
+    return opts_.int8_activations && K % 32 == 0 && cpu::MatMulQ8Supports(w.dtype);
+  }
+  // Splits the output columns (weight rows) of a matmul across the pool. x == nullptr (int8
+  // activations only): reuse the blocks the previous matmul of the same input quantised (the
+  // plan's q8_reuse_; consecutive matmuls of one node: q/k/v, gate/up).
+  void ParallelMatMul(const float* x, int rows, int K, const Tensor& w, float scale, float* y);
 
   const Graph graph_;
   const int num_tokens_, num_out_;
   ThreadPool* pool_;
+  CpuWorkspace* ws_;                              // the backend's: arena, int8 activation blocks
   const CpuBackendOptions opts_;
-  std::vector<cpu::ActBlockQ8> act_q8_;           // int8 activation blocks of the current matmul
-  std::vector<float> act_sums_;                   // and their half sums
-  int act_q8_node_ = -1;                          // the node they quantise (-1: none), this Run
+  std::vector<bool> q8_reuse_;                    // per node: a matmul reusing the previous quantisation
   std::vector<std::vector<float>> task_scratch_;  // per pool task: one converted weight row
-  std::vector<std::vector<float>> buffers_;
-  std::vector<int> buffer_of_;       // node -> buffer index (-1: no output)
+  // Every node output lives in the workspace arena (see Plan) at offset_of_[node] floats
+  // (kNoBuffer: none); base_ is the arena as of the last Run.
+  static constexpr size_t kNoBuffer = ~size_t{0};
+  std::vector<size_t> offset_of_;
+  size_t arena_floats_ = 0;
+  float* base_ = nullptr;
   std::map<std::string, int> outputs_;
   // Scratch, sized at plan time or grown on first use only.
   std::vector<float> scratch_;       // one converted weight row (max K)
@@ -67,48 +108,106 @@ class CpuExecutable : public Executable {
   std::vector<float> moe_scratch_;
 };
 
+// Buffer planning: every node output with columns gets a range of one arena, live from the node
+// that writes it to its last reader (exported outputs: to the end of the step). Ranges are placed
+// greedily by size, largest first, each at the lowest offset that overlaps no range live at the
+// same time (TFLite's "greedy by size"): the arena comes close to the largest set of values live
+// at once, whatever the order of the graph, and long-lived small values never pin large blocks.
+// A node's output never shares bytes with its inputs (their lifetimes meet at the node), except
+// GeGlu's, which is computed in place over its first input when that input dies there (the MLP's
+// gate: one [tokens, mlp_width] buffer less at the step's peak).
 void CpuExecutable::Plan() {
   const auto& nodes = graph_.nodes();
   const int n = static_cast<int>(nodes.size());
+  // Matmuls with int8 activations that follow one of the same input reuse its quantisation and
+  // never read the f32 input (q, k, v of one norm; gate and up): it may die before them.
+  q8_reuse_.assign(n, false);
+  size_t q8_blocks = 0;
+  for (int i = 0, quantised = -1; i < n; ++i) {
+    const auto* mm = std::get_if<MatMulOp>(&nodes[i].op);
+    if (mm == nullptr) continue;
+    const int x = nodes[i].inputs[0], K = nodes[x].cols;
+    if (!UsesQ8(*mm->w, K)) continue;
+    q8_reuse_[i] = x == quantised;
+    quantised = x;
+    q8_blocks = std::max(q8_blocks, static_cast<size_t>(K / 32) * RowsOf(nodes[i]));
+  }
+  if (ws_->act_q8.size() < q8_blocks) {  // sized here, never during a step; the old blocks go first
+    ws_->act_q8 = {};
+    ws_->act_sums = {};
+    ws_->act_q8.resize(q8_blocks);
+    ws_->act_sums.resize(2 * q8_blocks);
+  }
   std::vector<int> last_use(n, -1);
   for (int i = 0; i < n; ++i)
-    for (int in : nodes[i].inputs) last_use[in] = i;
+    if (!q8_reuse_[i])
+      for (int in : nodes[i].inputs) last_use[in] = i;
   for (int i = 0; i < n; ++i)
     if (!nodes[i].name.empty()) {
       last_use[i] = n;  // exported: never freed
       outputs_[nodes[i].name] = i;
     }
-  buffer_of_.assign(n, -1);
-  std::vector<size_t> capacity;
-  std::vector<int> free_list;
+  // Values: a node's output, or (in place) the value of its first input.
+  std::vector<int> value_of(n, -1);
+  for (int i = 0; i < n; ++i) {
+    const Node& node = nodes[i];
+    if (node.cols <= 0) continue;
+    value_of[i] = i;
+    if (std::holds_alternative<GeGluOp>(node.op) && node.inputs.size() == 2 && node.inputs[0] != node.inputs[1]) {
+      const int a = node.inputs[0];
+      if (last_use[a] == i && nodes[a].rows == node.rows && nodes[a].cols == node.cols) value_of[i] = value_of[a];
+    }
+  }
+  constexpr size_t kAlign = CpuWorkspace::kAlignBytes / sizeof(float);  // every range starts on a 64-byte boundary
+  struct Range {
+    int node, first, last;
+    size_t size, offset;  // floats
+  };
+  std::vector<Range> ranges;
+  std::vector<int> range_of(n, -1);
   size_t max_k = 1;
   for (int i = 0; i < n; ++i) {
     const Node& node = nodes[i];
     for (int in : node.inputs) max_k = std::max<size_t>(max_k, nodes[in].cols);
-    if (node.cols > 0) {
-      const size_t need = static_cast<size_t>(RowsOf(node)) * node.cols;
-      // Best fit among free buffers, else a new one.
-      int best = -1;
-      for (size_t f = 0; f < free_list.size(); ++f) {
-        const int b = free_list[f];
-        if (capacity[b] >= need && (best < 0 || capacity[b] < capacity[free_list[best]])) best = static_cast<int>(f);
-      }
-      if (best >= 0) {
-        buffer_of_[i] = free_list[best];
-        free_list.erase(free_list.begin() + best);
-      } else {
-        buffer_of_[i] = static_cast<int>(capacity.size());
-        capacity.push_back(need);
-      }
+    if (node.cols <= 0) continue;
+    const size_t need = static_cast<size_t>(RowsOf(node)) * node.cols;
+    const size_t size = (std::max<size_t>(need, 1) + kAlign - 1) / kAlign * kAlign;
+    const int last = std::max(i, last_use[i]);
+    if (value_of[i] != i) {  // in place: extend the value's range
+      Range& r = ranges[range_of[value_of[i]]];
+      r.last = std::max(r.last, last);
+      r.size = std::max(r.size, size);
+      range_of[i] = range_of[value_of[i]];
+      continue;
     }
-    for (int in : node.inputs)  // release inputs after their last reader (once, even if read twice)
-      if (last_use[in] == i && buffer_of_[in] >= 0 &&
-          std::find(free_list.begin(), free_list.end(), buffer_of_[in]) == free_list.end())
-        free_list.push_back(buffer_of_[in]);
-    if (node.cols > 0 && last_use[i] < 0) free_list.push_back(buffer_of_[i]);  // unused output
+    range_of[i] = static_cast<int>(ranges.size());
+    ranges.push_back({i, i, last, size, 0});
   }
-  buffers_.resize(capacity.size());
-  for (size_t b = 0; b < capacity.size(); ++b) buffers_[b].assign(std::max<size_t>(capacity[b], 1), 0.0f);
+  std::vector<int> order(ranges.size());
+  for (size_t r = 0; r < order.size(); ++r) order[r] = static_cast<int>(r);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return ranges[a].size > ranges[b].size; });
+  std::vector<const Range*> placed, overlapping;
+  size_t arena = 0;
+  for (int r : order) {
+    Range& cur = ranges[r];
+    overlapping.clear();
+    for (const Range* p : placed)
+      if (p->first <= cur.last && cur.first <= p->last) overlapping.push_back(p);
+    std::sort(overlapping.begin(), overlapping.end(), [](const Range* a, const Range* b) { return a->offset < b->offset; });
+    size_t offset = 0;
+    for (const Range* p : overlapping) {
+      if (p->offset >= offset + cur.size) break;  // the gap before p fits
+      offset = std::max(offset, p->offset + p->size);
+    }
+    cur.offset = offset;
+    arena = std::max(arena, offset + cur.size);
+    placed.push_back(&cur);
+  }
+  offset_of_.assign(n, kNoBuffer);
+  for (int i = 0; i < n; ++i)
+    if (range_of[i] >= 0) offset_of_[i] = ranges[range_of[i]].offset;
+  arena_floats_ = arena;
+  base_ = ws_->Arena(arena_floats_);  // allocated (and its pages touched) at compile time, as before
   scratch_.assign(max_k, 0.0f);
   task_scratch_.assign(pool_->size(), std::vector<float>(max_k, 0.0f));
   attn_cache_rows_.assign(2 * static_cast<size_t>(num_tokens_), nullptr);
@@ -125,7 +224,7 @@ void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
     else G4_CHECK(in.positions[t] == in.positions[t - 1] + 1);
     G4_CHECK(in.positions[t] < cache.max_context());
   }
-  act_q8_node_ = -1;
+  base_ = ws_->Arena(arena_floats_);
   const auto& nodes = graph_.nodes();
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& node = nodes[i];
@@ -143,7 +242,7 @@ void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
           }
         },
         [&](const MatMulOp& op) {
-          ParallelMatMul(input(0), node.inputs[0], rows, graph_.node(node.inputs[0]).cols, *op.w, op.out_scale, out);
+          ParallelMatMul(q8_reuse_[i] ? nullptr : input(0), rows, graph_.node(node.inputs[0]).cols, *op.w, op.out_scale, out);
         },
         [&](const RmsNormOp& op) {
           cpu::RmsNorm(input(0), rows, node.cols, op.group, op.w ? op.w->data : nullptr, op.w ? op.w->dtype : DType::kF32,
@@ -201,19 +300,16 @@ void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
   }
 }
 
-void CpuExecutable::ParallelMatMul(const float* x, int x_node, int rows, int K, const Tensor& w, float scale, float* y) {
+void CpuExecutable::ParallelMatMul(const float* x, int rows, int K, const Tensor& w, float scale, float* y) {
   const int M = static_cast<int>(w.shape[0]);
   const size_t row_bytes = DTypeRowBytes(w.dtype, K);
-  if (opts_.int8_activations && K % 32 == 0 && cpu::MatMulQ8Supports(w.dtype)) {
+  if (UsesQ8(w, K)) {
     const size_t units = static_cast<size_t>(K) / 32;
-    if (act_q8_.size() < units * rows) {
-      act_q8_.resize(units * rows);
-      act_sums_.resize(2 * units * rows);
-    }
-    cpu::ActBlockQ8* xq = act_q8_.data();
-    float* sums = act_sums_.data();
-    if (x_node == act_q8_node_) {
-      // Already quantised by the previous matmul of the same input in this Run.
+    G4_CHECK(ws_->act_q8.size() >= units * rows);  // sized by Plan
+    cpu::ActBlockQ8* xq = ws_->act_q8.data();
+    float* sums = ws_->act_sums.data();
+    if (x == nullptr) {
+      // Already quantised by the previous matmul of the same input in this Run (see Plan).
     } else if (rows >= 2 * pool_->size()) {
       pool_->ParallelFor(rows, [&](int, int64_t rb, int64_t re) {
         cpu::QuantizeRowsQ8(x + rb * K, static_cast<int>(re - rb), K, xq + rb * units, sums + rb * 2 * units);
@@ -221,7 +317,6 @@ void CpuExecutable::ParallelMatMul(const float* x, int x_node, int rows, int K, 
     } else {
       cpu::QuantizeRowsQ8(x, rows, K, xq, sums);
     }
-    act_q8_node_ = x_node;
     pool_->ParallelFor(M, [&](int, int64_t mb, int64_t me) {
       cpu::MatMulQ8(xq, sums, rows, K, w.data + mb * row_bytes, w.dtype, static_cast<int>(me - mb), scale, y + mb, M);
     });
@@ -303,11 +398,12 @@ class CpuBackend : public Backend {
   StatusOr<std::unique_ptr<Executable>> Compile(const Graph& graph, int num_tokens, int num_output_rows) override {
     if (num_tokens <= 0) return InvalidArgument("a step needs at least one token");
     if (num_output_rows < 0 || num_output_rows > num_tokens) return InvalidArgument("output rows must be in [0, tokens]");
-    return std::unique_ptr<Executable>(new CpuExecutable(graph, num_tokens, num_output_rows, &pool_, opts_));
+    return std::unique_ptr<Executable>(new CpuExecutable(graph, num_tokens, num_output_rows, &pool_, &workspace_, opts_));
   }
 
  private:
   ThreadPool pool_;
+  CpuWorkspace workspace_;
   const CpuBackendOptions opts_;
 };
 

@@ -50,8 +50,9 @@ void RmsNormReference(const float* x, int rows, int cols, int group, const uint8
 // rotated by angle positions[r] * inv_freq[j] (angle, cos and sin in f32 as transformers).
 void Rope(float* x, int rows, int cols, int head_dim, const float* inv_freq, const int32_t* positions);
 
-// out = gelu_tanh(a) * b, n elements. The SIMD version uses Highway's vector tanh (a few ulp from
-// std::tanh), otherwise the reference's f32 operations in the same order.
+// out = gelu_tanh(a) * b, n elements; `out` may be `a` (in place), not `b`. The SIMD version uses
+// Highway's vector tanh (a few ulp from std::tanh), otherwise the reference's f32 operations in the
+// same order.
 void GeGlu(const float* a, const float* b, int64_t n, float* out);
 void GeGluReference(const float* a, const float* b, int64_t n, float* out);
 

@@ -632,9 +632,10 @@ void AxpyHwy(float alpha, const float* HWY_RESTRICT x, float* HWY_RESTRICT y, in
 }
 
 // out = f(df, in0, in1) over n floats: full vectors in place, the tail through a padded buffer so
-// every element goes through the same vector code.
+// every element goes through the same vector code. `out` may be `in0` (in place: each vector is
+// loaded before its result is stored).
 template <class F>
-HWY_INLINE void MapN(const float* HWY_RESTRICT in0, const float* HWY_RESTRICT in1, size_t n, float* out, const F& f) {
+HWY_INLINE void MapN(const float* in0, const float* HWY_RESTRICT in1, size_t n, float* out, const F& f) {
   const DFF df;
   const size_t N = hn::Lanes(df);
   size_t i = 0;
