@@ -5,6 +5,7 @@
 #include "cli_runner.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <string>
 #include <utility>
@@ -226,6 +227,36 @@ TEST(CliTest, UnknownTopLevelOptionIsNamed) {
   CliResult help = RunCli("--help");
   EXPECT_EQ(help.status, 0);
   EXPECT_NE(help.out.find("generate"), std::string::npos) << help.out;
+}
+
+
+// `bench --json` carries the llama-bench-style figures and the two bandwidth fractions, each equal
+// to (bytes read per token) * (tokens/s) / (that test's GB/s), and the peak-RSS budget check.
+TEST(CliTest, BenchJsonReportsSpeedsMemoryAndBothBandwidthFractions) {
+  CliResult r = RunCli("bench -m " + Fixture("gemma4-e2b-tiny") + " -p 8 -n 4 -r 1 -t 1 --bw-mib 16 --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const size_t b = r.out.find("{\n");
+  ASSERT_NE(b, std::string::npos) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out.substr(b, r.out.rfind('}') - b + 1));
+  EXPECT_GT(j.at("pp8").get<double>(), 0.0);
+  const double tg = j.at("tg4").get<double>();
+  EXPECT_GT(tg, 0.0);
+  EXPECT_GT(j.at("peak_rss_bytes").get<double>(), 0.0);
+  EXPECT_EQ(j.at("peak_rss_budget_bytes").get<double>(),
+            std::floor((j.at("weights_bytes").get<double>() + j.at("kv_cache_bytes").get<double>()) * 1.1));
+  const double copy = j.at("bandwidth_gbps").get<double>(), read = j.at("read_bandwidth_gbps").get<double>();
+  ASSERT_GT(copy, 0.0);
+  ASSERT_GT(read, 0.0);
+  EXPECT_EQ(j.at("read_bandwidth_test").at("buffer_bytes").get<int64_t>(), 16 << 20);
+  nlohmann::json tg_result;
+  for (const auto& t : j.at("results")) {
+    if (t.at("test") == "tg4") tg_result = t;
+  }
+  ASSERT_FALSE(tg_result.is_null()) << r.out;
+  const double bytes_per_s =
+      (tg_result.at("weight_bytes_per_token").get<double>() + tg_result.at("kv_bytes_per_token").get<double>()) * tg;
+  EXPECT_NEAR(j.at("bandwidth_fraction").get<double>(), bytes_per_s / (copy * 1e9), 1e-9);
+  EXPECT_NEAR(j.at("read_bandwidth_fraction").get<double>(), bytes_per_s / (read * 1e9), 1e-9);
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <set>
@@ -138,6 +139,45 @@ BandwidthResult MeasureCopyBandwidth(size_t bytes, int threads, int iterations) 
   return r;
 }
 
+// Reads of a `bytes` buffer (64-bit words summed, which the compiler vectorises), split over
+// `threads` threads, best of `iterations`: what a decode, which only reads its weights, can get
+// from memory with these threads. Returned as bytes read / best time (gbps); the buffer is
+// written first so that page faults are not timed.
+BandwidthResult MeasureReadBandwidth(size_t bytes, int threads, int iterations) {
+  BandwidthResult r;
+  r.bytes = bytes;
+  r.iterations = iterations;
+  const size_t words = bytes / 8;
+  if (words == 0) return r;
+  std::unique_ptr<uint64_t[]> buf(new uint64_t[words]);
+  for (size_t i = 0; i < words; ++i) buf[i] = i;
+  const size_t slice = (words / threads + 7) / 8 * 8;
+  std::vector<uint64_t> sums(threads, 0);
+  const auto sum_range = [&](int t) {
+    const size_t begin = std::min(words, t * slice), end = std::min(words, begin + slice);
+    uint64_t s[8] = {};
+    size_t i = begin;
+    for (; i + 8 <= end; i += 8)
+      for (int k = 0; k < 8; ++k) s[k] += buf[i + k];
+    for (; i < end; ++i) s[0] += buf[i];
+    sums[t] = s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
+  };
+  double best = 1e30;
+  for (int it = 0; it < iterations; ++it) {
+    const auto t0 = Clock::now();
+    std::vector<std::thread> pool;
+    for (int i = 1; i < threads; ++i) pool.emplace_back(sum_range, i);
+    sum_range(0);
+    for (std::thread& t : pool) t.join();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  volatile uint64_t sink = std::accumulate(sums.begin(), sums.end(), uint64_t{0});
+  (void)sink;
+  r.best_seconds = best;
+  r.gbps = static_cast<double>(words * 8) / best / 1e9;
+  return r;
+}
+
 struct TestResult {
   std::string test;  // "pp512", "tg128"
   bool prompt = true;
@@ -147,7 +187,8 @@ struct TestResult {
   double median_ts = 0, avg_ts = 0, stddev_ts = 0;
   // tg only
   size_t weight_bytes = 0, kv_bytes = 0;  // per token (KV: mean over the run's steps)
-  double bandwidth_fraction = -1;
+  double bandwidth_fraction = -1;       // bytes per token * tokens/s / copy bandwidth
+  double read_bandwidth_fraction = -1;  // the same against the read-only bandwidth
 };
 
 void Summarize(TestResult* r) {
@@ -593,9 +634,13 @@ int BenchMain(int argc, char** argv) {
   const size_t kv_cache_bytes = engine.cache().bytes();
   const size_t rss_budget = static_cast<size_t>(static_cast<double>(size_bytes + kv_cache_bytes) * 1.1);
   const BandwidthResult bw = MeasureCopyBandwidth(static_cast<size_t>(bw_mib) << 20, threads, bw_iters);
-  for (TestResult& r : results)
-    if (!r.prompt && bw.gbps > 0 && r.median_ts > 0)
-      r.bandwidth_fraction = static_cast<double>(r.weight_bytes + r.kv_bytes) * r.median_ts / (bw.gbps * 1e9);
+  const BandwidthResult rbw = MeasureReadBandwidth(static_cast<size_t>(bw_mib) << 20, threads, bw_iters);
+  for (TestResult& r : results) {
+    if (r.prompt || r.median_ts <= 0) continue;
+    const double bytes_per_s = static_cast<double>(r.weight_bytes + r.kv_bytes) * r.median_ts;
+    if (bw.gbps > 0) r.bandwidth_fraction = bytes_per_s / (bw.gbps * 1e9);
+    if (rbw.gbps > 0) r.read_bandwidth_fraction = bytes_per_s / (rbw.gbps * 1e9);
+  }
 
   // The headline fraction: the first tg test at depth 0, else the first tg test.
   const TestResult* tg0 = nullptr;
@@ -632,6 +677,8 @@ int BenchMain(int argc, char** argv) {
         j["weight_bytes_per_token"] = r.weight_bytes;
         j["kv_bytes_per_token"] = r.kv_bytes;
         j["bandwidth_fraction"] = r.bandwidth_fraction >= 0 ? nlohmann::json(r.bandwidth_fraction) : nlohmann::json(nullptr);
+        j["read_bandwidth_fraction"] =
+            r.read_bandwidth_fraction >= 0 ? nlohmann::json(r.read_bandwidth_fraction) : nlohmann::json(nullptr);
       }
       out["results"].push_back(j);
       out["depths"][std::to_string(r.depth)][r.test] = r.median_ts;
@@ -649,6 +696,15 @@ int BenchMain(int argc, char** argv) {
                              {"iterations", bw.iterations},
                              {"best_seconds", bw.best_seconds}};
     out["bandwidth_fraction"] = tg0 && tg0->bandwidth_fraction >= 0 ? nlohmann::json(tg0->bandwidth_fraction) : nlohmann::json(nullptr);
+    out["read_bandwidth_gbps"] = rbw.gbps;
+    out["read_bandwidth_test"] = {{"method", "sum of 64-bit words, bytes read / best time"},
+                                  {"buffer_bytes", rbw.bytes},
+                                  {"threads", threads},
+                                  {"iterations", rbw.iterations},
+                                  {"best_seconds", rbw.best_seconds}};
+    out["read_bandwidth_fraction"] = tg0 && tg0->read_bandwidth_fraction >= 0
+                                         ? nlohmann::json(tg0->read_bandwidth_fraction)
+                                         : nlohmann::json(nullptr);
     if (!clamp_notes.empty()) out["notes"] = clamp_notes;
     if (quality_result) out["quality"] = quality_json();
     std::printf("%s\n", out.dump(1).c_str());
@@ -661,12 +717,14 @@ int BenchMain(int argc, char** argv) {
     if (bw.gbps > 0)
       std::printf("; memcpy bandwidth %.2f GB/s (%d threads, %s buffer, read + written bytes)", bw.gbps, threads,
                   HumanBytes(static_cast<double>(bw.bytes)).c_str());
+    if (rbw.gbps > 0) std::printf("; read bandwidth %.2f GB/s (same threads and buffer size)", rbw.gbps);
     std::printf("\n");
     for (const TestResult& r : results) {
       if (r.prompt) continue;
       std::printf("%s: %.2f MiB read per token (weights %.2f + KV %.2f)", TestName(r).c_str(),
                   (r.weight_bytes + r.kv_bytes) / 1048576.0, r.weight_bytes / 1048576.0, r.kv_bytes / 1048576.0);
       if (r.bandwidth_fraction >= 0) std::printf(", %.1f%% of the bandwidth limit", 100 * r.bandwidth_fraction);
+      if (r.read_bandwidth_fraction >= 0) std::printf(" (%.1f%% of the read bandwidth)", 100 * r.read_bandwidth_fraction);
       std::printf("\n");
     }
     print_quality();
