@@ -78,13 +78,17 @@ class CpuExecutable : public Executable {
                     const StepInput& in, KvCache& cache);
   void RunMoE(const MoEOp& op, const float* y, const float* r, float* out, int rows);
   // True when a matmul with weights `w` and inner size K runs on int8 activation blocks.
-  bool UsesQ8(const Tensor& w, int K) const {
-    return opts_.int8_activations && K % 32 == 0 && cpu::MatMulQ8Supports(w.dtype);
-  }
+  bool UsesQ8(const Tensor& w, int K) const { return UsesQ8(w.dtype, K); }
+  bool UsesQ8(DType wt, int K) const { return opts_.int8_activations && K % 32 == 0 && cpu::MatMulQ8Supports(wt); }
   // Splits the output columns (weight rows) of a matmul across the pool. x == nullptr (int8
   // activations only): reuse the blocks the previous matmul of the same input quantised (the
   // plan's q8_reuse_; consecutive matmuls of one node: q/k/v, gate/up).
   void ParallelMatMul(const float* x, int rows, int K, const Tensor& w, float scale, float* y);
+  // The same for a weight matrix [M, K] of type wt at w (an expert's slice of a 3-D tensor), output
+  // row stride ldy. With int8 activations (UsesQ8 for wt) x is quantised into xq/sums (rows * K / 32
+  // blocks, rows * K / 16 sums), or taken from them as they are when x == nullptr.
+  void ParallelMatMulRaw(const float* x, int rows, int K, const uint8_t* w, DType wt, int M, float scale, float* y,
+                         int ldy, cpu::ActBlockQ8* xq, float* sums);
 
   const Graph graph_;
   const int num_tokens_, num_out_;
@@ -106,6 +110,8 @@ class CpuExecutable : public Executable {
   std::vector<const float*> attn_cache_rows_;  // per token: K, then V cache row of slot 0 of its sequence
   cpu::AttentionScratch attn_scratch_;
   std::vector<float> moe_scratch_;
+  std::vector<cpu::ActBlockQ8> moe_q8_;  // int8 blocks of the experts' inputs
+  std::vector<float> moe_sums_;
 };
 
 // Buffer planning: every node output with columns gets a range of one arena, live from the node
@@ -301,13 +307,16 @@ void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
 }
 
 void CpuExecutable::ParallelMatMul(const float* x, int rows, int K, const Tensor& w, float scale, float* y) {
-  const int M = static_cast<int>(w.shape[0]);
-  const size_t row_bytes = DTypeRowBytes(w.dtype, K);
-  if (UsesQ8(w, K)) {
+  if (UsesQ8(w, K)) G4_CHECK(ws_->act_q8.size() >= static_cast<size_t>(K) / 32 * rows);  // sized by Plan
+  ParallelMatMulRaw(x, rows, K, w.data, w.dtype, static_cast<int>(w.shape[0]), scale, y, static_cast<int>(w.shape[0]),
+                    ws_->act_q8.data(), ws_->act_sums.data());
+}
+
+void CpuExecutable::ParallelMatMulRaw(const float* x, int rows, int K, const uint8_t* w, DType wt, int M, float scale,
+                                      float* y, int ldy, cpu::ActBlockQ8* xq, float* sums) {
+  const size_t row_bytes = DTypeRowBytes(wt, K);
+  if (UsesQ8(wt, K)) {
     const size_t units = static_cast<size_t>(K) / 32;
-    G4_CHECK(ws_->act_q8.size() >= units * rows);  // sized by Plan
-    cpu::ActBlockQ8* xq = ws_->act_q8.data();
-    float* sums = ws_->act_sums.data();
     if (x == nullptr) {
       // Already quantised by the previous matmul of the same input in this Run (see Plan).
     } else if (rows >= 2 * pool_->size()) {
@@ -318,12 +327,12 @@ void CpuExecutable::ParallelMatMul(const float* x, int rows, int K, const Tensor
       cpu::QuantizeRowsQ8(x, rows, K, xq, sums);
     }
     pool_->ParallelFor(M, [&](int, int64_t mb, int64_t me) {
-      cpu::MatMulQ8(xq, sums, rows, K, w.data + mb * row_bytes, w.dtype, static_cast<int>(me - mb), scale, y + mb, M);
+      cpu::MatMulQ8(xq, sums, rows, K, w + mb * row_bytes, wt, static_cast<int>(me - mb), scale, y + mb, ldy);
     });
     return;
   }
   pool_->ParallelFor(M, [&](int task, int64_t mb, int64_t me) {
-    cpu::MatMul(x, rows, K, w.data + mb * row_bytes, w.dtype, static_cast<int>(me - mb), scale, y + mb, M,
+    cpu::MatMul(x, rows, K, w + mb * row_bytes, wt, static_cast<int>(me - mb), scale, y + mb, ldy,
                 task_scratch_[task].data());
   });
 }
@@ -343,25 +352,45 @@ void CpuExecutable::RunAttention(const AttentionOp& op, const float* q, const fl
   cpu::Attention(params, step, pool_, &attn_scratch_);
 }
 
+// Mixture of experts (Gemma 4 26B-A4B), transformers' Gemma4 text MoE block: per token, a router
+// (scale-free RMSNorm of r, times router_scale and H^-1/2, projection to E logits, softmax, top-k
+// with ties to the lower index, weights renormalised and times per_expert_scale), then the chosen
+// experts' GeGLU MLPs on y, added in expert order. Tokens are grouped by expert: each expert
+// multiplies all the rows routed to it at once (its weights are read once per step, not once per
+// token), split over the pool, with int8 activations when the backend uses them. Each token's
+// outputs are added in increasing expert order, as transformers does.
 void CpuExecutable::RunMoE(const MoEOp& op, const float* y, const float* r, float* out, int rows) {
   const int H = static_cast<int>(op.router_proj->shape[1]);
-  const int E = op.num_experts, I = op.width;
-  const size_t need = static_cast<size_t>(H) + E + 2 * I + I + H;
-  if (moe_scratch_.size() < need) moe_scratch_.resize(need);
-  if (scratch_.size() < static_cast<size_t>(std::max(H, I))) scratch_.resize(std::max(H, I));
-  float* z = moe_scratch_.data();
-  float* probs = z + H;
-  float* gu = probs + E;
-  float* act = gu + 2 * I;
-  float* eo = act + I;
+  const int E = op.num_experts, I = op.width, k = op.top_k;
   const DType wt_gu = op.gate_up->dtype, wt_dn = op.down->dtype;
   const size_t gu_expert_bytes = static_cast<size_t>(2 * I) * DTypeRowBytes(wt_gu, H);
   const size_t dn_expert_bytes = static_cast<size_t>(H) * DTypeRowBytes(wt_dn, I);
   const float root = 1.0f / std::sqrt(static_cast<float>(H));
-  std::vector<int> order(E);
+  // Scratch: z [H] and probs [E] for the router; per expert, its rows' inputs [n, H], gate/up
+  // [n, 2I], activations [n, I] and outputs [n, H], n <= rows.
+  const size_t R = static_cast<size_t>(rows);
+  const size_t need = static_cast<size_t>(H) + E + R * (static_cast<size_t>(H) + 2 * I + I + H);
+  if (moe_scratch_.size() < need) moe_scratch_.resize(need);
+  if (scratch_.size() < static_cast<size_t>(std::max(H, I))) scratch_.resize(std::max(H, I));
+  for (auto& ts : task_scratch_)
+    if (ts.size() < static_cast<size_t>(std::max(H, I))) ts.resize(std::max(H, I));
+  const size_t blocks = R * static_cast<size_t>(std::max(H, I)) / 32;
+  if (moe_q8_.size() < blocks) {
+    moe_q8_.resize(blocks);
+    moe_sums_.resize(2 * blocks);
+  }
+  float* z = moe_scratch_.data();
+  float* probs = z + H;
+  float* xin = probs + E;
+  float* gu = xin + R * H;
+  float* act = gu + R * 2 * I;
+  float* eo = act + R * I;
+
+  // Routing: chosen[t * k + i] = the i-th chosen expert of token t (increasing), weight[...] its weight.
+  std::vector<int> order(E), chosen(R * k);
+  std::vector<float> weight(R * k);
   for (int t = 0; t < rows; ++t) {
     const float* rt = r + static_cast<size_t>(t) * H;
-    // Router: scale-free RMSNorm, * scale * H^-1/2, projection, softmax over all experts.
     cpu::RmsNorm(rt, 1, H, H, nullptr, DType::kF32, op.eps, 0.0f, z);
     for (int j = 0; j < H; ++j) z[j] = z[j] * op.router_scale->GetF32(j) * root;
     cpu::MatMul(z, 1, H, op.router_proj->data, op.router_proj->dtype, E, 1.0f, probs, E, scratch_.data());
@@ -370,23 +399,43 @@ void CpuExecutable::RunMoE(const MoEOp& op, const float* y, const float* r, floa
     float sum = 0;
     for (int e = 0; e < E; ++e) sum += probs[e] = std::exp(probs[e] - mx);
     for (int e = 0; e < E; ++e) probs[e] /= sum;
-    // Top-k (ties to the lower index), renormalised, times per-expert scale.
     for (int e = 0; e < E; ++e) order[e] = e;
-    std::partial_sort(order.begin(), order.begin() + op.top_k, order.end(),
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
                       [&](int a, int b) { return probs[a] > probs[b] || (probs[a] == probs[b] && a < b); });
-    std::sort(order.begin(), order.begin() + op.top_k);  // accumulate in expert order, like transformers
+    std::sort(order.begin(), order.begin() + k);  // accumulate in expert order, like transformers
     float wsum = 0;
-    for (int i = 0; i < op.top_k; ++i) wsum += probs[order[i]];
-    float* ot = out + static_cast<size_t>(t) * H;
-    std::fill(ot, ot + H, 0.0f);
-    const float* yt = y + static_cast<size_t>(t) * H;
-    for (int i = 0; i < op.top_k; ++i) {
-      const int e = order[i];
-      const float we = probs[e] / wsum * op.per_expert_scale->GetF32(e);
-      cpu::MatMul(yt, 1, H, op.gate_up->data + e * gu_expert_bytes, wt_gu, 2 * I, 1.0f, gu, 2 * I, scratch_.data());
-      cpu::GeGlu(gu, gu + I, I, act);
-      cpu::MatMul(act, 1, I, op.down->data + e * dn_expert_bytes, wt_dn, H, 1.0f, eo, H, scratch_.data());
-      for (int j = 0; j < H; ++j) ot[j] += eo[j] * we;
+    for (int i = 0; i < k; ++i) wsum += probs[order[i]];
+    for (int i = 0; i < k; ++i) {
+      chosen[t * k + i] = order[i];
+      weight[t * k + i] = probs[order[i]] / wsum * op.per_expert_scale->GetF32(order[i]);
+    }
+  }
+
+  std::fill(out, out + R * H, 0.0f);
+  std::vector<int> members;  // (token, slot) pairs routed to the current expert, as t * k + i
+  for (int e = 0; e < E; ++e) {
+    members.clear();
+    for (size_t j = 0; j < R * k; ++j)
+      if (chosen[j] == e) members.push_back(static_cast<int>(j));
+    if (members.empty()) continue;
+    const int n = static_cast<int>(members.size());
+    for (int m = 0; m < n; ++m)
+      std::memcpy(xin + static_cast<size_t>(m) * H, y + static_cast<size_t>(members[m] / k) * H, H * sizeof(float));
+    ParallelMatMulRaw(xin, n, H, op.gate_up->data + e * gu_expert_bytes, wt_gu, 2 * I, 1.0f, gu, 2 * I,
+                      moe_q8_.data(), moe_sums_.data());
+    for (int m = 0; m < n; ++m) {
+      const float* g = gu + static_cast<size_t>(m) * 2 * I;
+      cpu::GeGlu(g, g + I, I, act + static_cast<size_t>(m) * I);
+    }
+    ParallelMatMulRaw(act, n, I, op.down->data + e * dn_expert_bytes, wt_dn, H, 1.0f, eo, H, moe_q8_.data(),
+                      moe_sums_.data());
+    // Experts run in increasing order, so every token still adds its experts' outputs in
+    // increasing expert order.
+    for (int m = 0; m < n; ++m) {
+      float* ot = out + static_cast<size_t>(members[m] / k) * H;
+      const float we = weight[members[m]];
+      const float* em = eo + static_cast<size_t>(m) * H;
+      for (int j = 0; j < H; ++j) ot[j] += em[j] * we;
     }
   }
 }
