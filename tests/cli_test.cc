@@ -197,7 +197,10 @@ TEST(CliTest, TokenIdsInGiveTextOutAndIdsOnlyWhenAskedOrWithoutATokenizer) {
   ASSERT_EQ(lg.status, 0) << lg.out;
   std::string tokens;
   const nlohmann::json j = JsonLine(lg.out);
-  for (int id : j["tokens"]) tokens += (tokens.empty() ? "" : ",") + std::to_string(id);
+  for (int id : j["tokens"]) {
+    if (!tokens.empty()) tokens += ',';
+    tokens += std::to_string(id);
+  }
   ASSERT_FALSE(tokens.empty()) << lg.out;
   CliResult text = RunCli("generate --tokens " + tokens + " --temp 0 -n 1");
   ASSERT_EQ(text.status, 0) << text.out;
