@@ -35,7 +35,10 @@ TEST(CliTest, LogitsJsonTopTokenMatchesTransformersAtEveryPosition) {
   const Tensor* ids = (*ref)->Find("input_ids");
   const Tensor* logits = (*ref)->Find("logits");
   std::string tokens;
-  for (int64_t i = 0; i < ids->numel(); ++i) tokens += (i ? "," : "") + std::to_string(static_cast<int>(ids->GetF32(i)));
+  for (int64_t i = 0; i < ids->numel(); ++i) {
+    if (i) tokens += ',';
+    tokens += std::to_string(static_cast<int>(ids->GetF32(i)));
+  }
   CliResult r = RunCli("logits -m " + Fixture("gemma4-e2b-tiny") + " --tokens " + tokens + " --top 2 --json --chunk 7");
   ASSERT_EQ(r.status, 0) << r.out;
   // The first line on stderr is the device policy; the JSON is the last line.
