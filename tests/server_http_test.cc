@@ -629,6 +629,47 @@ TEST_F(ServerHttpRealTest, ClientDisconnectMidStreamFreesTheSlot) {
   std::fprintf(stderr, "slot freed %.0f ms after the client hung up\n", ms);
 }
 
+TEST_F(ServerHttpRealTest, EveryRequestIsLoggedOnceEvenWhenItsStreamIsAbandoned) {
+  // Found by a fresh user: a stream whose client hung up was cancelled (and counted) but its
+  // request line was never logged; a failed request was logged as finish=stop.
+  ServeOptions o = Options(RealModel(), kCtx, 1);
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.threads = 2;
+  o.log_requests = true;
+  testing::internal::CaptureStderr();
+  auto started = ServeInstance::Start(o);
+  ASSERT_TRUE(started.ok()) << started.status().ToString();
+  std::unique_ptr<ServeInstance> srv = std::move(started).value();
+  ASSERT_TRUE(srv->WaitLoaded().ok());
+  json req = {{"prompt", "Write a very long story about a dragon."}, {"max_tokens", 400}, {"ignore_eos", true},
+              {"temperature", 0}, {"stream", true}};
+  std::atomic<bool> saw_content{false};
+  PostStream(srv->port(), "/v1/completions", req.dump(), [&](const std::string& got) {
+    if (got.find("\"text\"") == std::string::npos) return true;
+    saw_content = true;
+    return false;  // hang up after the first delta
+  });
+  EXPECT_TRUE(saw_content.load());
+  EXPECT_TRUE(WaitFor([&] { return srv->scheduler()->Stats().requests_cancelled == 1; }, 5s));
+  const json small = {{"prompt", "Hello"}, {"max_tokens", 2}, {"ignore_eos", true}, {"temperature", 0}};
+  EXPECT_EQ(Post(srv->port(), "/v1/completions", small.dump()).status, 200);
+  json small_stream = small;
+  small_stream["stream"] = true;
+  EXPECT_EQ(PostStream(srv->port(), "/v1/completions", small_stream.dump()).first, 200);
+  srv.reset();  // stops the server: every request has finished
+  const std::string err = testing::internal::GetCapturedStderr();
+  int lines = 0, cancelled = 0, length = 0;
+  for (size_t at = err.find("finish="); at != std::string::npos; at = err.find("finish=", at + 1)) {
+    ++lines;
+    cancelled += err.compare(at, 17, "finish=cancelled ") == 0;
+    length += err.compare(at, 14, "finish=length ") == 0;
+  }
+  EXPECT_EQ(lines, 3) << err;
+  EXPECT_EQ(cancelled, 1) << err;
+  EXPECT_EQ(length, 2) << err;
+}
+
 TEST_F(ServerHttpRealTest, ClientGivingUpOnANonStreamingRequestFreesTheSlot) {
   // Found by a fresh user: a non-streaming request kept generating after its client left.
   const uint64_t cancelled_before = server_->scheduler()->Stats().requests_cancelled;

@@ -8,6 +8,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <arpa/inet.h>
@@ -183,7 +184,8 @@ struct HttpServer::Impl {
     if (!opt.log_requests) return;
     std::fprintf(stderr,
                  "gemma4rt: POST %s %s prompt=%d completion=%d finish=%s queue=%.1fms prompt=%.1fms predicted=%.1fms%s%s%s\n",
-                 path.c_str(), meta.id.c_str(), e.prompt_tokens, e.completion_tokens, e.finish_reason.c_str(), e.queue_ms,
+                 path.c_str(), meta.id.c_str(), e.prompt_tokens, e.completion_tokens,
+                 e.error.ok() ? e.finish_reason.c_str() : "error", e.queue_ms,
                  e.prompt_ms, e.predicted_ms, e.degenerate.empty() ? "" : " degenerate=\"",
                  e.degenerate.c_str(), e.degenerate.empty() ? "" : "\"");
     if (!e.error.ok()) std::fprintf(stderr, "gemma4rt: %s failed: %s\n", meta.id.c_str(), e.error.ToString().c_str());
@@ -202,6 +204,46 @@ struct HttpServer::Impl {
 
 namespace {
 
+// Logs a stream's final event exactly once: from the stream when it sends it, or, when the client
+// left first (the stream stops being polled), from the scheduler's callback or from the stream's
+// end, whichever comes second.
+struct StreamLog {
+  HttpServer::Impl* impl = nullptr;
+  std::string path;
+  ResponseMeta meta;
+  std::mutex mu;
+  bool abandoned = false, logged = false;
+  std::optional<CompletionEvent> final_event;  // a final event no one has logged yet
+
+  // The scheduler's callback saw the final event.
+  void Arrived(const CompletionEvent& e) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (logged) return;
+    if (abandoned) {
+      logged = true;
+      impl->LogCompletion(path, meta, e);
+    } else {
+      final_event = e;
+    }
+  }
+  // The stream sends the final event itself.
+  void Sent(const CompletionEvent& e) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (logged) return;
+    logged = true;
+    impl->LogCompletion(path, meta, e);
+  }
+  // The stream ends without having sent the final event.
+  void Abandon() {
+    std::lock_guard<std::mutex> lock(mu);
+    abandoned = true;
+    if (!logged && final_event) {
+      logged = true;
+      impl->LogCompletion(path, meta, *final_event);
+    }
+  }
+};
+
 // The streaming side of one request: owns the handle; cancels it unless the final event went out.
 struct StreamState {
   std::shared_ptr<RequestHandle> handle;
@@ -212,13 +254,19 @@ struct StreamState {
   uint64_t track_id = 0;
   bool started = false, finished = false;
 
+  std::shared_ptr<StreamLog> log;
+
   ~StreamState() {
-    if (!finished) handle->Cancel();
+    if (!finished) {
+      handle->Cancel();
+      log->Abandon();
+    }
     impl->Untrack(track_id);
   }
 
   bool Fail() {  // the client is gone: free the slot now
     handle->Cancel();
+    log->Abandon();
     return false;
   }
 
@@ -248,7 +296,7 @@ bool StreamState::Provide(httplib::DataSink& sink) {
       continue;
     }
     finished = true;
-    impl->LogCompletion(path, meta, e);
+    log->Sent(e);
     if (!e.error.ok()) out += ErrorChunks(ErrorForStatus(500, "generation failed: " + e.error.ToString()));
     else if (e.finish_reason == "cancelled") out += ErrorChunks(ErrorForStatus(503, "the request was cancelled (server shutting down)"));
     else out += FinalChunks(meta, e);
@@ -277,7 +325,15 @@ void HttpServer::Impl::Completion(const httplib::Request& req, httplib::Response
   meta.return_token_ids = p.return_token_ids;
   if (p.return_token_ids) meta.prompt_token_ids = p.completion.prompt;
   auto queue = std::make_shared<EventQueue>();
-  auto submitted = scheduler->Submit(std::move(p.completion), [queue](const CompletionEvent& e) { queue->Push(e); });
+  auto stream_log = std::make_shared<StreamLog>();
+  stream_log->impl = this;
+  stream_log->path = req.path;
+  stream_log->meta = meta;
+  const bool stream = p.stream;
+  auto submitted = scheduler->Submit(std::move(p.completion), [queue, stream_log, stream](const CompletionEvent& e) {
+    queue->Push(e);
+    if (stream && e.done) stream_log->Arrived(e);
+  });
   if (!submitted.ok()) {
     ApiError e = FromStatus(submitted.status());
     if (e.status == 429) res.set_header("Retry-After", "1");
@@ -294,6 +350,7 @@ void HttpServer::Impl::Completion(const httplib::Request& req, httplib::Response
     st->path = req.path;
     st->impl = this;
     st->track_id = track_id;
+    st->log = stream_log;
     res.status = 200;
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
