@@ -265,5 +265,16 @@ TEST(CliTest, BenchJsonReportsSpeedsMemoryAndBothBandwidthFractions) {
   EXPECT_NEAR(j.at("read_bandwidth_fraction").get<double>(), bytes_per_s / (read * 1e9), 1e-9);
 }
 
+
+// `gemma4rt --help` lists every subcommand, the two with their own flag sets (serve, bench) too.
+TEST(CliTest, TopLevelHelpListsEverySubcommand) {
+  CliResult r = RunCli("--help");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const size_t list = r.out.find("Subcommands:");
+  ASSERT_NE(list, std::string::npos) << r.out;
+  for (const char* sub : {"\n  info ", "\n  logits ", "\n  generate ", "\n  serve ", "\n  bench "})
+    EXPECT_NE(r.out.find(sub, list), std::string::npos) << sub << " missing from:\n" << r.out;
+}
+
 }  // namespace
 }  // namespace g4

@@ -213,6 +213,9 @@ int main(int argc, char** argv) {
   gen->add_option("--stop", stops, "stop string (repeatable)");
   gen->add_flag("--ignore-eos", ignore_eos, "do not stop at end-of-generation tokens");
   gen->add_flag("--show-ids", show_ids, "print the generated token ids after the text");
+  // serve and bench are dispatched above with their own flag sets; listed here for --help only.
+  app.add_subcommand("serve", "OpenAI-compatible HTTP server (flags: gemma4rt serve --help)");
+  app.add_subcommand("bench", "prefill/decode speed, memory and bandwidth, llama-bench style (gemma4rt bench --help)");
 
   // A first argument that is neither a subcommand nor --help: say what is wrong with it (CLI11
   // would only say that a subcommand is required).
