@@ -461,7 +461,9 @@ void HttpServer::Impl::Routes() {
     SetError(res, ErrorForStatus(401, auth.empty() ? "missing API key: send Authorization: Bearer <key>" : "invalid API key"));
     return httplib::Server::HandlerResponse::Handled;
   });
-  svr.set_logger([this](const httplib::Request&, const httplib::Response& res) { counters.Count(res.status); });
+  // Counted before the response is written (the logger runs after it is sent, so a client could
+  // read /metrics on another connection before its previous response was counted).
+  svr.set_post_routing_handler([this](const httplib::Request&, httplib::Response& res) { counters.Count(res.status); });
 
   auto health = guard([this](const httplib::Request&, httplib::Response& res) {
     if (ready.load(std::memory_order_acquire)) return SetJson(res, json{{"status", "ok"}});
