@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -18,6 +19,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <unistd.h>
@@ -109,6 +111,28 @@ struct BandwidthResult {
   int iterations = 0;
 };
 
+// Runs part(0) .. part(threads - 1) at once (part(0) on the calling thread), `iterations` times;
+// returns the shortest wall time of one round, in seconds.
+double BestParallelSeconds(int threads, int iterations, const std::function<void(int)>& part) {
+  double best = 1e30;
+  for (int it = 0; it < iterations; ++it) {
+    const auto t0 = Clock::now();
+    std::vector<std::thread> pool;
+    for (int i = 1; i < threads; ++i) pool.emplace_back(part, i);
+    part(0);
+    for (std::thread& t : pool) t.join();
+    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  return best;
+}
+
+// Thread t's share [begin, end) of n items split over `threads`, each share a multiple of `align`.
+std::pair<size_t, size_t> ThreadSlice(size_t n, int threads, size_t align, int t) {
+  const size_t slice = (n / threads + align - 1) / align * align;
+  const size_t begin = std::min(n, t * slice);
+  return {begin, std::min(n, begin + slice)};
+}
+
 // memcpy of a `bytes` buffer into another, split over `threads` threads, best of `iterations`.
 // Both buffers are touched first so that page faults are not timed.
 BandwidthResult MeasureCopyBandwidth(size_t bytes, int threads, int iterations) {
@@ -119,23 +143,13 @@ BandwidthResult MeasureCopyBandwidth(size_t bytes, int threads, int iterations) 
   std::unique_ptr<char[]> src(new char[bytes]), dst(new char[bytes]);
   std::memset(src.get(), 1, bytes);
   std::memset(dst.get(), 0, bytes);
-  const size_t slice = (bytes / threads + 63) / 64 * 64;
-  double best = 1e30;
-  for (int it = 0; it < iterations; ++it) {
-    const auto t0 = Clock::now();
-    std::vector<std::thread> pool;
-    for (int i = 1; i < threads; ++i) {
-      const size_t begin = std::min(bytes, i * slice), end = std::min(bytes, begin + slice);
-      pool.emplace_back([&, begin, end] { std::memcpy(dst.get() + begin, src.get() + begin, end - begin); });
-    }
-    std::memcpy(dst.get(), src.get(), std::min(bytes, slice));
-    for (std::thread& t : pool) t.join();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-  }
+  r.best_seconds = BestParallelSeconds(threads, iterations, [&](int t) {
+    const auto [begin, end] = ThreadSlice(bytes, threads, 64, t);
+    std::memcpy(dst.get() + begin, src.get() + begin, end - begin);
+  });
   volatile char sink = dst[bytes / 2];
   (void)sink;
-  r.best_seconds = best;
-  r.gbps = 2.0 * static_cast<double>(bytes) / best / 1e9;
+  r.gbps = 2.0 * static_cast<double>(bytes) / r.best_seconds / 1e9;
   return r;
 }
 
@@ -151,30 +165,19 @@ BandwidthResult MeasureReadBandwidth(size_t bytes, int threads, int iterations) 
   if (words == 0) return r;
   std::unique_ptr<uint64_t[]> buf(new uint64_t[words]);
   for (size_t i = 0; i < words; ++i) buf[i] = i;
-  const size_t slice = (words / threads + 7) / 8 * 8;
   std::vector<uint64_t> sums(threads, 0);
-  const auto sum_range = [&](int t) {
-    const size_t begin = std::min(words, t * slice), end = std::min(words, begin + slice);
+  r.best_seconds = BestParallelSeconds(threads, iterations, [&](int t) {
+    const auto [begin, end] = ThreadSlice(words, threads, 8, t);
     uint64_t s[8] = {};
     size_t i = begin;
     for (; i + 8 <= end; i += 8)
       for (int k = 0; k < 8; ++k) s[k] += buf[i + k];
     for (; i < end; ++i) s[0] += buf[i];
     sums[t] = s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
-  };
-  double best = 1e30;
-  for (int it = 0; it < iterations; ++it) {
-    const auto t0 = Clock::now();
-    std::vector<std::thread> pool;
-    for (int i = 1; i < threads; ++i) pool.emplace_back(sum_range, i);
-    sum_range(0);
-    for (std::thread& t : pool) t.join();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-  }
+  });
   volatile uint64_t sink = std::accumulate(sums.begin(), sums.end(), uint64_t{0});
   (void)sink;
-  r.best_seconds = best;
-  r.gbps = static_cast<double>(words * 8) / best / 1e9;
+  r.gbps = static_cast<double>(words * 8) / r.best_seconds / 1e9;
   return r;
 }
 

@@ -249,7 +249,6 @@ struct StreamState {
   std::shared_ptr<RequestHandle> handle;
   std::shared_ptr<EventQueue> queue;
   ResponseMeta meta;
-  std::string path;
   HttpServer::Impl* impl = nullptr;
   uint64_t track_id = 0;
   bool started = false, finished = false;
@@ -347,7 +346,6 @@ void HttpServer::Impl::Completion(const httplib::Request& req, httplib::Response
     st->handle = handle;
     st->queue = queue;
     st->meta = std::move(meta);
-    st->path = req.path;
     st->impl = this;
     st->track_id = track_id;
     st->log = stream_log;

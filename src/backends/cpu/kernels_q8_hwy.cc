@@ -135,22 +135,27 @@ struct FmtQ8_0 {
 #endif
 };
 
-// Q4_0 / Q4_1: nibbles at qs = b + kQs; d at b, (Q4_1) m at b + 2.
-template <int kQs, bool kMin>
-struct FmtQ4Legacy {
-  static constexpr int kQK = 32, kBytes = kMin ? 20 : 18, kUnits = 1;
+// Q4_0 / Q4_1 / Q5_0 / Q5_1: d at b, (Q4_1, Q5_1) m at b + 2, then (Q5_*) the 32-bit fifth-bit
+// mask at b + kQh, then 16 bytes of nibbles at b + kQs (low nibbles elements 0-15, high 16-31).
+// Offset without m: -8 d (Q4_0) or -16 d (Q5_0).
+template <bool kFive, bool kMin>
+struct FmtLegacy {
+  static constexpr int kQK = 32, kUnits = 1;
+  static constexpr int kQh = kMin ? 4 : 2, kQs = kQh + (kFive ? 4 : 0), kBytes = kQs + 16;
+  static constexpr float kZero = kFive ? -16.0f : -8.0f;
   static constexpr bool kSigned = false, kOffset = true;
   struct Params { float a, o; };
   static HWY_INLINE void Prepare(const uint8_t* b, Params* p) {
     const float d = HalfQ8(b);
     p->a = d;
-    p->o = kMin ? HalfQ8(b + 2) : -8.0f * d;
+    p->o = kMin ? HalfQ8(b + 2) : kZero * d;
   }
   static HWY_INLINE void Scales(const Params& p, int, float* a, float* o) { a[0] = a[1] = p.a; o[0] = o[1] = p.o; }
   static HWY_INLINE void Unit(const uint8_t* b, int, int16_t* u) {
+    const uint32_t qh = kFive ? U32Q8(b + kQh) : 0;
     for (int k = 0; k < 16; ++k) {
-      u[k] = b[kQs + k] & 15;
-      u[k + 16] = b[kQs + k] >> 4;
+      u[k] = static_cast<int16_t>((b[kQs + k] & 15) | (((qh >> k) & 1) << 4));
+      u[k + 16] = static_cast<int16_t>((b[kQs + k] >> 4) | (((qh >> (k + 16)) & 1) << 4));
     }
   }
 #if G4_Q8_AVX2
@@ -160,52 +165,22 @@ struct FmtQ4Legacy {
     const __m256i m = _mm256_set1_epi8(0x0f);
     *lo = _mm256_and_si256(v, m);
     *hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m);
-  }
-  static HWY_INLINE void BlockScales4(const uint8_t* const* b, __m128* a, __m128* o) {
-    a[0] = Halves4(b, 0);
-    o[0] = kMin ? Halves4(b, 2) : _mm_mul_ps(a[0], _mm_set1_ps(-8.0f));
-  }
-#endif
-};
-using FmtQ4_0 = FmtQ4Legacy<2, false>;
-using FmtQ4_1 = FmtQ4Legacy<4, true>;
-
-// Q5_0 / Q5_1: fifth-bit mask at b + kQh, nibbles at b + kQh + 4.
-template <int kQh, bool kMin>
-struct FmtQ5Legacy {
-  static constexpr int kQK = 32, kBytes = kMin ? 24 : 22, kUnits = 1;
-  static constexpr bool kSigned = false, kOffset = true;
-  struct Params { float a, o; };
-  static HWY_INLINE void Prepare(const uint8_t* b, Params* p) {
-    const float d = HalfQ8(b);
-    p->a = d;
-    p->o = kMin ? HalfQ8(b + 2) : -16.0f * d;
-  }
-  static HWY_INLINE void Scales(const Params& p, int, float* a, float* o) { a[0] = a[1] = p.a; o[0] = o[1] = p.o; }
-  static HWY_INLINE void Unit(const uint8_t* b, int, int16_t* u) {
-    const uint32_t qh = U32Q8(b + kQh);
-    for (int k = 0; k < 16; ++k) {
-      u[k] = static_cast<int16_t>((b[kQh + 4 + k] & 15) | (((qh >> k) & 1) << 4));
-      u[k + 16] = static_cast<int16_t>((b[kQh + 4 + k] >> 4) | (((qh >> (k + 16)) & 1) << 4));
+    if constexpr (kFive) {
+      const __m256i f0 = FifthBits32(b0 + kQh), f1 = FifthBits32(b1 + kQh);
+      *lo = _mm256_or_si256(*lo, _mm256_permute2x128_si256(f0, f1, 0x20));
+      *hi = _mm256_or_si256(*hi, _mm256_permute2x128_si256(f0, f1, 0x31));
     }
   }
-#if G4_Q8_AVX2
-  static constexpr bool kPaired = true, kTwoScales = false;
-  static HWY_INLINE void PairAvx2(const uint8_t* b0, const uint8_t* b1, int, __m256i* lo, __m256i* hi) {
-    const __m256i v = Load2x128(b0 + kQh + 4, b1 + kQh + 4);
-    const __m256i m = _mm256_set1_epi8(0x0f);
-    const __m256i f0 = FifthBits32(b0 + kQh), f1 = FifthBits32(b1 + kQh);
-    *lo = _mm256_or_si256(_mm256_and_si256(v, m), _mm256_permute2x128_si256(f0, f1, 0x20));
-    *hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), m), _mm256_permute2x128_si256(f0, f1, 0x31));
-  }
   static HWY_INLINE void BlockScales4(const uint8_t* const* b, __m128* a, __m128* o) {
     a[0] = Halves4(b, 0);
-    o[0] = kMin ? Halves4(b, 2) : _mm_mul_ps(a[0], _mm_set1_ps(-16.0f));
+    o[0] = kMin ? Halves4(b, 2) : _mm_mul_ps(a[0], _mm_set1_ps(kZero));
   }
 #endif
 };
-using FmtQ5_0 = FmtQ5Legacy<2, false>;
-using FmtQ5_1 = FmtQ5Legacy<4, true>;
+using FmtQ4_0 = FmtLegacy<false, false>;
+using FmtQ4_1 = FmtLegacy<false, true>;
+using FmtQ5_0 = FmtLegacy<true, false>;
+using FmtQ5_1 = FmtLegacy<true, true>;
 
 // Q4_K / Q5_K: unit j = sub-block j; nibbles of qs[32 (j / 2) ..] (low for even j); Q5_K's fifth
 // bit of element l is bit j of qh[l].
@@ -558,8 +533,6 @@ void MatMulFmt(const ActBlockQ8* xq, const float* sums, int rows, int K, const u
                float* y, int ldy) {
   const size_t units = static_cast<size_t>(K) / 32;
   const size_t row_bytes = static_cast<size_t>(K) / Fmt::kQK * Fmt::kBytes;
-  thread_local std::vector<float> ob;  // one weight row's offsets b_h, two per unit
-  if (ob.size() < 2 * units) ob.resize(2 * units);
   const int group = rows <= 4 ? M : std::max(1, static_cast<int>((256u << 10) / std::max<size_t>(row_bytes, 1)));
 #if G4_Q8_AVX2
   if constexpr (Fmt::kPaired) {
@@ -595,6 +568,8 @@ void MatMulFmt(const ActBlockQ8* xq, const float* sums, int rows, int K, const u
     return;
   }
 #endif
+  thread_local std::vector<float> ob;  // one weight row's offsets b_h, two per unit
+  if (ob.size() < 2 * units) ob.resize(2 * units);
   for (int m0 = 0; m0 < M; m0 += group) {
     const int m1 = std::min(M, m0 + group);
     for (int r0 = 0; r0 < rows;) {
