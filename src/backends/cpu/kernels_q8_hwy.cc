@@ -16,6 +16,11 @@
 // Measured single-threaded on this machine's EPYC (bench/kernels_bench.cc BM_Q8, 6144 x 1536,
 // CPU time per call, one-row tiles -> four-row tiles): Q4_0 decode 615 -> 330 us, prefill of 64
 // rows 22.1 -> 11.7 ms; Q4_K decode 750 -> 380 us; Q8_0 LM head 262144 x 640 14.2 -> 10.5 ms.
+// Q6_K, whose unit halves have their own int8 scales, has its own four-row tile (FmtQ6K::Tile4):
+// one row's unit per register and the scales and the -32 offset applied in integers; BM_Q8
+// 6144 x 1536 Q6_K decode 619 -> 462 us, prefill of 64 rows 19.3 -> 16.1 ms (best of six
+// interleaved runs each, machine shared with a build). Q4_K's scales are decoded for the four rows
+// at once (FmtK4::BlockScales4): decode 374 -> 321 us.
 // Other targets: one activation row or eight by one weight row (DotTile).
 // The offsets b_h * dx * sum(q over the half) use the sums stored in the activation block.
 #include <algorithm>
@@ -23,6 +28,7 @@
 #include <cstdint>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cpu/kernels_q8.h"
@@ -72,8 +78,8 @@ HWY_INLINE uint32_t U32Q8(const uint8_t* p) {
 // for unit j; Unit(block, j, u) = the unit's 32 integers, scalar (all targets); and on AVX2+,
 // PairAvx2(block of row 0, block of row 1, j, lo, hi) = unit j of both rows as bytes, lo =
 // [elements 0-15 of row 0 | of row 1], hi = elements 16-31, and BlockScales4(four rows' blocks,
-// a, o) = each unit's scale a and offset b for the four rows as [row 0 .. row 3] (kTwoScales:
-// per half, index 2 j + h).
+// a, o) = each unit's scale a and offset b for the four rows as [row 0 .. row 3]. Formats with
+// kOwnTile (Q6_K, whose unit halves have their own scales) bring their own four-row tile.
 
 #if G4_Q8_AVX2
 // Byte k of the result is 0x10 where bit k of the 32-bit mask at qh is set, else 0.
@@ -123,7 +129,7 @@ struct FmtQ8_0 {
     for (int k = 0; k < 32; ++k) u[k] = static_cast<int8_t>(b[2 + k]);
   }
 #if G4_Q8_AVX2
-  static constexpr bool kPaired = true, kTwoScales = false;
+  static constexpr bool kPaired = true, kOwnTile = false;
   static HWY_INLINE void PairAvx2(const uint8_t* b0, const uint8_t* b1, int, __m256i* lo, __m256i* hi) {
     *lo = Load2x128(b0 + 2, b1 + 2);
     *hi = Load2x128(b0 + 18, b1 + 18);
@@ -159,7 +165,7 @@ struct FmtLegacy {
     }
   }
 #if G4_Q8_AVX2
-  static constexpr bool kPaired = true, kTwoScales = false;
+  static constexpr bool kPaired = true, kOwnTile = false;
   static HWY_INLINE void PairAvx2(const uint8_t* b0, const uint8_t* b1, int, __m256i* lo, __m256i* hi) {
     const __m256i v = Load2x128(b0 + kQs, b1 + kQs);
     const __m256i m = _mm256_set1_epi8(0x0f);
@@ -213,7 +219,7 @@ struct FmtK4 {
     }
   }
 #if G4_Q8_AVX2
-  static constexpr bool kPaired = true, kTwoScales = false;
+  static constexpr bool kPaired = true, kOwnTile = false;
   static HWY_INLINE void PairAvx2(const uint8_t* b0, const uint8_t* b1, int j, __m256i* lo, __m256i* hi) {
     const size_t q = kQs + 32 * (j / 2);
     const __m256i m = _mm256_set1_epi8(0x0f);
@@ -229,23 +235,39 @@ struct FmtK4 {
     *lo = l;
     *hi = h;
   }
-  // The eight scales (d * sc) and offsets (-dmin * mn) of a block as vectors: the 12 packed bytes
-  // decoded with 32-bit operations (ScaleMinK4's fields, four sub-blocks per word).
-  static HWY_INLINE void ScalesVec(const uint8_t* b, __m256* a, __m256* o) {
-    const uint32_t u0 = U32Q8(b + 4), u1 = U32Q8(b + 8), u2 = U32Q8(b + 12);
-    const uint32_t sc_lo = u0 & 0x3f3f3f3fu, mn_lo = u1 & 0x3f3f3f3fu;
-    const uint32_t sc_hi = (u2 & 0x0f0f0f0fu) | ((u0 >> 2) & 0x30303030u);
-    const uint32_t mn_hi = ((u2 >> 4) & 0x0f0f0f0fu) | ((u1 >> 2) & 0x30303030u);
-    const __m128i sc = _mm_cvtsi64_si128(static_cast<int64_t>(sc_lo | (static_cast<uint64_t>(sc_hi) << 32)));
-    const __m128i mn = _mm_cvtsi64_si128(static_cast<int64_t>(mn_lo | (static_cast<uint64_t>(mn_hi) << 32)));
-    *a = _mm256_mul_ps(_mm256_set1_ps(HalfQ8(b)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sc)));
-    *o = _mm256_mul_ps(_mm256_set1_ps(-HalfQ8(b + 2)), _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mn)));
-  }
+  // The four rows' eight scales a[j] = d * sc[j] and offsets o[j] = -dmin * mn[j] (j < 8), as
+  // [row 0 .. row 3] (the same f32 products as Prepare): the 12 packed bytes of ScaleMinK4 of the
+  // four rows transposed into 32-bit words (word w of row i in lane i), the 6-bit fields
+  // separated four sub-blocks per word for all rows at once, then one byte shuffle per pair of
+  // sub-blocks (j, j + 4) spreads each row's field into its own 32-bit lane. (Decoding each row
+  // on its own and transposing the f32 results cost twice the operations: Q4_K decode 6144 x 1536,
+  // BM_Q8, 369 -> 330 us.)
   static HWY_INLINE void BlockScales4(const uint8_t* const* b, __m128* a, __m128* o) {
-    __m256 va[4], vo[4];
-    for (int i = 0; i < 4; ++i) ScalesVec(b[i], &va[i], &vo[i]);
-    Transpose4x8(va, a);
-    Transpose4x8(vo, o);
+    const auto ld = [&](int i) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i] + 4)); };
+    const __m128i r0 = ld(0), r1 = ld(1), r2 = ld(2), r3 = ld(3);
+    const __m128i t0 = _mm_unpacklo_epi32(r0, r1), t1 = _mm_unpacklo_epi32(r2, r3);  // words 0, 1
+    const __m128i t2 = _mm_unpackhi_epi32(r0, r1), t3 = _mm_unpackhi_epi32(r2, r3);  // words 2, 3
+    const __m128i u0 = _mm_unpacklo_epi64(t0, t1), u1 = _mm_unpackhi_epi64(t0, t1), u2 = _mm_unpacklo_epi64(t2, t3);
+    const __m128i m6 = _mm_set1_epi8(0x3f), m4 = _mm_set1_epi8(0x0f), m2 = _mm_set1_epi8(0x30);
+    const __m128i sc_hi = _mm_or_si128(_mm_and_si128(u2, m4), _mm_and_si128(_mm_srli_epi32(u0, 2), m2));
+    const __m128i mn_hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi32(u2, 4), m4), _mm_and_si128(_mm_srli_epi32(u1, 2), m2));
+    // Lane 0: sub-blocks 0-3, lane 1: sub-blocks 4-7, one byte per sub-block in each row's word.
+    const __m256i sc = _mm256_set_m128i(sc_hi, _mm_and_si128(u0, m6));
+    const __m256i mn = _mm256_set_m128i(mn_hi, _mm_and_si128(u1, m6));
+    const __m128 d4 = Halves4(b, 0), m4f = _mm_xor_ps(Halves4(b, 2), _mm_set1_ps(-0.0f));
+    const __m256 d = _mm256_set_m128(d4, d4), dm = _mm256_set_m128(m4f, m4f);
+    HWY_UNROLL(4)
+    for (int j = 0; j < 4; ++j) {
+      const char z = static_cast<char>(0x80);
+      const __m256i pick = _mm256_setr_epi8(j, z, z, z, 4 + j, z, z, z, 8 + j, z, z, z, 12 + j, z, z, z,  //
+                                            j, z, z, z, 4 + j, z, z, z, 8 + j, z, z, z, 12 + j, z, z, z);
+      const __m256 av = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_shuffle_epi8(sc, pick)));
+      const __m256 ov = _mm256_mul_ps(dm, _mm256_cvtepi32_ps(_mm256_shuffle_epi8(mn, pick)));
+      a[j] = _mm256_castps256_ps128(av);
+      a[j + 4] = _mm256_extractf128_ps(av, 1);
+      o[j] = _mm256_castps256_ps128(ov);
+      o[j + 4] = _mm256_extractf128_ps(ov, 1);
+    }
   }
 #endif
 };
@@ -281,38 +303,84 @@ struct FmtQ6K {
     }
   }
 #if G4_Q8_AVX2
-  static constexpr bool kPaired = true, kTwoScales = true;
-  static HWY_INLINE void PairAvx2(const uint8_t* b0, const uint8_t* b1, int j, __m256i* lo, __m256i* hi) {
+  static constexpr bool kPaired = true, kOwnTile = true;
+  // Unit j of one row as 32 bytes u_k in [0, 63] (ql's nibble | qh's two bits << 4).
+  static HWY_INLINE __m256i UnitAvx2(const uint8_t* b, int j) {
     const int h = j / 4, f = j % 4;
-    const size_t ql = 64 * h + 32 * (f % 2), qh = 128 + 32 * h;
+    const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 64 * h + 32 * (f % 2)));
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h));
     const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(0x30);
-    const auto one = [&](size_t e) {  // elements e .. e + 15 of both rows
-      const __m256i l = Load2x128(b0 + ql + e, b1 + ql + e), q = Load2x128(b0 + qh + e, b1 + qh + e);
-      const __m256i lo4 = f < 2 ? _mm256_and_si256(l, m4) : _mm256_and_si256(_mm256_srli_epi16(l, 4), m4);
-      __m256i hi2;
-      switch (f) {
-        case 0: hi2 = _mm256_slli_epi16(q, 4); break;
-        case 1: hi2 = _mm256_slli_epi16(q, 2); break;
-        case 2: hi2 = q; break;
-        default: hi2 = _mm256_srli_epi16(q, 2); break;
-      }
-      return _mm256_or_si256(lo4, _mm256_and_si256(hi2, m2));
-    };
-    *lo = one(0);
-    *hi = one(16);
-  }
-  // a[i] = the four rows' scale i (d * scales[i], i < 16: unit i / 2, half i % 2); o[i] = -32 a[i].
-  static HWY_INLINE void BlockScales4(const uint8_t* const* b, __m128* a, __m128* o) {
-    __m256 lo[4], hi[4];
-    for (int i = 0; i < 4; ++i) {
-      const __m256 d = _mm256_set1_ps(HalfQ8(b[i] + 208));
-      const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i] + 192));
-      lo[i] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
-      hi[i] = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8))));
+    const __m256i lo4 = f < 2 ? _mm256_and_si256(ql, m4) : _mm256_and_si256(_mm256_srli_epi16(ql, 4), m4);
+    __m256i hi2;
+    switch (f) {
+      case 0: hi2 = _mm256_slli_epi16(qh, 4); break;
+      case 1: hi2 = _mm256_slli_epi16(qh, 2); break;
+      case 2: hi2 = qh; break;
+      default: hi2 = _mm256_srli_epi16(qh, 2); break;
     }
-    Transpose4x8(lo, a);
-    Transpose4x8(hi, a + 8);
-    for (int i = 0; i < 16; ++i) o[i] = _mm_mul_ps(a[i], _mm_set1_ps(-32.0f));
+    return _mm256_or_si256(lo4, _mm256_and_si256(hi2, m2));
+  }
+  // The block's 16 int8 scales as i16, even ones (first halves of units 0-7) in the low 128-bit
+  // lane and odd ones in the high lane, so one in-lane broadcast gives unit j's [scale of
+  // elements 0-15 x 8 | scale of elements 16-31 x 8].
+  static HWY_INLINE __m256i ScalesI16(const uint8_t* b) {
+    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
+    const __m128i evens_odds = _mm_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+    return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(sc, evens_odds));
+  }
+  // Q6_K, four weight rows by R activation rows, one row's unit per 256-bit register (as the
+  // activation block's 32 bytes are laid out): per row and unit, vpmaddubsw of u (0..63) with q,
+  // minus vpmaddubsw of 32 with q (the offset -32, in integers: each i16 lane is then a pair sum of
+  // (u - 32) q, |.| <= 2 * 32 * 127), then vpmaddwd with the unit's two int8 scales (elements 0-15
+  // in the low lane, 16-31 in the high lane), so the sub-block scales apply in integers (|sum| <=
+  // 16 * 32 * 127 * 128 < 2^24: exact in i32 and in its f32 conversion). Three vphaddd give
+  // [r0 r1 r2 r3 | r0 r1 r2 r3] (halves 0 and 1), converted and multiplied-added with d * dx, the
+  // halves added at the end. Against the paired tile this drops the float offsets, one of two
+  // reductions and conversions per unit, and the 128-bit inserts of the paired decode.
+  // BM_Q8 Q6_K 6144 x 1536 decode, single-threaded, this machine: 619 -> 462 us (paired tile ->
+  // this one); prefill of 64 rows 19.3 -> 16.1 ms. The same layout for Q4_K/Q5_K (one scale per
+  // unit, so nothing to share) measured 10% slower than their paired tile and was not kept.
+  template <int R>
+  static HWY_INLINE void Tile4(const ActBlockQ8* const* x, const float* const*, const uint8_t* const* w, size_t nb,
+                               const uint8_t* prefetch, float (*out)[4]) {
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    const __m256i m32 = _mm256_set1_epi8(32);
+    for (size_t ib = 0; ib < nb; ++ib) {
+      const uint8_t* b[4];
+      for (int i = 0; i < 4; ++i) b[i] = w[i] + ib * kBytes;
+      for (size_t q = ib * 4 * kBytes; q < (ib + 1) * 4 * kBytes; q += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(prefetch + q), _MM_HINT_T0);
+      }
+      __m256i sc[4];
+      for (int i = 0; i < 4; ++i) sc[i] = ScalesI16(b[i]);
+      const __m128 d4 = Halves4(b, 208);
+      const __m256 d8 = _mm256_set_m128(d4, d4);
+      HWY_UNROLL(8)
+      for (int j = 0; j < kUnits; ++j) {
+        const size_t unit = ib * kUnits + j;
+        const __m256i pick = _mm256_set1_epi16(static_cast<int16_t>((2 * j) | ((2 * j + 1) << 8)));
+        __m256i u[4], s[4];
+        for (int i = 0; i < 4; ++i) {
+          u[i] = UnitAvx2(b[i], j);
+          s[i] = _mm256_shuffle_epi8(sc[i], pick);
+        }
+        for (int r = 0; r < R; ++r) {
+          const ActBlockQ8& xb = x[r][unit];
+          const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb.q));
+          const __m256i x32 = _mm256_maddubs_epi16(m32, xq);
+          __m256i p[4];
+          for (int i = 0; i < 4; ++i) p[i] = _mm256_madd_epi16(_mm256_sub_epi16(_mm256_maddubs_epi16(u[i], xq), x32), s[i]);
+          const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+          acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), _mm256_mul_ps(d8, _mm256_broadcast_ss(&xb.d)), acc[r]);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      HWY_ALIGN float t[8];
+      _mm256_store_ps(t, acc[r]);
+      for (int i = 0; i < 4; ++i) out[r][i] = t[i] + t[i + 4];
+    }
   }
 #endif
 };
@@ -368,8 +436,7 @@ HWY_INLINE void PairTile(const ActBlockQ8* const* x, const float* const* sums, c
     for (size_t q = ib * 4 * Fmt::kBytes; q < (ib + 1) * 4 * Fmt::kBytes; q += 64) {
       _mm_prefetch(reinterpret_cast<const char*>(prefetch + q), _MM_HINT_T0);
     }
-    constexpr int kScales = Fmt::kTwoScales ? 2 * Fmt::kUnits : Fmt::kUnits;
-    __m128 a4s[kScales], o4s[kScales];
+    __m128 a4s[Fmt::kUnits], o4s[Fmt::kUnits];
     Fmt::BlockScales4(b, a4s, o4s);
     HWY_UNROLL(8)
     for (int j = 0; j < Fmt::kUnits; ++j) {
@@ -377,27 +444,6 @@ HWY_INLINE void PairTile(const ActBlockQ8* const* x, const float* const* sums, c
       __m256i lo01, hi01, lo23, hi23;
       Fmt::PairAvx2(b[0], b[1], j, &lo01, &hi01);
       Fmt::PairAvx2(b[2], b[3], j, &lo23, &hi23);
-      if constexpr (Fmt::kTwoScales) {
-        // Halves with their own scales (Q6_K): each half reduced and scaled on its own.
-        const __m256 a8l = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(a4s[2 * j]), spread);
-        const __m256 a8h = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(a4s[2 * j + 1]), spread);
-        for (int r = 0; r < R; ++r) {
-          const ActBlockQ8& xb = x[r][unit];
-          const __m256i xlo = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.q)));
-          const __m256i xhi =
-              _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.q + 16)));
-          const __m256 hl = _mm256_cvtepi32_ps(_mm256_hadd_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo01, xlo), ones),
-                                                                 _mm256_madd_epi16(_mm256_maddubs_epi16(lo23, xlo), ones)));
-          const __m256 hh = _mm256_cvtepi32_ps(_mm256_hadd_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(hi01, xhi), ones),
-                                                                 _mm256_madd_epi16(_mm256_maddubs_epi16(hi23, xhi), ones)));
-          const __m256 dx = _mm256_broadcast_ss(&xb.d);
-          acc[r] = _mm256_fmadd_ps(hl, _mm256_mul_ps(a8l, dx), acc[r]);
-          acc[r] = _mm256_fmadd_ps(hh, _mm256_mul_ps(a8h, dx), acc[r]);
-          off[r] = _mm_fmadd_ps(o4s[2 * j], _mm_set1_ps(sums[r][2 * unit]), off[r]);
-          off[r] = _mm_fmadd_ps(o4s[2 * j + 1], _mm_set1_ps(sums[r][2 * unit + 1]), off[r]);
-        }
-        continue;
-      }
       const __m128 a4 = a4s[j], o4 = o4s[j];
       const __m256 a8 = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(a4), spread);
       for (int r = 0; r < R; ++r) {
@@ -458,7 +504,12 @@ HWY_NOINLINE void PairRowsTile(const ActBlockQ8* xq, const float* sums, const fl
   for (int m = m0; m < m1; m += 4) {
     const uint8_t* rows[4];
     for (int i = 0; i < 4; ++i) rows[i] = w + static_cast<size_t>(std::min(m + i, m1 - 1)) * row_bytes;
-    PairTile<Fmt, R>(x, s, us, rows, nb, w + static_cast<size_t>(m + kPrefetchTiles * 4) * row_bytes, out);
+    const uint8_t* prefetch = w + static_cast<size_t>(m + kPrefetchTiles * 4) * row_bytes;
+    if constexpr (Fmt::kOwnTile) {
+      Fmt::template Tile4<R>(x, us, rows, nb, prefetch, out);
+    } else {
+      PairTile<Fmt, R>(x, s, us, rows, nb, prefetch, out);
+    }
     const int n = std::min(4, m1 - m);
     for (int r = 0; r < R; ++r) {
       for (int i = 0; i < n; ++i) y[r * ldy + m + i] = out[r][i] * scale;
@@ -536,10 +587,10 @@ void MatMulFmt(const ActBlockQ8* xq, const float* sums, int rows, int K, const u
   const int group = rows <= 4 ? M : std::max(1, static_cast<int>((256u << 10) / std::max<size_t>(row_bytes, 1)));
 #if G4_Q8_AVX2
   if constexpr (Fmt::kPaired) {
-    // One-scale formats add their offsets per unit: the two half sums of each activation unit,
-    // added once here rather than in every tile.
+    // Formats with one offset per unit add it per unit: the two half sums of each activation
+    // unit, added once here rather than in every tile (Q6_K's tile applies its offset in integers).
     thread_local std::vector<float> usums;
-    if constexpr (!Fmt::kTwoScales && Fmt::kOffset) {
+    if constexpr (Fmt::kOffset && !std::is_same_v<Fmt, FmtQ6K>) {
       const size_t n = static_cast<size_t>(rows) * units;
       if (usums.size() < n) usums.resize(n);
       for (size_t i = 0; i < n; ++i) usums[i] = sums[2 * i] + sums[2 * i + 1];
