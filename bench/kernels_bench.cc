@@ -150,14 +150,14 @@ BENCHMARK(BM_Layer<false>)->Name("BM_Layer_Reference")->Apply(LayerArgs)->Unit(b
 void BM_Q8(benchmark::State& state) {
   const DType t = static_cast<DType>(state.range(0));
   const int M = static_cast<int>(state.range(1)), K = static_cast<int>(state.range(2)),
-            rows = static_cast<int>(state.range(3));
+            rows = static_cast<int>(state.range(3)), group = static_cast<int>(state.range(4));
   const std::vector<uint8_t> w = RandomWeights(t, M, K, 1);
   const std::vector<float> x = RandomActs(static_cast<size_t>(rows) * K, 2);
   std::vector<cpu::ActBlockQ8> xq(static_cast<size_t>(rows) * K / 32);
   std::vector<float> sums(static_cast<size_t>(rows) * K / 16), y(static_cast<size_t>(rows) * M);
-  cpu::QuantizeRowsQ8(x.data(), rows, K, xq.data(), sums.data());
+  cpu::QuantizeRowsQ8(x.data(), rows, K, xq.data(), sums.data(), group);
   for (auto _ : state) {
-    cpu::MatMulQ8(xq.data(), sums.data(), rows, K, w.data(), t, M, 1.0f, y.data(), M);
+    cpu::MatMulQ8(xq.data(), sums.data(), rows, K, w.data(), t, M, 1.0f, y.data(), M, group);
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
@@ -166,14 +166,20 @@ void BM_Q8(benchmark::State& state) {
                                                  benchmark::Counter::kIs1000);
 }
 void Q8Args(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"dtype", "M", "K", "rows"});
+  // group: the activation group (kernels_q8.h); 256 is what the engine uses for Q4_K/Q5_K.
+  b->ArgNames({"dtype", "M", "K", "rows", "group"});
   for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kQ5_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
-    for (int rows : {1, 64}) b->Args({static_cast<int64_t>(t), 6144, 1536, rows});
+    for (int rows : {1, 64}) {
+      for (int group : {32, 256}) {
+        if (group == 256 && DTypeBlockElems(t) != 256) continue;
+        b->Args({static_cast<int64_t>(t), 6144, 1536, rows, group});
+      }
+    }
   }
   for (DType t : {DType::kQ5_0, DType::kQ8_0}) {
-    for (int rows : {1, 64}) b->Args({static_cast<int64_t>(t), 2048, 640, rows});
+    for (int rows : {1, 64}) b->Args({static_cast<int64_t>(t), 2048, 640, rows, 32});
   }
-  b->Args({static_cast<int64_t>(DType::kQ8_0), 262144, 640, 1});
+  b->Args({static_cast<int64_t>(DType::kQ8_0), 262144, 640, 1, 32});
 }
 BENCHMARK(BM_Q8)->Apply(Q8Args)->Unit(benchmark::kMicrosecond);
 

@@ -14,6 +14,7 @@
 // both failed the test).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -125,6 +126,9 @@ TEST(KernelsQ8Quantize, ErrorIsAtMostHalfAStep) {
 
 TEST_P(KernelsQ8Test, MatchesTheReferenceForEveryFormatAndRowCount) {
   std::mt19937 rng(11);
+  // Activation groups 32 and 256 (the eight blocks of 256 elements share one scale: the K-quants'
+  // superblock tiles).
+  for (int group : {32, 256})
   for (DType t : kQ8Types) {
     ASSERT_TRUE(cpu::MatMulQ8Supports(t)) << DTypeName(t);
     for (int K : {256, 512}) {
@@ -136,10 +140,10 @@ TEST_P(KernelsQ8Test, MatchesTheReferenceForEveryFormatAndRowCount) {
         const std::vector<float> x = RandomActs(rows, K, rng);
         std::vector<cpu::ActBlockQ8> xq(static_cast<size_t>(rows) * K / 32);
         std::vector<float> sums(static_cast<size_t>(rows) * K / 16);
-        cpu::QuantizeRowsQ8(x.data(), rows, K, xq.data(), sums.data());
+        cpu::QuantizeRowsQ8(x.data(), rows, K, xq.data(), sums.data(), group);
         const int ldy = M + 2;
         std::vector<float> y(static_cast<size_t>(rows) * ldy, 777.0f), ref = y;
-        cpu::MatMulQ8(xq.data(), sums.data(), rows, K, w.data(), t, M, 0.5f, y.data(), ldy);
+        cpu::MatMulQ8(xq.data(), sums.data(), rows, K, w.data(), t, M, 0.5f, y.data(), ldy, group);
         cpu::MatMulQ8Reference(xq.data(), rows, K, w.data(), t, M, 0.5f, ref.data(), ldy);
         for (int r = 0; r < rows; ++r) {
           for (int m = 0; m < M; ++m) {
@@ -150,7 +154,7 @@ TEST_P(KernelsQ8Test, MatchesTheReferenceForEveryFormatAndRowCount) {
             }
             const size_t i = static_cast<size_t>(r) * ldy + m;
             EXPECT_NEAR(y[i], ref[i], 1e-4 * 0.5 * mag + 1e-30)
-                << DTypeName(t) << " K=" << K << " rows=" << rows << " r=" << r << " m=" << m;
+                << DTypeName(t) << " group=" << group << " K=" << K << " rows=" << rows << " r=" << r << " m=" << m;
           }
           EXPECT_EQ(y[static_cast<size_t>(r) * ldy + M], 777.0f) << "wrote past M";
         }
@@ -160,50 +164,61 @@ TEST_P(KernelsQ8Test, MatchesTheReferenceForEveryFormatAndRowCount) {
 }
 
 TEST_P(KernelsQ8Test, QuantizerMatchesTheReferenceBitForBit) {
-  std::mt19937 rng(21);
-  const int rows = 5, K = 320;
-  std::vector<float> x = RandomActs(rows, K, rng);
-  x[70] = 1e-30f;  // tiny values and exact halves (ties)
-  for (int k = 96; k < 128; ++k) x[k] = 0.5f * static_cast<float>(k - 112);
-  std::vector<cpu::ActBlockQ8> q(rows * K / 32), qr(q.size());
-  std::vector<float> s(rows * K / 16), sr(s.size());
-  cpu::QuantizeRowsQ8(x.data(), rows, K, q.data(), s.data());
-  cpu::QuantizeRowsQ8Reference(x.data(), rows, K, qr.data(), sr.data());
-  for (size_t b = 0; b < q.size(); ++b) {
-    EXPECT_EQ(q[b].d, qr[b].d) << b;
-    EXPECT_EQ(std::memcmp(q[b].q, qr[b].q, 32), 0) << b;
+  for (int group : {32, 256}) {
+    std::mt19937 rng(21);
+    const int rows = 5, K = group == 32 ? 320 : 512;
+    std::vector<float> x = RandomActs(rows, K, rng);
+    x[70] = 1e-30f;  // tiny values and exact halves (ties)
+    for (int k = 96; k < 128; ++k) x[k] = 0.5f * static_cast<float>(k - 112);
+    std::vector<cpu::ActBlockQ8> q(rows * K / 32), qr(q.size());
+    std::vector<float> s(rows * K / 16), sr(s.size());
+    cpu::QuantizeRowsQ8(x.data(), rows, K, q.data(), s.data(), group);
+    cpu::QuantizeRowsQ8Reference(x.data(), rows, K, qr.data(), sr.data(), group);
+    for (size_t b = 0; b < q.size(); ++b) {
+      EXPECT_EQ(q[b].d, qr[b].d) << b;
+      EXPECT_EQ(std::memcmp(q[b].q, qr[b].q, 32), 0) << b;
+      // One scale per group: the largest magnitude of the group's 256 or 32 elements / 127.
+      const size_t g0 = b / (group / 32) * group;
+      float amax = 0.0f;
+      for (int k = 0; k < group; ++k) amax = std::max(amax, std::fabs(x[g0 + k]));
+      EXPECT_EQ(q[b].d, amax / 127.0f) << "group=" << group << " b=" << b;
+    }
+    EXPECT_EQ(s, sr);
   }
-  EXPECT_EQ(s, sr);
 }
 
 TEST_P(KernelsQ8Test, EachRowIsIndependentOfTheBatch) {
   // A row's result must be bit-identical whether it is multiplied alone or inside a batch.
   std::mt19937 rng(5);
   const int K = 512, M = 9, rows = 7;
+  for (int group : {32, 256})
   for (DType t : kQ8Types) {
     const std::vector<uint8_t> w = RandomWeights(t, M, K, rng);
     const std::vector<float> x = RandomActs(rows, K, rng);
     std::vector<cpu::ActBlockQ8> xq(static_cast<size_t>(rows) * K / 32);
     std::vector<float> sums(static_cast<size_t>(rows) * K / 16);
-    cpu::QuantizeRowsQ8(x.data(), rows, K, xq.data(), sums.data());
+    cpu::QuantizeRowsQ8(x.data(), rows, K, xq.data(), sums.data(), group);
     std::vector<float> batch(static_cast<size_t>(rows) * M);
-    cpu::MatMulQ8(xq.data(), sums.data(), rows, K, w.data(), t, M, 1.0f, batch.data(), M);
+    cpu::MatMulQ8(xq.data(), sums.data(), rows, K, w.data(), t, M, 1.0f, batch.data(), M, group);
     for (int r = 0; r < rows; ++r) {
       std::vector<float> solo(M);
       cpu::MatMulQ8(xq.data() + static_cast<size_t>(r) * K / 32, sums.data() + static_cast<size_t>(r) * K / 16, 1, K,
-                    w.data(), t, M, 1.0f, solo.data(), M);
-      for (int m = 0; m < M; ++m) EXPECT_EQ(solo[m], batch[static_cast<size_t>(r) * M + m]) << DTypeName(t) << " r=" << r;
+                    w.data(), t, M, 1.0f, solo.data(), M, group);
+      for (int m = 0; m < M; ++m) {
+        EXPECT_EQ(solo[m], batch[static_cast<size_t>(r) * M + m]) << DTypeName(t) << " group=" << group << " r=" << r;
+      }
     }
     // Nor on where its weight row falls in a tile: threads split the weight rows anywhere, and
     // the SIMD kernel takes them four at a time from the start of its range.
     const size_t row_bytes = DTypeRowBytes(t, K);
     for (int m0 = 1; m0 < 4; ++m0) {
       std::vector<float> part(static_cast<size_t>(rows) * M, 777.0f);
-      cpu::MatMulQ8(xq.data(), sums.data(), rows, K, w.data() + m0 * row_bytes, t, M - m0, 1.0f, part.data() + m0, M);
+      cpu::MatMulQ8(xq.data(), sums.data(), rows, K, w.data() + m0 * row_bytes, t, M - m0, 1.0f, part.data() + m0, M,
+                    group);
       for (int r = 0; r < rows; ++r) {
         for (int m = m0; m < M; ++m) {
           EXPECT_EQ(part[static_cast<size_t>(r) * M + m], batch[static_cast<size_t>(r) * M + m])
-              << DTypeName(t) << " m0=" << m0 << " r=" << r << " m=" << m;
+              << DTypeName(t) << " group=" << group << " m0=" << m0 << " r=" << r << " m=" << m;
         }
       }
     }

@@ -86,7 +86,8 @@ class CpuExecutable : public Executable {
   void ParallelMatMul(const float* x, int rows, int K, const Tensor& w, float scale, float* y);
   // The same for a weight matrix [M, K] of type wt at w (an expert's slice of a 3-D tensor), output
   // row stride ldy. With int8 activations (UsesQ8 for wt) x is quantised into xq/sums (rows * K / 32
-  // blocks, rows * K / 16 sums), or taken from them as they are when x == nullptr.
+  // blocks, rows * K / 16 sums; activation group cpu::PreferredActGroup(wt, K)), or taken from
+  // them as they are when x == nullptr.
   void ParallelMatMulRaw(const float* x, int rows, int K, const uint8_t* w, DType wt, int M, float scale, float* y,
                          int ldy, cpu::ActBlockQ8* xq, float* sums);
 
@@ -129,13 +130,18 @@ void CpuExecutable::Plan() {
   // never read the f32 input (q, k, v of one norm; gate and up): it may die before them.
   q8_reuse_.assign(n, false);
   size_t q8_blocks = 0;
-  for (int i = 0, quantised = -1; i < n; ++i) {
+  // Only matmuls whose weights want the same activation group (cpu::PreferredActGroup: 256 for
+  // Q4_K/Q5_K, 32 for the rest) share a quantisation, so each weight type sees activations
+  // quantised as llama.cpp quantises them for it (Q8_K or Q8_0).
+  for (int i = 0, quantised = -1, quantised_group = 0; i < n; ++i) {
     const auto* mm = std::get_if<MatMulOp>(&nodes[i].op);
     if (mm == nullptr) continue;
     const int x = nodes[i].inputs[0], K = nodes[x].cols;
     if (!UsesQ8(*mm->w, K)) continue;
-    q8_reuse_[i] = x == quantised;
+    const int group = cpu::PreferredActGroup(mm->w->dtype, K);
+    q8_reuse_[i] = x == quantised && group == quantised_group;
     quantised = x;
+    quantised_group = group;
     q8_blocks = std::max(q8_blocks, static_cast<size_t>(K / 32) * RowsOf(nodes[i]));
   }
   if (ws_->act_q8.size() < q8_blocks) {  // sized here, never during a step; the old blocks go first
@@ -317,17 +323,19 @@ void CpuExecutable::ParallelMatMulRaw(const float* x, int rows, int K, const uin
   const size_t row_bytes = DTypeRowBytes(wt, K);
   if (UsesQ8(wt, K)) {
     const size_t units = static_cast<size_t>(K) / 32;
+    const int group = cpu::PreferredActGroup(wt, K);
     if (x == nullptr) {
-      // Already quantised by the previous matmul of the same input in this Run (see Plan).
+      // Already quantised, with the same group, by the previous matmul of the same input in this
+      // Run (see Plan).
     } else if (rows >= 2 * pool_->size()) {
       pool_->ParallelFor(rows, [&](int, int64_t rb, int64_t re) {
-        cpu::QuantizeRowsQ8(x + rb * K, static_cast<int>(re - rb), K, xq + rb * units, sums + rb * 2 * units);
+        cpu::QuantizeRowsQ8(x + rb * K, static_cast<int>(re - rb), K, xq + rb * units, sums + rb * 2 * units, group);
       });
     } else {
-      cpu::QuantizeRowsQ8(x, rows, K, xq, sums);
+      cpu::QuantizeRowsQ8(x, rows, K, xq, sums, group);
     }
     pool_->ParallelFor(M, [&](int, int64_t mb, int64_t me) {
-      cpu::MatMulQ8(xq, sums, rows, K, w + mb * row_bytes, wt, static_cast<int>(me - mb), scale, y + mb, ldy);
+      cpu::MatMulQ8(xq, sums, rows, K, w + mb * row_bytes, wt, static_cast<int>(me - mb), scale, y + mb, ldy, group);
     });
     return;
   }

@@ -22,25 +22,35 @@ bool MatMulQ8Supports(DType t) {
   }
 }
 
-void QuantizeRowsQ8Reference(const float* x, int rows, int K, ActBlockQ8* out, float* sums) {
-  G4_CHECK(K % 32 == 0);
-  const int64_t blocks = static_cast<int64_t>(rows) * (K / 32);
-  for (int64_t b = 0; b < blocks; ++b) {
-    const float* xb = x + b * 32;
-    ActBlockQ8& o = out[b];
+int PreferredActGroup(DType wt, int K) {
+  return (wt == DType::kQ4_K || wt == DType::kQ5_K) && K % 256 == 0 ? 256 : 32;
+}
+
+void QuantizeRowsQ8Reference(const float* x, int rows, int K, ActBlockQ8* out, float* sums, int group) {
+  G4_CHECK((group == 32 || group == 256) && K % group == 0);
+  const int64_t groups = static_cast<int64_t>(rows) * (K / group);
+  const int per = group / 32;
+  for (int64_t g = 0; g < groups; ++g) {
+    const float* xg = x + g * group;
     float amax = 0.0f;
-    for (int k = 0; k < 32; ++k) amax = std::max(amax, std::fabs(xb[k]));
+    for (int k = 0; k < group; ++k) amax = std::max(amax, std::fabs(xg[k]));
     if (!std::isfinite(amax)) amax = INFINITY;
-    o.d = amax / 127.0f;
+    const float d = amax / 127.0f;
     const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
-    int s0 = 0, s1 = 0;
-    for (int k = 0; k < 32; ++k) {
-      const int q = static_cast<int>(std::nearbyint(xb[k] * id));
-      o.q[k] = static_cast<int8_t>(q);
-      (k < 16 ? s0 : s1) += q;
+    for (int i = 0; i < per; ++i) {
+      const int64_t b = g * per + i;
+      const float* xb = x + b * 32;
+      ActBlockQ8& o = out[b];
+      o.d = d;
+      int s0 = 0, s1 = 0;
+      for (int k = 0; k < 32; ++k) {
+        const int q = static_cast<int>(std::nearbyint(xb[k] * id));
+        o.q[k] = static_cast<int8_t>(q);
+        (k < 16 ? s0 : s1) += q;
+      }
+      sums[2 * b] = o.d * static_cast<float>(s0);
+      sums[2 * b + 1] = o.d * static_cast<float>(s1);
     }
-    sums[2 * b] = o.d * static_cast<float>(s0);
-    sums[2 * b + 1] = o.d * static_cast<float>(s1);
   }
 }
 

@@ -1,6 +1,7 @@
 // Matrix products of block-quantised weights with int8-quantised activations (the "W4A8"/"W8A8"
 // path of llama.cpp's CPU backend, ggml's vec_dot_type): activations are quantised per row in
-// blocks of 32 to int8 with an f32 scale, and each 32-element unit of weights is multiplied with
+// blocks of 32 to int8 with an f32 scale (shared by the eight blocks of each 256 elements for
+// Q4_K/Q5_K weights, as llama.cpp's Q8_K), and each 32-element unit of weights is multiplied with
 // them in integers (exact i32 sums), then scaled in f32.
 //
 // Every supported weight format is, per unit of 32 elements and per half (elements 0-15, 16-31)
@@ -14,8 +15,11 @@
 // with the dequantised activations only by f32 rounding of a few products per unit.
 //
 // Cost against the f32-activation path (kernels.h MatMul): activations lose precision (relative
-// error up to 1/254 of each block's largest magnitude), so logits move by about as much as
-// llama.cpp's do (its CPU backend quantises activations the same way, to Q8_0/Q8_K). The engine
+// error up to 1/254 of each group's largest magnitude), so logits move by about as much as
+// llama.cpp's do (its CPU backend quantises activations the same way, to Q8_0/Q8_K). Gemma 3 270M
+// Q4_K_M, `bench --quality --quality-tokens 128`: mean KL 0.0021 nats/token, top-1 96.1% with
+// groups of 32 everywhere; 0.0039 and 93.7% with groups of 256 for the Q4_K/Q5_K matmuls (the
+// engine's choice: their prefill tiles run 1.36x faster, docs/PERFORMANCE.md). The engine
 // uses this path for block-quantised weights unless told to use f32 activations
 // (CpuBackendOptions::int8_activations, CLI --f32-activations), which the transformers-parity
 // tests do.
@@ -37,14 +41,21 @@ static_assert(sizeof(ActBlockQ8) == 36);
 // True when MatMulQ8 handles weights of type `t`: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K.
 bool MatMulQ8Supports(DType t);
 
-// Quantises x [rows, K] (K % 32 == 0) into rows * K / 32 blocks (row after row): per block,
-// d = max|x_k| / 127 and q_k = x_k * (127 / max|x_k|) rounded to nearest (ties to even), so
-// |q_k| <= 127; an all-zero block gets d = 0, q = 0. Non-finite inputs give non-finite d.
-// sums [rows, K / 16]: sums[r * K / 16 + 2 u + h] = d * (sum of q over half h of block u of row
-// r; h = 0: elements 0-15), for the weight formats' offsets b_h.
+// Quantises x [rows, K] (K % group == 0) into rows * K / 32 blocks (row after row), one scale
+// per `group` consecutive elements of a row: group 32 (llama.cpp's Q8_0: each block its own
+// scale) or 256 (like llama.cpp's Q8_K: the eight blocks of each 256 elements share it, which lets
+// the K-quant kernels apply their integer sub-block scales in integers). Per group,
+// d = max|x_k| / 127, written to each of its blocks, and q_k = x_k * (127 / max|x_k|) rounded to
+// nearest (ties to even), so |q_k| <= 127; an all-zero group gets d = 0, q = 0. Non-finite inputs
+// give non-finite d. sums [rows, K / 16]: sums[r * K / 16 + 2 u + h] = d * (sum of q over half h
+// of block u of row r; h = 0: elements 0-15), for the weight formats' offsets b_h.
 // SIMD; QuantizeRowsQ8Reference is the scalar definition and gives identical bytes.
-void QuantizeRowsQ8(const float* x, int rows, int K, ActBlockQ8* blocks, float* sums);
-void QuantizeRowsQ8Reference(const float* x, int rows, int K, ActBlockQ8* blocks, float* sums);
+void QuantizeRowsQ8(const float* x, int rows, int K, ActBlockQ8* blocks, float* sums, int group = 32);
+void QuantizeRowsQ8Reference(const float* x, int rows, int K, ActBlockQ8* blocks, float* sums, int group = 32);
+
+// The activation group QuantizeRowsQ8 should use for weights of type `wt` with rows of K:
+// 256 for Q4_K and Q5_K when K % 256 == 0 (their fast tiles need it), else 32.
+int PreferredActGroup(DType wt, int K);
 
 // y[n * ldy + m] = scale * sum_k W[m, k] * xq[n, k] for n < rows, m < M, with xq the activation
 // blocks and half sums of QuantizeRowsQ8 (K / 32 blocks and K / 16 sums per row) and W [M, K] of
@@ -53,8 +64,11 @@ void QuantizeRowsQ8Reference(const float* x, int rows, int K, ActBlockQ8* blocks
 // weight row by up to eight activation rows). Each (row, weight row) result is computed by the
 // same operations whatever the tile and wherever the weight range starts, so a sequence's logits
 // do not depend on what else is in the batch or on how the rows are split among threads.
+// act_group: the group xq was quantised with (32 or 256; 256 needs K % 256 == 0). With 256,
+// Q4_K/Q5_K weights use tiles that sum a whole 256-element superblock in i32 (sub-block scales
+// applied by vpmaddwd) and convert once per superblock; every format is correct with either.
 void MatMulQ8(const ActBlockQ8* xq, const float* sums, int rows, int K, const uint8_t* w, DType wt, int M,
-              float scale, float* y, int ldy);
+              float scale, float* y, int ldy, int act_group = 32);
 // Scalar reference: dequantises each weight row with ConvertToF32 and each activation block to
 // d * q_k, and sums the products in f64 (rounded to f32 at the end, then times scale).
 void MatMulQ8Reference(const ActBlockQ8* xq, int rows, int K, const uint8_t* w, DType wt, int M, float scale,

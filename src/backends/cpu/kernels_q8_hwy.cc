@@ -48,7 +48,7 @@ namespace cpu {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-constexpr int kPairRows = 6;  // activation rows per four-weight-row tile (PairTile)
+constexpr int kPairRows = 6;  // activation rows per four-weight-row tile (PairTile), at most 6
 constexpr int kPrefetchTiles = 1;  // PairTile prefetches the weight rows this many tiles ahead
 
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
@@ -129,7 +129,7 @@ struct FmtQ8_0 {
     for (int k = 0; k < 32; ++k) u[k] = static_cast<int8_t>(b[2 + k]);
   }
 #if G4_Q8_AVX2
-  static constexpr bool kPaired = true, kOwnTile = false;
+  static constexpr bool kPaired = true, kOwnTile = false, kSharedTile = false;
   static HWY_INLINE void PairAvx2(const uint8_t* b0, const uint8_t* b1, int, __m256i* lo, __m256i* hi) {
     *lo = Load2x128(b0 + 2, b1 + 2);
     *hi = Load2x128(b0 + 18, b1 + 18);
@@ -165,7 +165,7 @@ struct FmtLegacy {
     }
   }
 #if G4_Q8_AVX2
-  static constexpr bool kPaired = true, kOwnTile = false;
+  static constexpr bool kPaired = true, kOwnTile = false, kSharedTile = false;
   static HWY_INLINE void PairAvx2(const uint8_t* b0, const uint8_t* b1, int, __m256i* lo, __m256i* hi) {
     const __m256i v = Load2x128(b0 + kQs, b1 + kQs);
     const __m256i m = _mm256_set1_epi8(0x0f);
@@ -219,7 +219,7 @@ struct FmtK4 {
     }
   }
 #if G4_Q8_AVX2
-  static constexpr bool kPaired = true, kOwnTile = false;
+  static constexpr bool kPaired = true, kOwnTile = false, kSharedTile = true;
   static HWY_INLINE void PairAvx2(const uint8_t* b0, const uint8_t* b1, int j, __m256i* lo, __m256i* hi) {
     const size_t q = kQs + 32 * (j / 2);
     const __m256i m = _mm256_set1_epi8(0x0f);
@@ -269,6 +269,103 @@ struct FmtK4 {
       o[j + 4] = _mm256_extractf128_ps(ov, 1);
     }
   }
+  // For the shared-scale tile: sb = the four rows' eight 6-bit scales as bytes, lane 0 [row 0 |
+  // row 2], lane 1 [row 1 | row 3] (eight bytes each); mb the same for the mins; d8 = d and
+  // dm8 = -dmin as [r0 r0 r2 r2 | r1 r1 r3 r3] (PairTile's lane layout). Fields as BlockScales4.
+  static HWY_INLINE void ScalesShared4(const uint8_t* const* b, __m256i* sb, __m256i* mb, __m256* d8, __m256* dm8) {
+    const auto ld = [&](int i) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i] + 4)); };
+    const __m128i r0 = ld(0), r1 = ld(1), r2 = ld(2), r3 = ld(3);
+    const __m128i t0 = _mm_unpacklo_epi32(r0, r1), t1 = _mm_unpacklo_epi32(r2, r3);
+    const __m128i t2 = _mm_unpackhi_epi32(r0, r1), t3 = _mm_unpackhi_epi32(r2, r3);
+    const __m128i u0 = _mm_unpacklo_epi64(t0, t1), u1 = _mm_unpackhi_epi64(t0, t1), u2 = _mm_unpacklo_epi64(t2, t3);
+    const __m128i m6 = _mm_set1_epi8(0x3f), m4 = _mm_set1_epi8(0x0f), m2 = _mm_set1_epi8(0x30);
+    const __m128i sc_hi = _mm_or_si128(_mm_and_si128(u2, m4), _mm_and_si128(_mm_srli_epi32(u0, 2), m2));
+    const __m128i mn_hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi32(u2, 4), m4), _mm_and_si128(_mm_srli_epi32(u1, 2), m2));
+    const auto arrange = [](__m128i lo, __m128i hi) {  // lane i: row i's sub-blocks 0-3 (lo), 4-7 (hi)
+      const __m128i r01 = _mm_unpacklo_epi32(lo, hi), r23 = _mm_unpackhi_epi32(lo, hi);
+      return _mm256_set_m128i(_mm_unpackhi_epi64(r01, r23), _mm_unpacklo_epi64(r01, r23));
+    };
+    *sb = arrange(_mm_and_si128(u0, m6), sc_hi);
+    *mb = arrange(_mm_and_si128(u1, m6), mn_hi);
+    const __m256i spread = _mm256_setr_epi32(0, 0, 2, 2, 1, 1, 3, 3);
+    *d8 = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(Halves4(b, 0)), spread);
+    *dm8 = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_xor_ps(Halves4(b, 2), _mm_set1_ps(-0.0f))), spread);
+  }
+  // Four weight rows by R activation rows whose activations share one scale per 256 elements
+  // (QuantizeRowsQ8 group 256): each unit as PairTile (two rows' units per register, vpmaddubsw,
+  // the halves added, one vphaddw for both pairs: [r0 x4 r2 x4 | r1 x4 r3 x4] in i16), then
+  // vpmaddwd with the sub-block's integer scales (instead of ones) and added into an i32
+  // accumulator for the whole superblock ([r0 r0 r2 r2 | r1 r1 r3 r3]; |lane| <= 8 * 2 * 31496 *
+  // 63 < 2^31). Once per superblock: converted to f32 (rounded beyond 2^24, deterministically) and
+  // multiplied-added with d * dx, and the offsets -dmin * sum_j mn_j * (dx sum q over unit j)
+  // added in the same lanes (units j and j + 4 in a row's two lanes). Against PairTile this drops
+  // the per-unit conversion, scale multiply, multiply-add and offset multiply-add. Every lane does
+  // the same operations for any R and tile position (batch-invariant).
+  template <int R>
+  static HWY_INLINE void Tile4Shared(const ActBlockQ8* const* x, const float* const* usums, const uint8_t* const* w,
+                                     size_t nb, const uint8_t* prefetch, float (*out)[4]) {
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    const char z = static_cast<char>(0x80);
+    for (size_t ib = 0; ib < nb; ++ib) {
+      const uint8_t* b[4];
+      for (int i = 0; i < 4; ++i) b[i] = w[i] + ib * kBytes;
+      for (size_t q = ib * 4 * kBytes; q < (ib + 1) * 4 * kBytes; q += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(prefetch + q), _MM_HINT_T0);
+      }
+      __m256i sb, mb;
+      __m256 d8, dm8;
+      ScalesShared4(b, &sb, &mb, &d8, &dm8);
+      __m256i iacc[R];
+      for (int r = 0; r < R; ++r) iacc[r] = _mm256_setzero_si256();
+      HWY_UNROLL(8)
+      for (int j = 0; j < kUnits; ++j) {
+        const size_t unit = ib * kUnits + j;
+        __m256i lo01, hi01, lo23, hi23;
+        PairAvx2(b[0], b[1], j, &lo01, &hi01);
+        PairAvx2(b[2], b[3], j, &lo23, &hi23);
+        const char c0 = static_cast<char>(j), c1 = static_cast<char>(8 + j);
+        const __m256i sj = _mm256_shuffle_epi8(sb, _mm256_setr_epi8(c0, z, c0, z, c0, z, c0, z, c1, z, c1, z, c1, z, c1, z,
+                                                                     c0, z, c0, z, c0, z, c0, z, c1, z, c1, z, c1, z, c1, z));
+        for (int r = 0; r < R; ++r) {
+          const ActBlockQ8& xb = x[r][unit];
+          const __m256i xlo = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.q)));
+          const __m256i xhi = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.q + 16)));
+          // |u| <= 31: i16 lanes <= 4 * 31 * 127 before vphaddw, 31496 after.
+          const __m256i p = _mm256_hadd_epi16(
+              _mm256_add_epi16(_mm256_maddubs_epi16(lo01, xlo), _mm256_maddubs_epi16(hi01, xhi)),
+              _mm256_add_epi16(_mm256_maddubs_epi16(lo23, xlo), _mm256_maddubs_epi16(hi23, xhi)));
+          iacc[r] = _mm256_add_epi32(iacc[r], _mm256_madd_epi16(p, sj));
+        }
+      }
+      // Mins of units (j, j + 4) for the four rows, in the accumulators' lanes, times -dmin.
+      __m256 mf[4];
+      for (int j = 0; j < 4; ++j) {
+        const char a0 = static_cast<char>(j), a1 = static_cast<char>(j + 4), a2 = static_cast<char>(8 + j),
+                   a3 = static_cast<char>(12 + j);
+        const __m256i pick = _mm256_setr_epi8(a0, z, z, z, a1, z, z, z, a2, z, z, z, a3, z, z, z,  //
+                                              a0, z, z, z, a1, z, z, z, a2, z, z, z, a3, z, z, z);
+        mf[j] = _mm256_mul_ps(dm8, _mm256_cvtepi32_ps(_mm256_shuffle_epi8(mb, pick)));
+      }
+      for (int r = 0; r < R; ++r) {
+        const __m256 dx = _mm256_broadcast_ss(&x[r][ib * kUnits].d);
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[r]), _mm256_mul_ps(d8, dx), acc[r]);
+        const __m256 us = _mm256_loadu_ps(usums[r] + ib * kUnits);
+        for (int j = 0; j < 4; ++j) {
+          const __m256i idx = _mm256_setr_epi32(j, j + 4, j, j + 4, j, j + 4, j, j + 4);
+          acc[r] = _mm256_fmadd_ps(mf[j], _mm256_permutevar8x32_ps(us, idx), acc[r]);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      HWY_ALIGN float t[8];
+      _mm256_store_ps(t, acc[r]);
+      out[r][0] = t[0] + t[1];
+      out[r][1] = t[4] + t[5];
+      out[r][2] = t[2] + t[3];
+      out[r][3] = t[6] + t[7];
+    }
+  }
 #endif
 };
 using FmtQ4K = FmtK4<false>;
@@ -303,7 +400,7 @@ struct FmtQ6K {
     }
   }
 #if G4_Q8_AVX2
-  static constexpr bool kPaired = true, kOwnTile = true;
+  static constexpr bool kPaired = true, kOwnTile = true, kSharedTile = false;
   // Unit j of one row as 32 bytes u_k in [0, 63] (ql's nibble | qh's two bits << 4).
   static HWY_INLINE __m256i UnitAvx2(const uint8_t* b, int j) {
     const int h = j / 4, f = j % 4;
@@ -488,7 +585,7 @@ HWY_INLINE void PairTile(const ActBlockQ8* const* x, const float* const* sums, c
 
 // Rows [0, R) of the activations against weight rows [m0, m1), four weight rows at a time (the
 // last group repeats row m1 - 1 to fill the tile; those results are dropped).
-template <class Fmt, int R>
+template <class Fmt, int R, bool kShared>
 HWY_NOINLINE void PairRowsTile(const ActBlockQ8* xq, const float* sums, const float* usums, size_t units, int m0,
                                int m1, const uint8_t* w, size_t row_bytes, float scale, float* y, size_t ldy) {
   const ActBlockQ8* x[R];
@@ -505,7 +602,9 @@ HWY_NOINLINE void PairRowsTile(const ActBlockQ8* xq, const float* sums, const fl
     const uint8_t* rows[4];
     for (int i = 0; i < 4; ++i) rows[i] = w + static_cast<size_t>(std::min(m + i, m1 - 1)) * row_bytes;
     const uint8_t* prefetch = w + static_cast<size_t>(m + kPrefetchTiles * 4) * row_bytes;
-    if constexpr (Fmt::kOwnTile) {
+    if constexpr (kShared) {
+      Fmt::template Tile4Shared<R>(x, us, rows, nb, prefetch, out);
+    } else if constexpr (Fmt::kOwnTile) {
       Fmt::template Tile4<R>(x, us, rows, nb, prefetch, out);
     } else {
       PairTile<Fmt, R>(x, s, us, rows, nb, prefetch, out);
@@ -581,7 +680,7 @@ constexpr int kPrefillRows = 8;
 
 template <class Fmt>
 void MatMulFmt(const ActBlockQ8* xq, const float* sums, int rows, int K, const uint8_t* w, int M, float scale,
-               float* y, int ldy) {
+               float* y, int ldy, int act_group) {
   const size_t units = static_cast<size_t>(K) / 32;
   const size_t row_bytes = static_cast<size_t>(K) / Fmt::kQK * Fmt::kBytes;
   const int group = rows <= 4 ? M : std::max(1, static_cast<int>((256u << 10) / std::max<size_t>(row_bytes, 1)));
@@ -603,15 +702,25 @@ void MatMulFmt(const ActBlockQ8* xq, const float* sums, int rows, int K, const u
         const float* sr = sums + static_cast<size_t>(r0) * 2 * units;
         const float* ur = usums.data() + static_cast<size_t>(r0) * units;
         float* yr = y + static_cast<size_t>(r0) * ldy;
-        switch (R) {
-          case 8: PairRowsTile<Fmt, 8>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
-          case 7: PairRowsTile<Fmt, 7>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
-          case 6: PairRowsTile<Fmt, 6>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
-          case 5: PairRowsTile<Fmt, 5>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
-          case 4: PairRowsTile<Fmt, 4>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
-          case 3: PairRowsTile<Fmt, 3>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
-          case 2: PairRowsTile<Fmt, 2>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
-          default: PairRowsTile<Fmt, 1>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
+        const auto tile = [&](auto shared) {
+          constexpr bool kShared = decltype(shared)::value;
+          switch (R) {
+            case 6: PairRowsTile<Fmt, 6, kShared>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
+            case 5: PairRowsTile<Fmt, 5, kShared>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
+            case 4: PairRowsTile<Fmt, 4, kShared>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
+            case 3: PairRowsTile<Fmt, 3, kShared>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
+            case 2: PairRowsTile<Fmt, 2, kShared>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
+            default: PairRowsTile<Fmt, 1, kShared>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
+          }
+        };
+        if constexpr (Fmt::kSharedTile) {
+          if (act_group == 256) {
+            tile(std::true_type());
+          } else {
+            tile(std::false_type());
+          }
+        } else {
+          tile(std::false_type());
         }
         r0 += R;
       }
@@ -643,49 +752,55 @@ void MatMulFmt(const ActBlockQ8* xq, const float* sums, int rows, int K, const u
 // QuantizeRowsQ8 (kernels_q8.h), bit-identical to the scalar version in kernels_q8.cc: the same
 // max, the same f32 multiply, round-to-nearest-even (the default rounding mode) and exact sums.
 void QuantizeRowsQ8Hwy(const float* HWY_RESTRICT x, int rows, int K, ActBlockQ8* HWY_RESTRICT out,
-                       float* HWY_RESTRICT sums) {
+                       float* HWY_RESTRICT sums, int group) {
   const hn::CappedTag<float, 16> df;
   const hn::RebindToSigned<decltype(df)> di;
   const hn::Rebind<int8_t, decltype(df)> d8;
   const size_t N = hn::Lanes(df);
-  const int64_t blocks = static_cast<int64_t>(rows) * (K / 32);
-  for (int64_t b = 0; b < blocks; ++b) {
-    const float* HWY_RESTRICT xb = x + b * 32;
+  const int64_t groups = static_cast<int64_t>(rows) * (K / group);
+  const int per = group / 32;
+  for (int64_t g = 0; g < groups; ++g) {
+    const float* HWY_RESTRICT xg = x + g * group;
     auto vmax = hn::Zero(df);
-    for (size_t e = 0; e < 32; e += N) vmax = hn::Max(vmax, hn::Abs(hn::LoadU(df, xb + e)));
+    for (size_t e = 0; e < static_cast<size_t>(group); e += N) vmax = hn::Max(vmax, hn::Abs(hn::LoadU(df, xg + e)));
     float amax = hn::GetLane(hn::MaxOfLanes(df, vmax));
     if (!std::isfinite(amax)) amax = INFINITY;
-    ActBlockQ8& o = out[b];
-    o.d = amax / 127.0f;
+    const float d = amax / 127.0f;
     const auto id = hn::Set(df, amax > 0.0f ? 127.0f / amax : 0.0f);
-    auto h0 = hn::Zero(di), h1 = hn::Zero(di);
-    for (size_t e = 0; e < 32; e += N) {
-      const auto q = hn::NearestInt(hn::Mul(hn::LoadU(df, xb + e), id));
-      hn::StoreU(hn::DemoteTo(d8, q), d8, o.q + e);
-      if (e < 16) {
-        h0 = hn::Add(h0, q);
-      } else {
-        h1 = hn::Add(h1, q);
+    for (int i = 0; i < per; ++i) {
+      const int64_t b = g * per + i;
+      const float* HWY_RESTRICT xb = x + b * 32;
+      ActBlockQ8& o = out[b];
+      o.d = d;
+      auto h0 = hn::Zero(di), h1 = hn::Zero(di);
+      for (size_t e = 0; e < 32; e += N) {
+        const auto q = hn::NearestInt(hn::Mul(hn::LoadU(df, xb + e), id));
+        hn::StoreU(hn::DemoteTo(d8, q), d8, o.q + e);
+        if (e < 16) {
+          h0 = hn::Add(h0, q);
+        } else {
+          h1 = hn::Add(h1, q);
+        }
       }
+      sums[2 * b] = o.d * static_cast<float>(hn::GetLane(hn::SumOfLanes(di, h0)));
+      sums[2 * b + 1] = o.d * static_cast<float>(hn::GetLane(hn::SumOfLanes(di, h1)));
     }
-    sums[2 * b] = o.d * static_cast<float>(hn::GetLane(hn::SumOfLanes(di, h0)));
-    sums[2 * b + 1] = o.d * static_cast<float>(hn::GetLane(hn::SumOfLanes(di, h1)));
   }
 }
 
 void MatMulQ8Hwy(const ActBlockQ8* xq, const float* sums, int rows, int K, const uint8_t* w, DType wt, int M,
-                 float scale, float* y, int ldy) {
+                 float scale, float* y, int ldy, int act_group) {
   if (rows <= 0 || M <= 0) return;
-  G4_CHECK(K % DTypeBlockElems(wt) == 0 && K % 32 == 0);
+  G4_CHECK(K % DTypeBlockElems(wt) == 0 && K % 32 == 0 && (act_group == 32 || (act_group == 256 && K % 256 == 0)));
   switch (wt) {
-    case DType::kQ8_0: return MatMulFmt<FmtQ8_0>(xq, sums, rows, K, w, M, scale, y, ldy);
-    case DType::kQ4_0: return MatMulFmt<FmtQ4_0>(xq, sums, rows, K, w, M, scale, y, ldy);
-    case DType::kQ4_1: return MatMulFmt<FmtQ4_1>(xq, sums, rows, K, w, M, scale, y, ldy);
-    case DType::kQ5_0: return MatMulFmt<FmtQ5_0>(xq, sums, rows, K, w, M, scale, y, ldy);
-    case DType::kQ5_1: return MatMulFmt<FmtQ5_1>(xq, sums, rows, K, w, M, scale, y, ldy);
-    case DType::kQ4_K: return MatMulFmt<FmtQ4K>(xq, sums, rows, K, w, M, scale, y, ldy);
-    case DType::kQ5_K: return MatMulFmt<FmtQ5K>(xq, sums, rows, K, w, M, scale, y, ldy);
-    case DType::kQ6_K: return MatMulFmt<FmtQ6K>(xq, sums, rows, K, w, M, scale, y, ldy);
+    case DType::kQ8_0: return MatMulFmt<FmtQ8_0>(xq, sums, rows, K, w, M, scale, y, ldy, act_group);
+    case DType::kQ4_0: return MatMulFmt<FmtQ4_0>(xq, sums, rows, K, w, M, scale, y, ldy, act_group);
+    case DType::kQ4_1: return MatMulFmt<FmtQ4_1>(xq, sums, rows, K, w, M, scale, y, ldy, act_group);
+    case DType::kQ5_0: return MatMulFmt<FmtQ5_0>(xq, sums, rows, K, w, M, scale, y, ldy, act_group);
+    case DType::kQ5_1: return MatMulFmt<FmtQ5_1>(xq, sums, rows, K, w, M, scale, y, ldy, act_group);
+    case DType::kQ4_K: return MatMulFmt<FmtQ4K>(xq, sums, rows, K, w, M, scale, y, ldy, act_group);
+    case DType::kQ5_K: return MatMulFmt<FmtQ5K>(xq, sums, rows, K, w, M, scale, y, ldy, act_group);
+    case DType::kQ6_K: return MatMulFmt<FmtQ6K>(xq, sums, rows, K, w, M, scale, y, ldy, act_group);
     default: G4_CHECK(false && "MatMulQ8: unsupported weight type");
   }
 }
@@ -704,14 +819,14 @@ namespace cpu {
 HWY_EXPORT(MatMulQ8Hwy);
 HWY_EXPORT(QuantizeRowsQ8Hwy);
 
-void QuantizeRowsQ8(const float* x, int rows, int K, ActBlockQ8* blocks, float* sums) {
-  G4_CHECK(K % 32 == 0);
-  HWY_DYNAMIC_DISPATCH(QuantizeRowsQ8Hwy)(x, rows, K, blocks, sums);
+void QuantizeRowsQ8(const float* x, int rows, int K, ActBlockQ8* blocks, float* sums, int group) {
+  G4_CHECK((group == 32 || group == 256) && K % group == 0);
+  HWY_DYNAMIC_DISPATCH(QuantizeRowsQ8Hwy)(x, rows, K, blocks, sums, group);
 }
 
 void MatMulQ8(const ActBlockQ8* xq, const float* sums, int rows, int K, const uint8_t* w, DType wt, int M,
-              float scale, float* y, int ldy) {
-  HWY_DYNAMIC_DISPATCH(MatMulQ8Hwy)(xq, sums, rows, K, w, wt, M, scale, y, ldy);
+              float scale, float* y, int ldy, int act_group) {
+  HWY_DYNAMIC_DISPATCH(MatMulQ8Hwy)(xq, sums, rows, K, w, wt, M, scale, y, ldy, act_group);
 }
 
 }  // namespace cpu
