@@ -135,9 +135,10 @@ void LayerArgs(benchmark::internal::Benchmark* b) {
     const bool k_quant = DTypeBlockElems(t) == 256;
     for (int rows : {1, 64}) b->Args({static_cast<int64_t>(t), k_quant ? 640 : 2048, k_quant ? 2048 : 640, rows});
   }
-  // Gemma 4 E2B's FFN gate/up (6144 x 1536) in BF16, prefill: eight activation rows of 1536
-  // floats (48 KiB) no longer fit in L1.
+  // Gemma 4 E2B's FFN gate/up (6144 x 1536) and down (1536 x 6144) in BF16, prefill: a few
+  // activation rows of 1536 floats fill L1, of 6144 floats exceed it.
   b->Args({static_cast<int64_t>(DType::kBF16), 6144, 1536, 64});
+  b->Args({static_cast<int64_t>(DType::kBF16), 1536, 6144, 64});
 }
 BENCHMARK(BM_Layer<true>)->Name("BM_Layer_Hwy")->Apply(LayerArgs)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Layer<false>)->Name("BM_Layer_Reference")->Apply(LayerArgs)->Unit(benchmark::kMicrosecond);

@@ -6,10 +6,12 @@
 // dequantised weights is built in registers from the packed bytes -- exactly the f32 values
 // ConvertToF32 (src/tensor/dequant.cc) produces, with the same f32 operations in the same order --
 // and multiplied into f32 accumulators for one to four activation rows (decode) or eight (prefill),
-// so a block is decoded once per tile of rows and the dequantised row is never written to memory. This file is compiled with
-// -ffp-contract=off (CMakeLists.txt) so that the decoding's separate multiply and add stay
-// separate, as in dequant.cc; the dot products use explicit fused multiply-adds (hn::MulAdd) where
-// the target has them. Activations are never quantised.
+// so a block is decoded once per tile of rows and the dequantised row is never written to memory.
+// Plain float weights (F32, F16, BF16) run register tiles of weight rows x activation rows
+// (MatMulFloat). This file is compiled with -ffp-contract=off (CMakeLists.txt) so that the
+// decoding's separate multiply and add stay separate, as in dequant.cc; the dot products use
+// explicit fused multiply-adds (hn::MulAdd) where the target has them. Activations are never
+// quantised.
 //
 // Vectors never straddle a scale group: block formats use at most 16 f32 lanes (one Q6_K scale
 // covers 16 elements, a Q4_0 nibble half 16), Q5_0/Q5_1 at most 8, via CappedTag.
@@ -29,6 +31,7 @@
 #define HWY_TARGET_INCLUDE "backends/cpu/kernels_hwy.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 // Must come after foreach_target.h.
+#include "hwy/cache_control.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 
@@ -387,12 +390,28 @@ HWY_INLINE void Pack8(DF df, const float* HWY_RESTRICT x, size_t ldx, size_t k, 
     for (size_t r = 0; r < 8; ++r) hn::StoreU(hn::LoadU(df, x + r * ldx + c), df, xp + 8 * c + r * N);
 }
 
-// Plain float weight rows: Get(df, row, i) = elements i .. i + N - 1 as f32, At(row, i) one element.
+// ---------------------------------------------------------------------------------------------
+// Plain float weights (F32, F16, BF16).
+//
+// Every (activation row, weight row) dot product follows one canonical sequence of f32 operations,
+// whatever the tile it is computed in -- decode and prefill, any batch size, any first weight row
+// give bit-identical outputs (KernelsTest.FloatWeightRowsAreIndependentOfTheBatch):
+//   one accumulator; per chunk of 2N elements (N = Lanes(DFF)) two fused multiply-adds, its first
+//   half then its second half, in the loader's lane order (below); one more N-lane fused
+//   multiply-add for a remaining N elements, in natural order; SumOfLanes; then the last < N
+//   elements one by one, s += w * x.
+// Loaders: Half<0>/Half<1>(df, row, i) = the two N-lane halves of elements i .. i + 2N - 1 as f32;
+// Half<2>(df, row, i) = elements i .. i + N - 1 in natural order; At(row, i) = one element. F32
+// and F16 use the natural order (Half<1> = elements i + N ..). BF16 (kEvenOdd) loads 2N values as
+// N u32 lanes and takes the even elements (bf16 in the low half of a lane: shift left 16) and the
+// odd ones (high half: mask), one ALU op per vector instead of a widening shuffle plus a shift;
+// the activations are then packed to match (PackEvenOdd), once per call.
 struct LoadF32 {
   static constexpr size_t kSize = 4;
-  template <class DF>
-  static HWY_INLINE hn::Vec<DF> Get(DF df, const uint8_t* HWY_RESTRICT w, size_t i) {
-    return hn::LoadU(df, reinterpret_cast<const float*>(w) + i);
+  static constexpr bool kEvenOdd = false;
+  template <int H, class DF>
+  static HWY_INLINE hn::Vec<DF> Half(DF df, const uint8_t* HWY_RESTRICT w, size_t i) {
+    return hn::LoadU(df, reinterpret_cast<const float*>(w) + i + (H == 1 ? hn::Lanes(df) : 0));
   }
   static HWY_INLINE float At(const uint8_t* w, size_t i) {
     float f;
@@ -402,12 +421,22 @@ struct LoadF32 {
 };
 struct LoadBF16 {
   static constexpr size_t kSize = 2;
-  template <class DF>
-  static HWY_INLINE hn::Vec<DF> Get(DF df, const uint8_t* HWY_RESTRICT w, size_t i) {
+  // Not on HWY_SCALAR, whose u16 vectors have one lane like its u32 ones.
+  static constexpr bool kEvenOdd = HWY_TARGET != HWY_SCALAR;
+  template <int H, class DF>
+  static HWY_INLINE hn::Vec<DF> Half(DF df, const uint8_t* HWY_RESTRICT w, size_t i) {
     const hn::RebindToUnsigned<DF> du;
-    const hn::Rebind<uint16_t, DF> d16;
-    const auto v = hn::PromoteTo(du, hn::LoadU(d16, reinterpret_cast<const uint16_t*>(w) + i));
-    return hn::BitCast(df, hn::ShiftLeft<16>(v));
+    const uint16_t* HWY_RESTRICT p = reinterpret_cast<const uint16_t*>(w) + i;
+    if constexpr (kEvenOdd && H != 2) {
+      const hn::Repartition<uint16_t, decltype(du)> d16;
+      const auto v = hn::BitCast(du, hn::LoadU(d16, p));  // lane j: element 2j (low), 2j + 1 (high)
+      if constexpr (H == 0) return hn::BitCast(df, hn::ShiftLeft<16>(v));
+      return hn::BitCast(df, hn::And(v, hn::Set(du, 0xFFFF0000u)));
+    } else {
+      const hn::Rebind<uint16_t, DF> d16;
+      const auto v = hn::PromoteTo(du, hn::LoadU(d16, p + (H == 1 ? hn::Lanes(df) : 0)));
+      return hn::BitCast(df, hn::ShiftLeft<16>(v));
+    }
   }
   static HWY_INLINE float At(const uint8_t* w, size_t i) {
     return Bf16ToF32(static_cast<uint16_t>(w[2 * i] | (w[2 * i + 1] << 8)));
@@ -415,77 +444,212 @@ struct LoadBF16 {
 };
 struct LoadF16 {
   static constexpr size_t kSize = 2;
-  template <class DF>
-  static HWY_INLINE hn::Vec<DF> Get(DF df, const uint8_t* HWY_RESTRICT w, size_t i) {
+  static constexpr bool kEvenOdd = false;
+  template <int H, class DF>
+  static HWY_INLINE hn::Vec<DF> Half(DF df, const uint8_t* HWY_RESTRICT w, size_t i) {
     const hn::Rebind<hwy::float16_t, DF> d16;
-    return hn::PromoteTo(df, hn::LoadU(d16, reinterpret_cast<const hwy::float16_t*>(w) + i));
+    const auto* HWY_RESTRICT p = reinterpret_cast<const hwy::float16_t*>(w) + i + (H == 1 ? hn::Lanes(df) : 0);
+    return hn::PromoteTo(df, hn::LoadU(d16, p));
   }
   static HWY_INLINE float At(const uint8_t* w, size_t i) {
     return F16ToF32(static_cast<uint16_t>(w[2 * i] | (w[2 * i + 1] << 8)));
   }
 };
 
-template <class Ld, int R>
-HWY_INLINE void DotFloat(const float* HWY_RESTRICT x, size_t ldx, const uint8_t* HWY_RESTRICT w, size_t K,
-                         float* HWY_RESTRICT out) {
+// rows x K activations (stride K) in the order of an even/odd loader: per chunk of 2N columns,
+// the even columns then the odd ones; the last K % 2N columns as they are.
+HWY_INLINE void PackEvenOdd(const float* HWY_RESTRICT x, size_t rows, size_t K, float* HWY_RESTRICT xp) {
   const DFF df;
-  const size_t N = hn::Lanes(df);
-  const float* HWY_RESTRICT x0 = x;
-  const float* HWY_RESTRICT x1 = x + (R > 1 ? ldx : 0);
-  const float* HWY_RESTRICT x2 = x + (R > 2 ? 2 * ldx : 0);
-  const float* HWY_RESTRICT x3 = x + (R > 3 ? 3 * ldx : 0);
-  auto a0 = hn::Zero(df), c0 = hn::Zero(df), a1 = hn::Zero(df), c1 = hn::Zero(df);
-  auto a2 = hn::Zero(df), c2 = hn::Zero(df), a3 = hn::Zero(df), c3 = hn::Zero(df);
-  size_t i = 0;
-  for (; i + 2 * N <= K; i += 2 * N) {
-    const auto w0 = Ld::Get(df, w, i);
-    const auto w1 = Ld::Get(df, w, i + N);
-    a0 = hn::MulAdd(w0, hn::LoadU(df, x0 + i), a0);
-    c0 = hn::MulAdd(w1, hn::LoadU(df, x0 + i + N), c0);
-    if constexpr (R > 1) {
-      a1 = hn::MulAdd(w0, hn::LoadU(df, x1 + i), a1);
-      c1 = hn::MulAdd(w1, hn::LoadU(df, x1 + i + N), c1);
+  [[maybe_unused]] const size_t N = hn::Lanes(df);
+  for (size_t r = 0; r < rows; ++r) {
+    const float* HWY_RESTRICT xr = x + r * K;
+    float* HWY_RESTRICT o = xp + r * K;
+    size_t i = 0;
+#if HWY_TARGET != HWY_SCALAR
+    for (; i + 2 * N <= K; i += 2 * N) {
+      const auto lo = hn::LoadU(df, xr + i), hi = hn::LoadU(df, xr + i + N);
+      hn::StoreU(hn::ConcatEven(df, hi, lo), df, o + i);
+      hn::StoreU(hn::ConcatOdd(df, hi, lo), df, o + i + N);
     }
-    if constexpr (R > 2) {
-      a2 = hn::MulAdd(w0, hn::LoadU(df, x2 + i), a2);
-      c2 = hn::MulAdd(w1, hn::LoadU(df, x2 + i + N), c2);
-    }
-    if constexpr (R > 3) {
-      a3 = hn::MulAdd(w0, hn::LoadU(df, x3 + i), a3);
-      c3 = hn::MulAdd(w1, hn::LoadU(df, x3 + i + N), c3);
-    }
+#endif
+    for (; i < K; ++i) o[i] = xr[i];
   }
-  for (; i + N <= K; i += N) {
-    const auto w0 = Ld::Get(df, w, i);
-    a0 = hn::MulAdd(w0, hn::LoadU(df, x0 + i), a0);
-    if constexpr (R > 1) a1 = hn::MulAdd(w0, hn::LoadU(df, x1 + i), a1);
-    if constexpr (R > 2) a2 = hn::MulAdd(w0, hn::LoadU(df, x2 + i), a2);
-    if constexpr (R > 3) a3 = hn::MulAdd(w0, hn::LoadU(df, x3 + i), a3);
-  }
-  float s0 = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, c0)));
-  float s1 = 0, s2 = 0, s3 = 0;
-  if constexpr (R > 1) s1 = hn::GetLane(hn::SumOfLanes(df, hn::Add(a1, c1)));
-  if constexpr (R > 2) s2 = hn::GetLane(hn::SumOfLanes(df, hn::Add(a2, c2)));
-  if constexpr (R > 3) s3 = hn::GetLane(hn::SumOfLanes(df, hn::Add(a3, c3)));
-  for (; i < K; ++i) {
-    const float wi = Ld::At(w, i);
-    s0 += wi * x0[i];
-    if constexpr (R > 1) s1 += wi * x1[i];
-    if constexpr (R > 2) s2 += wi * x2[i];
-    if constexpr (R > 3) s3 += wi * x3[i];
-  }
-  out[0] = s0;
-  if constexpr (R > 1) out[1] = s1;
-  if constexpr (R > 2) out[2] = s2;
-  if constexpr (R > 3) out[3] = s3;
 }
 
-// One weight row (block type Dec, or plain float loader Ld) against R activation rows (R <= 4 or
-// R == 8): Dot<R>(x, ldx, k, w, out) for k elements; Offset(k) = bytes of k elements. With
-// kPack8, eight rows come packed (Pack8, ldx unused).
+// The accumulators of a tile: a<j><r> for weight row j < 8 and activation row r < 4 (named
+// variables, not arrays: SVE vectors are sizeless). Unused ones are dead code.
+#define G4_TILE_ROW(X, j) X(j, 0) X(j, 1) X(j, 2) X(j, 3)
+#define G4_TILE_ALL(X)                                                                                   \
+  G4_TILE_ROW(X, 0) G4_TILE_ROW(X, 1) G4_TILE_ROW(X, 2) G4_TILE_ROW(X, 3) G4_TILE_ROW(X, 4) G4_TILE_ROW(X, 5) \
+  G4_TILE_ROW(X, 6) G4_TILE_ROW(X, 7)
+#define G4_TILE_ZERO(j, r) [[maybe_unused]] auto a##j##r = hn::Zero(df);
+#define G4_TILE_SUM(j, r) \
+  if constexpr (W > j && R > r) out[j * R + r] = hn::GetLane(hn::SumOfLanes(df, a##j##r));
+// Weight row j's half H (at x offset XO) into the accumulators of row j.
+#define G4_TILE_FMA(H, j)                                                        \
+  if constexpr (W > j) {                                                         \
+    const auto t = Ld::template Half<H>(df, w##j, i);                            \
+    a##j##0 = hn::MulAdd(t, x0v, a##j##0);                                       \
+    if constexpr (R > 1) a##j##1 = hn::MulAdd(t, x1v, a##j##1);                  \
+    if constexpr (R > 2) a##j##2 = hn::MulAdd(t, x2v, a##j##2);                  \
+    if constexpr (R > 3) a##j##3 = hn::MulAdd(t, x3v, a##j##3);                  \
+  }
+#define G4_TILE_STEP(H, XO)                                                                      \
+  {                                                                                              \
+    const auto x0v = hn::LoadU(df, x0 + i + (XO));                                               \
+    [[maybe_unused]] const auto x1v = hn::LoadU(df, x1 + i + (XO));                              \
+    [[maybe_unused]] const auto x2v = hn::LoadU(df, x2 + i + (XO));                              \
+    [[maybe_unused]] const auto x3v = hn::LoadU(df, x3 + i + (XO));                              \
+    G4_TILE_FMA(H, 0) G4_TILE_FMA(H, 1) G4_TILE_FMA(H, 2) G4_TILE_FMA(H, 3) G4_TILE_FMA(H, 4)    \
+    G4_TILE_FMA(H, 5) G4_TILE_FMA(H, 6) G4_TILE_FMA(H, 7)                                        \
+  }
+
+// W weight rows (stride row_bytes) x R activation rows (stride ldx, in the loader's order) over K
+// elements, out[j * R + r] = dot(x row r, weight row j), each by the canonical sequence above. Per
+// 2N elements: 2W weight vectors built, 2R activation vectors loaded, 2WR fused multiply-adds
+// into W * R independent accumulators.
+template <class Ld, int W, int R>
+HWY_INLINE void FloatTile(const float* HWY_RESTRICT x, size_t ldx, const uint8_t* HWY_RESTRICT w, size_t row_bytes,
+                          size_t K, float* HWY_RESTRICT out) {
+  static_assert(W >= 1 && W <= 8 && R >= 1 && R <= 4);
+  const DFF df;
+  const size_t N = hn::Lanes(df);
+  const uint8_t* HWY_RESTRICT wr[8];
+  for (int j = 0; j < 8; ++j) wr[j] = w + (j < W ? j : 0) * row_bytes;
+  [[maybe_unused]] const uint8_t* HWY_RESTRICT w0 = wr[0];
+  [[maybe_unused]] const uint8_t* HWY_RESTRICT w1 = wr[1];
+  [[maybe_unused]] const uint8_t* HWY_RESTRICT w2 = wr[2];
+  [[maybe_unused]] const uint8_t* HWY_RESTRICT w3 = wr[3];
+  [[maybe_unused]] const uint8_t* HWY_RESTRICT w4 = wr[4];
+  [[maybe_unused]] const uint8_t* HWY_RESTRICT w5 = wr[5];
+  [[maybe_unused]] const uint8_t* HWY_RESTRICT w6 = wr[6];
+  [[maybe_unused]] const uint8_t* HWY_RESTRICT w7 = wr[7];
+  const float* HWY_RESTRICT xr[4];
+  for (int r = 0; r < 4; ++r) xr[r] = x + (r < R ? r : 0) * ldx;
+  const float* HWY_RESTRICT x0 = xr[0];
+  [[maybe_unused]] const float* HWY_RESTRICT x1 = xr[1];
+  [[maybe_unused]] const float* HWY_RESTRICT x2 = xr[2];
+  [[maybe_unused]] const float* HWY_RESTRICT x3 = xr[3];
+  G4_TILE_ALL(G4_TILE_ZERO)
+  size_t i = 0;
+  for (; i + 2 * N <= K; i += 2 * N) {
+    // Decode of 16-bit weights: the next tile's rows, a cache line per row per 64 bytes read (10%
+    // faster streaming on Zen3; F32 measured slower with it, its loads already fill the load ports).
+    if constexpr (R == 1 && Ld::kSize == 2) {
+      if (((i * Ld::kSize) & 63) == 0) {
+        for (int j = 0; j < W; ++j) hwy::Prefetch(wr[j] + W * row_bytes + i * Ld::kSize);
+      }
+    }
+    G4_TILE_STEP(0, 0)
+    G4_TILE_STEP(1, N)
+  }
+  if (i + N <= K) {
+    G4_TILE_STEP(2, 0)
+    i += N;
+  }
+  G4_TILE_ALL(G4_TILE_SUM)
+  for (; i < K; ++i) {
+    for (int j = 0; j < W; ++j) {
+      const float wi = Ld::At(wr[j], i);
+      for (int r = 0; r < R; ++r) out[j * R + r] += wi * xr[r][i];
+    }
+  }
+}
+#undef G4_TILE_STEP
+#undef G4_TILE_FMA
+#undef G4_TILE_SUM
+#undef G4_TILE_ZERO
+#undef G4_TILE_ALL
+#undef G4_TILE_ROW
+
+// y[r, m] = dot(x row r, weight row m) for weight rows [m0, m1) and activation rows [0, R): tiles of
+// W weight rows, then of four, then single rows.
+template <class Ld, int W, int R>
+HWY_NOINLINE void FloatTiles(const float* x, size_t ldx, size_t K, const uint8_t* w, size_t row_bytes, int m0, int m1,
+                             float* y, size_t ldy) {
+  float s[W * R];
+  int m = m0;
+  auto put = [&](int w_rows) {
+    for (int j = 0; j < w_rows; ++j)
+      for (int r = 0; r < R; ++r) y[r * ldy + m + j] = s[j * R + r];
+    m += w_rows;
+  };
+  for (; m + W <= m1;) {
+    FloatTile<Ld, W, R>(x, ldx, w + static_cast<size_t>(m) * row_bytes, row_bytes, K, s);
+    put(W);
+  }
+  if constexpr (W > 4) {
+    if (m + 4 <= m1) {
+      FloatTile<Ld, 4, R>(x, ldx, w + static_cast<size_t>(m) * row_bytes, row_bytes, K, s);
+      put(4);
+    }
+  }
+  while (m < m1) {
+    FloatTile<Ld, 1, R>(x, ldx, w + static_cast<size_t>(m) * row_bytes, row_bytes, K, s);
+    put(1);
+  }
+}
+
+// Float weights [M, K], any number of activation rows: tiles of 4 weight rows x 3 activation rows
+// (12 accumulators; per 2N elements 8 weight vectors built, 6 activation vectors loaded, 24 fused
+// multiply-adds), the last 1 or 2 activation rows against 8 or 4 weight rows. Decode (one row) thus
+// runs 8 independent accumulator chains over the weights, read once (16-bit weights prefetch the
+// next 8 rows).
+// Prefill (rows > 3) walks the weights in panels of ~kPanelBytes that stay in L2 while every
+// activation tile passes over them (a tile's 3 x K floats stay in L1 for K = 1536; for K = 6144
+// they stream from L2, which measured as fast). BF16 activations are first packed in the loader's
+// even/odd order (PackEvenOdd, rows x K floats, once per call).
+// Measured single-threaded on a Zen3 EPYC VM (AVX2, ~3.15 GHz), bench/kernels_bench.cc, CPU time,
+// against the previous kernel (one weight row x 4 activation rows, natural-order BF16 widening):
+// BF16 6144 x 1536 x 64 rows 28.4 -> 16.6 ms (~1.3 fused multiply-adds per cycle), 1536 x 6144 x
+// 64 rows 31.1 -> 19.8 ms; 2048 x 640, 1 row: BF16 91 -> 57 us, F16 84 -> 50 us, F32 96 -> 86 us;
+// 2048 x 640 x 64 rows (in cache): BF16 2.75 -> 2.56 ms, F16 2.46 -> 2.20, F32 3.00 -> 2.41;
+// BM_Stream_BF16 (48 MB, 1 row) 3.2 -> 2.4 ms; `gemma4rt bench` on a full-size Gemma 4 E2B BF16
+// checkpoint, 2 threads: pp512 18.0 -> 27.8 tokens/s. Tried and dropped (weight x activation rows): 3 x 3
+// tiles (as fast for BF16, F32 slower), 2 x 4 and 3 x 4 tiles (slower), L2 panels of 96 or 384 KiB
+// (no better), the prefetch in prefill tiles (slower). A BF16 -> f32 panel converted once per
+// call was not built: F32 weights, which need no conversion, run no faster than BF16 here.
+template <class Ld>
+void MatMulFloat(const float* x, int rows, int K, const uint8_t* w, int M, float scale, float* y, int ldy) {
+  constexpr size_t kPanelBytes = 192 << 10;
+  const size_t row_bytes = static_cast<size_t>(K) * Ld::kSize;
+  const size_t ldx = static_cast<size_t>(K);
+  const size_t ly = static_cast<size_t>(ldy);
+  if constexpr (Ld::kEvenOdd) {
+    if (static_cast<size_t>(K) >= 2 * hn::Lanes(DFF())) {
+      thread_local std::vector<float> packed;
+      const size_t need = static_cast<size_t>(rows) * ldx;
+      if (packed.size() < need) packed.resize(need);
+      PackEvenOdd(x, rows, ldx, packed.data());
+      x = packed.data();
+    }
+  }
+  const int panel = rows <= 3 ? M : std::max(8, static_cast<int>(kPanelBytes / row_bytes) / 8 * 8);
+  for (int m0 = 0; m0 < M; m0 += panel) {
+    const int m1 = std::min(M, m0 + panel);
+    for (int r0 = 0; r0 < rows;) {
+      const int R = std::min(3, rows - r0);
+      const float* xr = x + static_cast<size_t>(r0) * ldx;
+      float* yr = y + static_cast<size_t>(r0) * ly;
+      switch (R) {
+        case 3: FloatTiles<Ld, 4, 3>(xr, ldx, K, w, row_bytes, m0, m1, yr, ly); break;
+        case 2: FloatTiles<Ld, 4, 2>(xr, ldx, K, w, row_bytes, m0, m1, yr, ly); break;
+        default: FloatTiles<Ld, 8, 1>(xr, ldx, K, w, row_bytes, m0, m1, yr, ly); break;
+      }
+      r0 += R;
+    }
+  }
+  if (scale != 1.0f) {
+    for (int r = 0; r < rows; ++r)
+      for (int m = 0; m < M; ++m) y[static_cast<size_t>(r) * ly + m] *= scale;
+  }
+}
+
+// One weight row of block type Dec against R activation rows (R <= 4 or R == 8): Dot<R>(x, ldx, k,
+// w, out) for k elements; Offset(k) = bytes of k elements. Eight rows come packed (Pack8, ldx
+// unused).
 template <class Dec>
 struct BlockRow {
-  static constexpr bool kPack8 = true;
   static constexpr int kSliceCols = 512;
   using Tag = typename Dec::Tag;
   template <int R>
@@ -497,22 +661,6 @@ struct BlockRow {
     }
   }
   static size_t Offset(size_t k) { return k / Dec::kQK * Dec::kBytes; }
-};
-template <class Ld>
-struct FloatRow {
-  static constexpr bool kPack8 = false;
-  static constexpr int kSliceCols = 1 << 30;
-  using Tag = DFF;
-  template <int R>
-  static HWY_INLINE void Dot(const float* x, size_t ldx, size_t k, const uint8_t* w, float* out) {
-    if constexpr (R == 8) {
-      DotFloat<Ld, 4>(x, ldx, w, k, out);
-      DotFloat<Ld, 4>(x + 4 * ldx, ldx, w, k, out + 4);
-    } else {
-      DotFloat<Ld, R>(x, ldx, w, k, out);
-    }
-  }
-  static size_t Offset(size_t k) { return k * Ld::kSize; }
 };
 
 // y[r, m] (=, or += when !first) dot(x row r, weight row m) over k elements, for weight rows
@@ -553,7 +701,7 @@ void MatMulRows(const float* x, int rows, int K, const uint8_t* w, int M, float 
   } else {
     constexpr int kSlice = Row::kSliceCols;
     thread_local std::vector<float> packed;
-    if (Row::kPack8) packed.resize(8 * kSlice);
+    packed.resize(8 * kSlice);
     const int group = std::max(1, static_cast<int>((128 << 10) / std::max<size_t>(Row::Offset(std::min(K, kSlice)), 1)));
     for (int m0 = 0; m0 < M; m0 += group) {
       const int m1 = std::min(M, m0 + group);
@@ -563,7 +711,7 @@ void MatMulRows(const float* x, int rows, int K, const uint8_t* w, int M, float 
         for (int r0 = 0; r0 < rows;) {
           const int R = rows - r0 >= 8 ? 8 : std::min(4, rows - r0);
           const float* xr = x + r0 * ldx + k0;
-          if (R == 8 && Row::kPack8) {
+          if (R == 8) {
             Pack8(typename Row::Tag(), xr, ldx, k, packed.data());
             xr = packed.data();
           }
@@ -584,9 +732,9 @@ void MatMulHwy(const float* x, int rows, int K, const uint8_t* w, DType wt, int 
   if (rows <= 0 || M <= 0) return;
   G4_CHECK(K % DTypeBlockElems(wt) == 0);
   switch (wt) {
-    case DType::kF32: return MatMulRows<FloatRow<LoadF32>>(x, rows, K, w, M, scale, y, ldy);
-    case DType::kBF16: return MatMulRows<FloatRow<LoadBF16>>(x, rows, K, w, M, scale, y, ldy);
-    case DType::kF16: return MatMulRows<FloatRow<LoadF16>>(x, rows, K, w, M, scale, y, ldy);
+    case DType::kF32: return MatMulFloat<LoadF32>(x, rows, K, w, M, scale, y, ldy);
+    case DType::kBF16: return MatMulFloat<LoadBF16>(x, rows, K, w, M, scale, y, ldy);
+    case DType::kF16: return MatMulFloat<LoadF16>(x, rows, K, w, M, scale, y, ldy);
     case DType::kQ8_0: return MatMulRows<BlockRow<DecQ8_0>>(x, rows, K, w, M, scale, y, ldy);
     case DType::kQ4_0: return MatMulRows<BlockRow<DecQ4_0>>(x, rows, K, w, M, scale, y, ldy);
     case DType::kQ4_1: return MatMulRows<BlockRow<DecQ4_1>>(x, rows, K, w, M, scale, y, ldy);
