@@ -1,5 +1,6 @@
 // ThreadPool: every index of every loop runs exactly once, in both hand-off modes (workers still
-// spinning from the previous loop, and workers asleep after a pause longer than the spin).
+// spinning from the previous loop, and workers asleep after a pause longer than the spin); the
+// caller waits for chunks in flight; a stalled thread's unstarted chunks are taken over.
 #include "base/thread_pool.h"
 
 #include <gtest/gtest.h>
@@ -22,7 +23,7 @@ void CheckLoop(ThreadPool& pool, int64_t n) {
     for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1);
   });
   for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1) << "n=" << n << " i=" << i;
-  EXPECT_LE(calls.load(), std::min<int64_t>(n, pool.size()));
+  EXPECT_LE(calls.load(), std::min<int64_t>(n, ThreadPool::kChunksPerThread * pool.size()));
 }
 
 TEST(ThreadPoolTest, BackToBackLoopsOfEverySizeCoverEachIndexOnce) {
@@ -43,16 +44,40 @@ TEST(ThreadPoolTest, LoopsAfterTheWorkersFellAsleep) {
   }
 }
 
-TEST(ThreadPoolTest, SlowWorkerMakesTheCallerWait) {
+TEST(ThreadPoolTest, TheCallerWaitsForChunksAWorkerIsRunning) {
   ThreadPool pool(2);
-  std::atomic<bool> done{false};
-  pool.ParallelFor(2, [&](int task, int64_t, int64_t) {
-    if (task == 1) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));  // past the caller's spin
-      done.store(true);
+  for (int rep = 0; rep < 20; ++rep) {
+    std::atomic<int> started{0}, finished{0};
+    pool.ParallelFor(16, [&](int task, int64_t, int64_t) {
+      if (task == 1) {
+        started.fetch_add(1);
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));  // past the caller's spin
+        finished.fetch_add(1);
+      }
+    });
+    EXPECT_EQ(started.load(), finished.load());
+  }
+}
+
+TEST(ThreadPoolTest, OtherThreadsTakeOverTheChunksOfAStalledOne) {
+  // A thread stuck in one chunk (as one the OS has descheduled) must not hold up the chunks it has
+  // not started: the other threads run them. With a fixed split each thread would get n / 2.
+  ThreadPool pool(2);
+  const int64_t n = 64;
+  std::vector<std::atomic<int>> by_task(2);
+  std::atomic<int> stalled_task{-1};
+  pool.ParallelFor(n, [&](int task, int64_t b, int64_t e) {
+    if (b == 0) {
+      stalled_task.store(task);
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
+    by_task[static_cast<size_t>(task)].fetch_add(static_cast<int>(e - b));
   });
-  EXPECT_TRUE(done.load());
+  const int stalled = stalled_task.load();
+  ASSERT_GE(stalled, 0);
+  const int64_t chunk = n / (ThreadPool::kChunksPerThread * pool.size());
+  EXPECT_EQ(by_task[static_cast<size_t>(stalled)].load(), chunk) << "the stalled thread ran only its first chunk";
+  EXPECT_EQ(by_task[static_cast<size_t>(1 - stalled)].load(), n - chunk);
 }
 
 }  // namespace

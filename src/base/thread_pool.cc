@@ -28,10 +28,10 @@ ThreadPool::~ThreadPool() {
 }
 
 namespace {
-inline void Range(int64_t n, int tasks, int task, int64_t* b, int64_t* e) {
-  *b = n * task / tasks;
-  *e = n * (task + 1) / tasks;
-}
+constexpr uint64_t kField = (uint64_t{1} << 20) - 1;
+inline uint64_t GenOf(uint64_t s) { return s >> 40; }
+inline int64_t ChunksOf(uint64_t s) { return static_cast<int64_t>((s >> 20) & kField); }
+inline int64_t NextOf(uint64_t s) { return static_cast<int64_t>(s & kField); }
 
 // Spins until pred() or `micros` have passed; returns pred().
 template <class Pred>
@@ -47,58 +47,64 @@ bool SpinFor(int micros, Pred pred) {
 
 void ThreadPool::ParallelFor(int64_t n, const std::function<void(int, int64_t, int64_t)>& fn) {
   if (n <= 0) return;
-  const int tasks = static_cast<int>(std::min<int64_t>(size(), n));
-  if (tasks == 1) {
+  if (size() == 1 || n == 1) {
     fn(0, 0, n);
     return;
   }
+  const int64_t chunks = std::min<int64_t>(n, static_cast<int64_t>(kChunksPerThread) * size());
   job_ = &fn;
   job_n_ = n;
-  tasks_ = tasks;
-  // Every worker acknowledges every job (those past `tasks` with an empty range), so no worker can
-  // still be reading job_ when the next ParallelFor overwrites it.
-  pending_.store(size() - 1);
-  generation_.fetch_add(1);  // seq_cst: publishes the job; pairs with sleepers_ below (Dekker)
+  done_.store(0, std::memory_order_relaxed);
+  generation_ = (generation_ + 1) & ((uint64_t{1} << 24) - 1);
+  const uint64_t s = generation_ << 40 | static_cast<uint64_t>(chunks) << 20;
+  state_.store(s);  // seq_cst: publishes the job; pairs with sleepers_ below (Dekker)
   if (sleepers_.load() > 0) {
     std::lock_guard<std::mutex> lock(mu_);
     start_cv_.notify_all();
   }
-  int64_t b, e;
-  Range(n, tasks, 0, &b, &e);
-  fn(0, b, e);
-  if (!SpinFor(kSpinMicros, [this] { return pending_.load(std::memory_order_acquire) == 0; })) {
+  RunChunks(0, s);
+  if (!SpinFor(kSpinMicros, [&] { return done_.load(std::memory_order_acquire) == chunks; })) {
     std::unique_lock<std::mutex> lock(mu_);
     caller_sleeping_.store(true);
-    done_cv_.wait(lock, [this] { return pending_.load() == 0; });
+    done_cv_.wait(lock, [&] { return done_.load() == chunks; });
     caller_sleeping_.store(false);
   }
   job_ = nullptr;
 }
 
-void ThreadPool::WorkerLoop(int index) {
-  uint64_t seen = 0;
+void ThreadPool::RunChunks(int index, uint64_t s) {
+  const uint64_t gen = GenOf(s);
   for (;;) {
-    auto fresh = [&] { return stop_.load(std::memory_order_relaxed) || generation_.load(std::memory_order_acquire) != seen; };
-    if (!SpinFor(kSpinMicros, fresh)) {
-      std::unique_lock<std::mutex> lock(mu_);
-      sleepers_.fetch_add(1);
-      start_cv_.wait(lock, [&] { return stop_.load() || generation_.load() != seen; });
-      sleepers_.fetch_sub(1);
-    }
-    if (stop_.load()) return;
-    seen = generation_.load(std::memory_order_acquire);
-    const auto* job = job_;
+    if (GenOf(s) != gen) return;  // a newer job: the worker loop picks it up
+    const int64_t chunks = ChunksOf(s), c = NextOf(s);
+    if (c >= chunks) return;
+    if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+    // Chunk c of this job is ours: the caller cannot return (and job_ cannot change) before it
+    // is done.
     const int64_t n = job_n_;
-    const int tasks = tasks_;
-    if (index < tasks) {
-      int64_t b, e;
-      Range(n, tasks, index, &b, &e);
-      (*job)(index, b, e);
-    }
-    if (pending_.fetch_sub(1) == 1 && caller_sleeping_.load()) {
+    (*job_)(index, n * c / chunks, n * (c + 1) / chunks);
+    if (done_.fetch_add(1) + 1 == chunks && index != 0 && caller_sleeping_.load()) {
       std::lock_guard<std::mutex> lock(mu_);
       done_cv_.notify_one();
     }
+    s = state_.load(std::memory_order_acquire);
+  }
+}
+
+void ThreadPool::WorkerLoop(int index) {
+  uint64_t seen = 0;  // the generation before the first job (not state_: a job may already be out)
+  for (;;) {
+    auto fresh = [&] { return stop_.load(std::memory_order_relaxed) || GenOf(state_.load(std::memory_order_acquire)) != seen; };
+    if (!SpinFor(kSpinMicros, fresh)) {
+      std::unique_lock<std::mutex> lock(mu_);
+      sleepers_.fetch_add(1);
+      start_cv_.wait(lock, [&] { return stop_.load() || GenOf(state_.load()) != seen; });
+      sleepers_.fetch_sub(1);
+    }
+    if (stop_.load()) return;
+    const uint64_t s = state_.load(std::memory_order_acquire);
+    seen = GenOf(s);
+    RunChunks(index, s);
   }
 }
 

@@ -22,27 +22,38 @@ class ThreadPool {
 
   int size() const { return static_cast<int>(workers_.size()) + 1; }
 
-  // Calls fn(task, begin, end) over [0, n) split into size() contiguous ranges (fewer when n is
-  // small), task in [0, size()) identifies the range (for per-thread scratch). Blocks until all
-  // ranges are done. Not reentrant: fn must not call ParallelFor on the same pool.
+  // Calls fn(task, begin, end) over [0, n), split into up to kChunksPerThread * size() contiguous
+  // chunks that the calling thread and the workers claim one at a time (an atomic counter), so a
+  // thread the OS has descheduled holds up the loop by at most the chunk it is in, never by work
+  // it has not started: the others take its chunks. task in [0, size()) identifies the thread
+  // running the chunk (for per-thread scratch; one thread may run several chunks, one at a time).
+  // Blocks until every chunk is done. Not reentrant: fn must not call ParallelFor on the same pool.
   void ParallelFor(int64_t n, const std::function<void(int task, int64_t begin, int64_t end)>& fn);
+
+  static constexpr int kChunksPerThread = 4;
 
  private:
   void WorkerLoop(int index);
+  // Claims and runs chunks of the job whose state word is `s` (as loaded) until none are left or
+  // a newer job has replaced it.
+  void RunChunks(int index, uint64_t s);
 
-  // Hand-off: ParallelFor publishes the job and bumps generation_; workers spin on generation_
-  // for up to kSpinMicros after their last job (decode runs a few hundred short parallel loops
-  // per token, and a futex wake-up costs tens of microseconds), then sleep on start_cv_. The
-  // caller spins on pending_ the same way. sleepers_ tells ParallelFor whether to notify.
+  // Hand-off: ParallelFor publishes the job in state_ = [generation: 24 bits | chunks: 20 bits |
+  // next chunk: 20 bits]; a chunk is claimed by a compare-exchange of the whole word (so a claim
+  // can only succeed for the job that is current, whose fields are then stable until its chunks
+  // are all done). Workers spin on a new generation for up to kSpinMicros after their last job
+  // (decode runs a few hundred short parallel loops per token, and a futex wake-up costs tens of
+  // microseconds), then sleep on start_cv_. The caller spins on done_ the same way. sleepers_
+  // tells ParallelFor whether to notify.
   static constexpr int kSpinMicros = 500;
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable start_cv_, done_cv_;
   const std::function<void(int, int64_t, int64_t)>* job_ = nullptr;
   int64_t job_n_ = 0;
-  int tasks_ = 0;
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  uint64_t generation_ = 0;  // the caller's; state_ carries its low 24 bits
+  std::atomic<uint64_t> state_{0};
+  std::atomic<int> done_{0};  // chunks of the current job finished
   std::atomic<int> sleepers_{0};
   std::atomic<bool> caller_sleeping_{false};
   std::atomic<bool> stop_{false};
