@@ -20,7 +20,7 @@
 //    u = 2^-24);
 //  - SIMD: Highway's Exp (1 ulp), per tile of 64 keys at most one rescale of l and acc by
 //    exp(m_old - m_new) (2 roundings), sums in key order within and across tiles, the final
-//    1 / l; split-K adds the merge (an exp, a product and a sum per chunk, at most 3 chunks):
+//    1 / l; the merge of the 128-key chunks adds an exp, a product and a sum per chunk:
 //    |o_simd - o| <= gamma_{2n+4T+16} S with T = n / 64 + 3 tiles (runs cut tiles short);
 //  - score perturbations: a non-power-of-two scale rounds each score (|ds| <= u |s|); the soft-cap
 //    cap * tanh(s / cap) adds a division, a multiplication and tanh (std::tanh 1 ulp, Highway's
@@ -276,6 +276,69 @@ TEST_P(AttentionKernelsTest, PartialsMerge) {
     for (int i = 0; i < G * D; ++i) {
       // Both within gamma_{2n+4T+16} S of the exact value, S <= max |v| = 1.
       EXPECT_NEAR(out[i], whole[i], 2 * Gamma(2 * n + 4 * 8 + 16)) << "cuts " << parts << " i " << i;
+    }
+  }
+}
+
+// A token's output must be the same bits however the step is cut (where the cache ends and the
+// step's rows begin: chunked prefill), whatever else is in the step (the batch) and whatever the
+// thread count: int8 activations downstream turn a last-bit difference into a different token
+// (found by a fresh user: greedy output changed with --chunk, -t and concurrent requests).
+TEST_P(AttentionKernelsTest, OutputIsTheSameBitsHoweverTheStepIsCut) {
+  struct Layer {
+    const char* name;
+    int D, Nkv, G, window, len;
+  };
+  const Layer layers[] = {{"mqa256_full", 256, 1, 4, 0, 300},
+                          {"mqa256_ring", 256, 1, 4, 128, 300},
+                          {"gqa64_full", 64, 2, 3, 0, 200},
+                          {"odd37_ring", 37, 1, 2, 50, 180}};
+  ThreadPool pool2(2), pool3(3);
+  ThreadPool* pools[] = {nullptr, &pool2, &pool3};
+  for (const Layer& ly : layers) {
+    // Positional q: the same for a position in every cut.
+    auto fill_q = [&](StepCase& sc) {
+      const size_t row = static_cast<size_t>(sc.p.num_heads) * ly.D;
+      for (int t = 0; t < sc.tokens; ++t) {
+        std::mt19937 qr(static_cast<uint32_t>(1000 + sc.positions[t] + 7919 * sc.seq_of[t]));
+        for (size_t i = 0; i < row; ++i) sc.q[t * row + i] = static_cast<float>(static_cast<int>(qr() % 17) - 8) / 8.0f;
+      }
+    };
+    // Reference cut: the whole sequence in one step, no cache, one thread.
+    std::vector<float> whole;
+    {
+      std::mt19937 rng(77);
+      Scenario sc{ly.name, ly.D, ly.Nkv, ly.G, ly.window, ly.len, 0.0625f, {{0, ly.len}}};
+      StepCase c(sc, 0.0f, rng);
+      fill_q(c);
+      whole.assign(static_cast<size_t>(c.tokens) * c.p.num_heads * ly.D, 0.0f);
+      cpu::AttentionScratch scratch;
+      cpu::Attention(c.p, c.Step(whole.data()), nullptr, &scratch);
+    }
+    const size_t row = static_cast<size_t>(ly.G) * ly.Nkv * ly.D;
+    for (int cached : {1, 63, 64, 65, 127, 128, 129, 200, ly.len - 1}) {
+      for (bool batched : {false, true}) {
+        std::mt19937 rng(77);  // the same K/V for the sequence (generated first)
+        std::vector<Seq> seqs = {{cached, ly.len - cached}};
+        if (batched) seqs.push_back({5, 3});  // another sequence in the same step
+        Scenario sc{ly.name, ly.D, ly.Nkv, ly.G, ly.window, ly.len, 0.0625f, seqs};
+        StepCase c(sc, 0.0f, rng);
+        fill_q(c);
+        for (ThreadPool* pool : pools) {
+          std::vector<float> out(static_cast<size_t>(c.tokens) * row, 777.0f);
+          cpu::AttentionScratch scratch;
+          cpu::Attention(c.p, c.Step(out.data()), pool, &scratch);
+          for (int t = 0; t < c.tokens; ++t) {
+            if (c.seq_of[t] != 0) continue;
+            const int pos = c.positions[t];
+            for (size_t i = 0; i < row; ++i) {
+              ASSERT_EQ(out[t * row + i], whole[pos * row + i])
+                  << ly.name << " cached " << cached << (batched ? " batched" : "") << " threads "
+                  << (pool != nullptr ? pool->size() : 1) << " position " << pos << " i " << i;
+            }
+          }
+        }
+      }
     }
   }
 }

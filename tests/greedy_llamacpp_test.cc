@@ -144,5 +144,49 @@ TEST(GreedyLlamaCppTest, Gemma3_270mAnswersTheCapitalOfFrance) {
   EXPECT_EQ(std::max_element(logits.begin(), logits.end()) - logits.begin(), 9079);  // " Paris"
 }
 
+// With int8 activations (the default) a last-bit difference anywhere becomes a different int8
+// value downstream, so every kernel must give a token the same bits however its step is made:
+// prefill chunk size, thread count, and the other sequences decoded with it. Found by a fresh user:
+// greedy output changed with --chunk, -t and concurrent server requests (attention's key tiles
+// followed the cache/step boundary, and its split over threads depended on the batch).
+TEST(GreedyLlamaCppTest, Gemma3_270mInt8LogitsAreTheSameBitsForEveryChunkThreadCountAndBatch) {
+  const std::string path = DefaultModelPath();
+  ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: run scripts/fetch-default-model.sh";
+  const std::vector<int32_t> shot = {14977, 236787, 2900, 563, 506, 5279, 529, 9405, 236881, 107, 7925, 236787, 15687, 107};
+  std::vector<int32_t> prompt = {2};
+  while (prompt.size() < 300) prompt.insert(prompt.end(), shot.begin(), shot.end());
+  struct Config {
+    int threads, chunk;
+  };
+  const Config configs[] = {{2, 512}, {1, 512}, {2, 5}, {2, 64}, {1, 129}, {3, 200}};
+  std::vector<float> first_prefill, first_decode;
+  for (const Config& c : configs) {
+    auto m = LoadModel(path);
+    ASSERT_TRUE(m.ok());
+    auto e = Engine::Create(std::move(m).value(), MakeCpuBackend(c.threads), EngineOptions{2, 512, c.chunk});
+    ASSERT_TRUE(e.ok());
+    std::vector<float> prefill, solo, batched;
+    ASSERT_TRUE((*e)->Prefill(0, prompt, false, &prefill).ok());
+    // Decode alone, then the same step again on a fresh copy of the state, batched with another
+    // sequence.
+    ASSERT_TRUE((*e)->Prefill(1, std::vector<int32_t>(prompt.begin(), prompt.begin() + 37), false, &batched).ok());
+    ASSERT_TRUE((*e)->Decode(std::vector<int32_t>{0}, std::vector<int32_t>{9079}, &solo).ok());
+    (*e)->ResetSequence(0);
+    ASSERT_TRUE((*e)->Prefill(0, prompt, false, &prefill).ok());
+    ASSERT_TRUE((*e)->Decode(std::vector<int32_t>{1, 0}, std::vector<int32_t>{107, 9079}, &batched).ok());
+    const size_t V = solo.size();
+    ASSERT_EQ(batched.size(), 2 * V);
+    const std::string what = "threads " + std::to_string(c.threads) + " chunk " + std::to_string(c.chunk);
+    for (size_t i = 0; i < V; ++i) ASSERT_EQ(batched[V + i], solo[i]) << what << ": batched decode, logit " << i;
+    if (first_prefill.empty()) {
+      first_prefill = prefill;
+      first_decode = solo;
+      continue;
+    }
+    for (size_t i = 0; i < V; ++i) ASSERT_EQ(prefill[i], first_prefill[i]) << what << ": prefill logit " << i;
+    for (size_t i = 0; i < V; ++i) ASSERT_EQ(solo[i], first_decode[i]) << what << ": decode logit " << i;
+  }
+}
+
 }  // namespace
 }  // namespace g4

@@ -13,8 +13,13 @@
 namespace g4::cpu {
 
 namespace {
-// Split-K chunks are at least this many keys long.
-constexpr int kMinChunkKeys = 64;
+// Every item's keys are cut into chunks of kChunkKeys (by index from the item's first key; a
+// multiple of the kernel's 64-key tile), each chunk's softmax state is computed on its own and the
+// states are merged in order, whether one thread runs the item or several share it: a token's
+// output is then the same bits whatever the thread count, the batch, or where the cache ends and
+// the step begins (chunked prefill).
+constexpr int kChunkKeys = 128;
+int ChunksOf(int keys) { return (keys + kChunkKeys - 1) / kChunkKeys; }
 }  // namespace
 
 int AttentionKeyRuns(const AttentionParams& p, const AttentionStep& s, int t, int kvh, KvRun* runs, int* num_runs) {
@@ -89,46 +94,54 @@ void Attention(const AttentionParams& p, const AttentionStep& s, ThreadPool* poo
     }
   };
 
+  const size_t gd = static_cast<size_t>(G) * D;
+  // Chunk c of item `item` (keys [c * kChunkKeys, ...) of its runs) into m/l/acc.
+  auto chunk_state = [&](int item, int c, float* m, float* l, float* acc) {
+    const int t = item / Nkv, kvh = item % Nkv;
+    KvRun runs[3], part[3];
+    int nr;
+    const int n = AttentionKeyRuns(p, s, t, kvh, runs, &nr);
+    const int np = SliceKeyRuns(runs, nr, c * kChunkKeys, std::min(n, (c + 1) * kChunkKeys), ld, part);
+    AttentionPartial(q_of(t, kvh), G, D, part, np, ld, p.scale, p.softcap, m, l, acc);
+  };
+  auto keys_of = [&](int item) {
+    KvRun runs[3];
+    int nr;
+    return AttentionKeyRuns(p, s, item / Nkv, item % Nkv, runs, &nr);
+  };
+
   if (items >= threads) {
-    // Whole items, zig-zag order (see attention.h).
+    // Whole items, zig-zag order (see attention.h): a thread runs all chunks of an item, then
+    // merges them.
     for_each(items, [&](int, int64_t b, int64_t e) {
-      thread_local std::vector<float> ml;
-      ml.resize(2 * G);
-      KvRun runs[3];
+      thread_local std::vector<float> state;
       for (int64_t z = b; z < e; ++z) {
         const int item = static_cast<int>(z % 2 == 0 ? z / 2 : items - 1 - z / 2);
-        const int t = item / Nkv, kvh = item % Nkv;
-        int nr;
-        AttentionKeyRuns(p, s, t, kvh, runs, &nr);
-        float* o = out_of(t, kvh);
-        AttentionPartial(q_of(t, kvh), G, D, runs, nr, ld, p.scale, p.softcap, ml.data(), ml.data() + G, o);
-        for (int g = 0; g < G; ++g) {
-          const float inv = 1.0f / ml[G + g];
-          for (int d = 0; d < D; ++d) o[g * D + d] *= inv;
-        }
+        const int chunks = ChunksOf(keys_of(item));
+        const size_t need = static_cast<size_t>(chunks) * (2 * G + gd);
+        if (state.size() < need) state.resize(need);
+        float* m = state.data();
+        float* l = m + static_cast<size_t>(chunks) * G;
+        float* acc = l + static_cast<size_t>(chunks) * G;
+        for (int c = 0; c < chunks; ++c) chunk_state(item, c, m + c * G, l + c * G, acc + c * gd);
+        AttentionMerge(G, D, chunks, m, l, acc, out_of(item / Nkv, item % Nkv));
       }
     });
     return;
   }
 
-  // Split-K: chunks of each item's keys, about one per thread.
-  const int per_item = (threads + items - 1) / items;
+  // Split-K: the chunks of all items are spread over the threads, then each item's are merged.
   std::vector<int64_t>& units = scratch->units;
   units.clear();
   for (int item = 0; item < items; ++item) {
-    KvRun runs[3];
-    int nr;
-    const int n = AttentionKeyRuns(p, s, item / Nkv, item % Nkv, runs, &nr);
-    const int chunks = std::max(1, std::min(per_item, n / kMinChunkKeys));
+    const int chunks = ChunksOf(keys_of(item));
     for (int c = 0; c < chunks; ++c) {
       units.push_back(item);
-      units.push_back(static_cast<int64_t>(n) * c / chunks);
-      units.push_back(static_cast<int64_t>(n) * (c + 1) / chunks);
+      units.push_back(c);
     }
   }
-  const int num_units = static_cast<int>(units.size() / 3);
+  const int num_units = static_cast<int>(units.size() / 2);
   // State: m [units, G], l [units, G], acc [units, G, D]; an item's chunks are consecutive units.
-  const size_t gd = static_cast<size_t>(G) * D;
   const size_t need = num_units * (2 * static_cast<size_t>(G) + gd);
   if (scratch->state.size() < need) scratch->state.resize(need);
   float* m = scratch->state.data();
@@ -136,19 +149,14 @@ void Attention(const AttentionParams& p, const AttentionStep& s, ThreadPool* poo
   float* acc = l + static_cast<size_t>(num_units) * G;
   for_each(num_units, [&](int, int64_t b, int64_t e) {
     for (int64_t u = b; u < e; ++u) {
-      const int item = static_cast<int>(units[3 * u]);
-      const int t = item / Nkv, kvh = item % Nkv;
-      KvRun runs[3], part[3];
-      int nr;
-      AttentionKeyRuns(p, s, t, kvh, runs, &nr);
-      const int np = SliceKeyRuns(runs, nr, static_cast<int>(units[3 * u + 1]), static_cast<int>(units[3 * u + 2]), ld, part);
-      AttentionPartial(q_of(t, kvh), G, D, part, np, ld, p.scale, p.softcap, m + u * G, l + u * G, acc + u * gd);
+      chunk_state(static_cast<int>(units[2 * u]), static_cast<int>(units[2 * u + 1]), m + u * G, l + u * G,
+                  acc + u * gd);
     }
   });
   for (int u0 = 0; u0 < num_units;) {
     int u1 = u0;
-    while (u1 < num_units && units[3 * u1] == units[3 * u0]) ++u1;
-    const int item = static_cast<int>(units[3 * u0]);
+    while (u1 < num_units && units[2 * u1] == units[2 * u0]) ++u1;
+    const int item = static_cast<int>(units[2 * u0]);
     AttentionMerge(G, D, u1 - u0, m + u0 * G, l + u0 * G, acc + u0 * gd, out_of(item / Nkv, item % Nkv));
     u0 = u1;
   }

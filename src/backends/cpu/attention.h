@@ -8,17 +8,21 @@
 // cache before the step (one run, or two where a sliding layer's ring wraps) and the step's own
 // k/v rows.
 //
-// Softmax: streaming ("online") over tiles of 64 keys. Per tile, the scores of all G heads go to a
+// Softmax: streaming ("online") over tiles of 64 keys, counted from the item's first key across
+// the runs (a tile may span the cache and the step). Per tile, the scores of all G heads go to a
 // small buffer (f32: q.k * scale, then the optional soft-cap cap * tanh(s / cap)); the running
 // maximum m, the running sum l = sum exp(s - m) and the un-normalised output acc = sum exp(s - m) v
 // are rescaled by exp(m_old - m_new) when a tile raises the maximum; out = acc / l at the end.
 // The same state (m, l, acc) is what a split-K chunk returns, and AttentionMerge combines chunks.
 //
-// Threading (Attention): items = tokens x Nkv. With at least as many items as threads, whole items
-// are spread over the pool in zig-zag order (item 0, last, 1, last - 1, ...), so that the causal
-// prefill's short and long items pair up in each thread's contiguous range. With fewer items than
-// threads (decode: one token; MQA: one KV head) each item's keys are split into chunks of at least
-// 64 keys, one per thread, and the chunks' softmax states are merged afterwards.
+// Threading (Attention): items = tokens x Nkv. Each item's keys are cut into chunks of 128 (by
+// index from its first key), each chunk's state computed on its own and the states merged in
+// order (AttentionMerge). With at least as many items as threads, whole items are spread over the
+// pool in zig-zag order (item 0, last, 1, last - 1, ...), so that the causal prefill's short and
+// long items pair up in each thread's range; with fewer (decode: one token; MQA: one KV head) the
+// chunks of all items are. Either way a token's output is the same bits whatever the thread count,
+// the other sequences in the step, or where its cache ends and its step begins (chunked prefill):
+// AttentionKernelsTest.OutputIsTheSameBitsHoweverTheStepIsCut.
 #pragma once
 
 #include <cstdint>

@@ -139,54 +139,80 @@ void AttentionPartialHwy(const float* HWY_RESTRICT q, int G_, int D_, const KvRu
     l[g] = 0.0f;
   }
   const VF vscale = hn::Set(df, scale), vcap = hn::Set(df, softcap);
-  for (int r = 0; r < num_runs; ++r) {
-    for (size_t j0 = 0; j0 < static_cast<size_t>(runs[r].n); j0 += kTile) {
-      const size_t nk = std::min(kTile, static_cast<size_t>(runs[r].n) - j0);
-      const float* k = runs[r].k + j0 * ld;
-      const float* v = runs[r].v + j0 * ld;
-      // Scores, head blocks of up to 4.
-      for (size_t g0 = 0; g0 < G; g0 += 4) {
-        const float* qg = q + g0 * D;
-        float* sg = s + g0 * kTile;
+  // Tiles of kTile keys of the runs' concatenation: a tile may span runs, so the tiles (and with
+  // them every rounding of the streaming softmax) depend only on the keys' indices, not on where
+  // the cache ends and the step's rows begin.
+  struct Segment {
+    const float* k;
+    const float* v;
+    size_t n, at;  // keys, first index in the tile
+  };
+  size_t total = 0;
+  for (int r = 0; r < num_runs; ++r) total += static_cast<size_t>(runs[r].n);
+  int r = 0;
+  size_t in_run = 0;  // keys of runs[r] already consumed
+  for (size_t t0 = 0; t0 < total; t0 += kTile) {
+    const size_t nk = std::min(kTile, total - t0);
+    Segment seg[4];  // a tile spans at most the three runs
+    size_t nseg = 0;
+    for (size_t filled = 0; filled < nk;) {
+      while (in_run == static_cast<size_t>(runs[r].n)) {
+        ++r;
+        in_run = 0;
+      }
+      const size_t take = std::min(nk - filled, static_cast<size_t>(runs[r].n) - in_run);
+      seg[nseg++] = Segment{runs[r].k + in_run * ld, runs[r].v + in_run * ld, take, filled};
+      filled += take;
+      in_run += take;
+    }
+    // Scores, head blocks of up to 4.
+    for (size_t g0 = 0; g0 < G; g0 += 4) {
+      const float* qg = q + g0 * D;
+      for (size_t i = 0; i < nseg; ++i) {
+        float* sg = s + g0 * kTile + seg[i].at;
         switch (std::min<size_t>(4, G - g0)) {
-          case 1: DotHeads<1>(qg, D, k, ld, nk, sg); break;
-          case 2: DotHeads<2>(qg, D, k, ld, nk, sg); break;
-          case 3: DotHeads<3>(qg, D, k, ld, nk, sg); break;
-          default: DotHeads<4>(qg, D, k, ld, nk, sg); break;
+          case 1: DotHeads<1>(qg, D, seg[i].k, ld, seg[i].n, sg); break;
+          case 2: DotHeads<2>(qg, D, seg[i].k, ld, seg[i].n, sg); break;
+          case 3: DotHeads<3>(qg, D, seg[i].k, ld, seg[i].n, sg); break;
+          default: DotHeads<4>(qg, D, seg[i].k, ld, seg[i].n, sg); break;
         }
       }
-      const size_t nv = (nk + N - 1) / N * N;  // whole vectors (<= kTile)
-      for (size_t g = 0; g < G; ++g) {
-        float* sg = s + g * kTile;
-        // Same f32 operations as the reference: s * scale, then cap * tanh(s / cap).
-        for (size_t j = 0; j < nv; j += N) {
-          VF x = hn::Mul(hn::LoadU(df, sg + j), vscale);
-          if (softcap > 0) x = hn::Mul(vcap, hn::Tanh(df, hn::Div(x, vcap)));
-          hn::StoreU(x, df, sg + j);
-        }
-        float mx = m[g];
-        for (size_t j = 0; j < nk; ++j) mx = std::max(mx, sg[j]);
-        for (size_t j = nk; j < nv; ++j) sg[j] = -INFINITY;  // padding: weight exp(-inf) = 0
-        if (mx > m[g]) {  // rescale the state to the new maximum
-          const float alpha = std::exp(m[g] - mx);  // 0 on the first tile (m = -inf)
-          l[g] *= alpha;
-          const VF va = hn::Set(df, alpha);
-          float* a = acc + g * D;
-          size_t d = 0;
-          for (; d + N <= D; d += N) hn::StoreU(hn::Mul(hn::LoadU(df, a + d), va), df, a + d);
-          for (; d < D; ++d) a[d] *= alpha;
-          m[g] = mx;
-        }
-        const VF vm = hn::Set(df, mx);
-        for (size_t j = 0; j < nv; j += N) hn::StoreU(hn::Exp(df, hn::Sub(hn::LoadU(df, sg + j), vm)), df, sg + j);
-        float sum = 0;
-        for (size_t j = 0; j < nk; ++j) sum += sg[j];
-        l[g] += sum;
+    }
+    const size_t nv = (nk + N - 1) / N * N;  // whole vectors (<= kTile)
+    for (size_t g = 0; g < G; ++g) {
+      float* sg = s + g * kTile;
+      // Same f32 operations as the reference: s * scale, then cap * tanh(s / cap).
+      for (size_t j = 0; j < nv; j += N) {
+        VF x = hn::Mul(hn::LoadU(df, sg + j), vscale);
+        if (softcap > 0) x = hn::Mul(vcap, hn::Tanh(df, hn::Div(x, vcap)));
+        hn::StoreU(x, df, sg + j);
       }
-      // Weighted V sum, four keys at a time.
+      float mx = m[g];
+      for (size_t j = 0; j < nk; ++j) mx = std::max(mx, sg[j]);
+      for (size_t j = nk; j < nv; ++j) sg[j] = -INFINITY;  // padding: weight exp(-inf) = 0
+      if (mx > m[g]) {  // rescale the state to the new maximum
+        const float alpha = std::exp(m[g] - mx);  // 0 on the first tile (m = -inf)
+        l[g] *= alpha;
+        const VF va = hn::Set(df, alpha);
+        float* a = acc + g * D;
+        size_t d = 0;
+        for (; d + N <= D; d += N) hn::StoreU(hn::Mul(hn::LoadU(df, a + d), va), df, a + d);
+        for (; d < D; ++d) a[d] *= alpha;
+        m[g] = mx;
+      }
+      const VF vm = hn::Set(df, mx);
+      for (size_t j = 0; j < nv; j += N) hn::StoreU(hn::Exp(df, hn::Sub(hn::LoadU(df, sg + j), vm)), df, sg + j);
+      float sum = 0;
+      for (size_t j = 0; j < nk; ++j) sum += sg[j];
+      l[g] += sum;
+    }
+    // Weighted V sum in key order, four keys at a time (the grouping does not change the
+    // arithmetic: each key is one multiply-add per element, in order).
+    for (size_t i = 0; i < nseg; ++i) {
+      const float* sw = s + seg[i].at;
       size_t j = 0;
-      for (; j + 4 <= nk; j += 4) AccumulateV<4>(s + j, G, D, v + j * ld, ld, acc);
-      for (; j < nk; ++j) AccumulateV<1>(s + j, G, D, v + j * ld, ld, acc);
+      for (; j + 4 <= seg[i].n; j += 4) AccumulateV<4>(sw + j, G, D, seg[i].v + j * ld, ld, acc);
+      for (; j < seg[i].n; ++j) AccumulateV<1>(sw + j, G, D, seg[i].v + j * ld, ld, acc);
     }
   }
 }
