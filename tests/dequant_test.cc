@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tensor/dtype.h"
+#include "tensor/tensor.h"
 
 namespace g4 {
 
@@ -155,6 +156,23 @@ TEST(DequantTest, Q8_0Layout) {
   float y[32];
   ASSERT_TRUE(DequantizeRow(DType::kQ8_0, b, y, 32));
   for (int j = 0; j < 32; ++j) EXPECT_EQ(y[j], 0.5f * (j * 8 - 128)) << j;
+}
+
+// Tensor::GetF32 on a block-quantised tensor decodes the block that holds the element (it used
+// to fall through the switch and return 0).
+TEST(DequantTest, TensorGetF32ReadsQuantisedElements) {
+  uint8_t b[2 * 34];
+  for (int blk = 0; blk < 2; ++blk) {
+    PutHalf(b + 34 * blk, blk == 0 ? 0.5f : 0.25f);
+    for (int j = 0; j < 32; ++j) b[34 * blk + 2 + j] = static_cast<uint8_t>(static_cast<int8_t>(j * 8 - 128));
+  }
+  Tensor t;
+  t.dtype = DType::kQ8_0;
+  t.shape = {64};
+  t.data = b;
+  t.nbytes = sizeof(b);
+  EXPECT_EQ(t.GetF32(3), 0.5f * (3 * 8 - 128));
+  EXPECT_EQ(t.GetF32(32 + 31), 0.25f * (31 * 8 - 128));
 }
 
 TEST(DequantTest, Q4_0NibbleOrder) {

@@ -436,9 +436,10 @@ int BenchMain(int argc, char** argv) {
   auto print_quality = [&] {
     if (!quality_result || json) return;
     const QualityResult& q = *quality_result;
-    std::printf("quality (%s, ple-bits %d, vs as stored; %d positions of the fixed %s): mean KL %.6g nats/token (max %.4g), "
+    const std::string ple = quantize.rfind("none", 0) == 0 ? "" : ", ple-bits " + std::to_string(ple_bits);
+    std::printf("quality (%s%s, vs as stored; %d positions of the fixed %s): mean KL %.6g nats/token (max %.4g), "
                 "top-1 agreement %.2f%%, perplexity %.4f as stored -> %.4f %s\n",
-                quantize.c_str(), ple_bits, q.tokens, q.token_source == "text" ? "text" : "token ids", q.mean_kl, q.max_kl,
+                quantize.c_str(), ple.c_str(), q.tokens, q.token_source == "text" ? "text" : "token ids", q.mean_kl, q.max_kl,
                 100 * q.top1_agreement, q.ppl_ref, q.ppl_quant, quality_label);
   };
   auto quality_json = [&]() -> nlohmann::json {

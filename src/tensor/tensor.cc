@@ -43,8 +43,14 @@ float Tensor::GetF32(int64_t i) const {
       std::memcpy(&v, data + 8 * i, 8);
       return static_cast<float>(v);
     }
+    default: {  // block-quantised: decode the block that holds element i
+      const int64_t be = DTypeBlockElems(dtype);
+      G4_CHECK(be > 0 && be <= 256);
+      float block[256];
+      ConvertToF32(dtype, data + DTypeRowBytes(dtype, i / be * be), block, static_cast<size_t>(be));
+      return block[i % be];
+    }
   }
-  return 0;
 }
 
 }  // namespace g4
