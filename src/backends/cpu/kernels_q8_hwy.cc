@@ -106,15 +106,12 @@ HWY_INLINE __m128 Halves4(const uint8_t* const* b, int off) {
   v = _mm_insert_epi16(v, h[3], 3);
   return _mm_cvtph_ps(v);
 }
-// v[i] = row i's eight values (i < 4) -> t[j] = [v[0][j] v[1][j] v[2][j] v[3][j]] (j < 8).
-HWY_INLINE void Transpose4x8(const __m256* v, __m128* t) {
-  const __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
-  const __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
-  const __m256 u[4] = {_mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xee),
-                       _mm256_shuffle_ps(t1, t3, 0x44), _mm256_shuffle_ps(t1, t3, 0xee)};
-  for (int j = 0; j < 4; ++j) {
-    t[j] = _mm256_castps256_ps128(u[j]);
-    t[j + 4] = _mm256_extractf128_ps(u[j], 1);
+// The four-row tiles read four interleaved row streams, which the hardware prefetchers follow
+// badly (the 262144 x 640 Q8_0 LM head ran at half speed without this): each block step prefetches
+// as many bytes of the next tile (at `next`) as it consumes, block ib of kBytes per row.
+HWY_INLINE void PrefetchTile(const uint8_t* next, size_t ib, size_t kBytes) {
+  for (size_t q = ib * 4 * kBytes; q < (ib + 1) * 4 * kBytes; q += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(next + q), _MM_HINT_T0);
   }
 }
 #endif
@@ -235,25 +232,33 @@ struct FmtK4 {
     *lo = l;
     *hi = h;
   }
-  // The four rows' eight scales a[j] = d * sc[j] and offsets o[j] = -dmin * mn[j] (j < 8), as
-  // [row 0 .. row 3] (the same f32 products as Prepare): the 12 packed bytes of ScaleMinK4 of the
-  // four rows transposed into 32-bit words (word w of row i in lane i), the 6-bit fields
-  // separated four sub-blocks per word for all rows at once, then one byte shuffle per pair of
-  // sub-blocks (j, j + 4) spreads each row's field into its own 32-bit lane. (Decoding each row
-  // on its own and transposing the f32 results cost twice the operations: Q4_K decode 6144 x 1536,
-  // BM_Q8, 369 -> 330 us.)
-  static HWY_INLINE void BlockScales4(const uint8_t* const* b, __m128* a, __m128* o) {
+  // The 6-bit scale and min fields (ScaleMinK4) of four rows' blocks at once: their 12 packed
+  // bytes transposed into 32-bit words (word w of row i in lane i); *_lo hold sub-blocks 0-3 and
+  // *_hi sub-blocks 4-7, one byte per sub-block in each row's lane.
+  static HWY_INLINE void Fields4(const uint8_t* const* b, __m128i* sc_lo, __m128i* sc_hi, __m128i* mn_lo,
+                                 __m128i* mn_hi) {
     const auto ld = [&](int i) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i] + 4)); };
     const __m128i r0 = ld(0), r1 = ld(1), r2 = ld(2), r3 = ld(3);
     const __m128i t0 = _mm_unpacklo_epi32(r0, r1), t1 = _mm_unpacklo_epi32(r2, r3);  // words 0, 1
     const __m128i t2 = _mm_unpackhi_epi32(r0, r1), t3 = _mm_unpackhi_epi32(r2, r3);  // words 2, 3
     const __m128i u0 = _mm_unpacklo_epi64(t0, t1), u1 = _mm_unpackhi_epi64(t0, t1), u2 = _mm_unpacklo_epi64(t2, t3);
     const __m128i m6 = _mm_set1_epi8(0x3f), m4 = _mm_set1_epi8(0x0f), m2 = _mm_set1_epi8(0x30);
-    const __m128i sc_hi = _mm_or_si128(_mm_and_si128(u2, m4), _mm_and_si128(_mm_srli_epi32(u0, 2), m2));
-    const __m128i mn_hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi32(u2, 4), m4), _mm_and_si128(_mm_srli_epi32(u1, 2), m2));
+    *sc_lo = _mm_and_si128(u0, m6);
+    *mn_lo = _mm_and_si128(u1, m6);
+    *sc_hi = _mm_or_si128(_mm_and_si128(u2, m4), _mm_and_si128(_mm_srli_epi32(u0, 2), m2));
+    *mn_hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi32(u2, 4), m4), _mm_and_si128(_mm_srli_epi32(u1, 2), m2));
+  }
+  // The four rows' eight scales a[j] = d * sc[j] and offsets o[j] = -dmin * mn[j] (j < 8), as
+  // [row 0 .. row 3] (the same f32 products as Prepare): Fields4, then one byte shuffle per pair
+  // of sub-blocks (j, j + 4) spreads each row's field into its own 32-bit lane. (Decoding each row
+  // on its own and transposing the f32 results cost twice the operations: Q4_K decode 6144 x 1536,
+  // BM_Q8, 369 -> 330 us.)
+  static HWY_INLINE void BlockScales4(const uint8_t* const* b, __m128* a, __m128* o) {
+    __m128i sc_lo, sc_hi, mn_lo, mn_hi;
+    Fields4(b, &sc_lo, &sc_hi, &mn_lo, &mn_hi);
     // Lane 0: sub-blocks 0-3, lane 1: sub-blocks 4-7, one byte per sub-block in each row's word.
-    const __m256i sc = _mm256_set_m128i(sc_hi, _mm_and_si128(u0, m6));
-    const __m256i mn = _mm256_set_m128i(mn_hi, _mm_and_si128(u1, m6));
+    const __m256i sc = _mm256_set_m128i(sc_hi, sc_lo);
+    const __m256i mn = _mm256_set_m128i(mn_hi, mn_lo);
     const __m128 d4 = Halves4(b, 0), m4f = _mm_xor_ps(Halves4(b, 2), _mm_set1_ps(-0.0f));
     const __m256 d = _mm256_set_m128(d4, d4), dm = _mm256_set_m128(m4f, m4f);
     HWY_UNROLL(4)
@@ -271,22 +276,16 @@ struct FmtK4 {
   }
   // For the shared-scale tile: sb = the four rows' eight 6-bit scales as bytes, lane 0 [row 0 |
   // row 2], lane 1 [row 1 | row 3] (eight bytes each); mb the same for the mins; d8 = d and
-  // dm8 = -dmin as [r0 r0 r2 r2 | r1 r1 r3 r3] (PairTile's lane layout). Fields as BlockScales4.
+  // dm8 = -dmin as [r0 r0 r2 r2 | r1 r1 r3 r3] (PairTile's lane layout). Fields as Fields4.
   static HWY_INLINE void ScalesShared4(const uint8_t* const* b, __m256i* sb, __m256i* mb, __m256* d8, __m256* dm8) {
-    const auto ld = [&](int i) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(b[i] + 4)); };
-    const __m128i r0 = ld(0), r1 = ld(1), r2 = ld(2), r3 = ld(3);
-    const __m128i t0 = _mm_unpacklo_epi32(r0, r1), t1 = _mm_unpacklo_epi32(r2, r3);
-    const __m128i t2 = _mm_unpackhi_epi32(r0, r1), t3 = _mm_unpackhi_epi32(r2, r3);
-    const __m128i u0 = _mm_unpacklo_epi64(t0, t1), u1 = _mm_unpackhi_epi64(t0, t1), u2 = _mm_unpacklo_epi64(t2, t3);
-    const __m128i m6 = _mm_set1_epi8(0x3f), m4 = _mm_set1_epi8(0x0f), m2 = _mm_set1_epi8(0x30);
-    const __m128i sc_hi = _mm_or_si128(_mm_and_si128(u2, m4), _mm_and_si128(_mm_srli_epi32(u0, 2), m2));
-    const __m128i mn_hi = _mm_or_si128(_mm_and_si128(_mm_srli_epi32(u2, 4), m4), _mm_and_si128(_mm_srli_epi32(u1, 2), m2));
+    __m128i sc_lo, sc_hi, mn_lo, mn_hi;
+    Fields4(b, &sc_lo, &sc_hi, &mn_lo, &mn_hi);
     const auto arrange = [](__m128i lo, __m128i hi) {  // lane i: row i's sub-blocks 0-3 (lo), 4-7 (hi)
       const __m128i r01 = _mm_unpacklo_epi32(lo, hi), r23 = _mm_unpackhi_epi32(lo, hi);
       return _mm256_set_m128i(_mm_unpackhi_epi64(r01, r23), _mm_unpacklo_epi64(r01, r23));
     };
-    *sb = arrange(_mm_and_si128(u0, m6), sc_hi);
-    *mb = arrange(_mm_and_si128(u1, m6), mn_hi);
+    *sb = arrange(sc_lo, sc_hi);
+    *mb = arrange(mn_lo, mn_hi);
     const __m256i spread = _mm256_setr_epi32(0, 0, 2, 2, 1, 1, 3, 3);
     *d8 = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(Halves4(b, 0)), spread);
     *dm8 = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_xor_ps(Halves4(b, 2), _mm_set1_ps(-0.0f))), spread);
@@ -310,9 +309,7 @@ struct FmtK4 {
     for (size_t ib = 0; ib < nb; ++ib) {
       const uint8_t* b[4];
       for (int i = 0; i < 4; ++i) b[i] = w[i] + ib * kBytes;
-      for (size_t q = ib * 4 * kBytes; q < (ib + 1) * 4 * kBytes; q += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(prefetch + q), _MM_HINT_T0);
-      }
+      PrefetchTile(prefetch, ib, kBytes);
       __m256i sb, mb;
       __m256 d8, dm8;
       ScalesShared4(b, &sb, &mb, &d8, &dm8);
@@ -446,9 +443,7 @@ struct FmtQ6K {
     for (size_t ib = 0; ib < nb; ++ib) {
       const uint8_t* b[4];
       for (int i = 0; i < 4; ++i) b[i] = w[i] + ib * kBytes;
-      for (size_t q = ib * 4 * kBytes; q < (ib + 1) * 4 * kBytes; q += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(prefetch + q), _MM_HINT_T0);
-      }
+      PrefetchTile(prefetch, ib, kBytes);
       __m256i sc[4];
       for (int i = 0; i < 4; ++i) sc[i] = ScalesI16(b[i]);
       const __m128 d4 = Halves4(b, 208);
@@ -527,12 +522,7 @@ HWY_INLINE void PairTile(const ActBlockQ8* const* x, const float* const* sums, c
   for (size_t ib = 0; ib < nb; ++ib) {
     const uint8_t* b[4];
     for (int i = 0; i < 4; ++i) b[i] = w[i] + ib * Fmt::kBytes;
-    // The four rows are read as four interleaved streams, which the hardware prefetchers follow
-    // badly (the 262144 x 640 Q8_0 LM head ran at half speed without this): prefetch the next
-    // tile's bytes, as many per block as this tile consumes.
-    for (size_t q = ib * 4 * Fmt::kBytes; q < (ib + 1) * 4 * Fmt::kBytes; q += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(prefetch + q), _MM_HINT_T0);
-    }
+    PrefetchTile(prefetch, ib, Fmt::kBytes);
     __m128 a4s[Fmt::kUnits], o4s[Fmt::kUnits];
     Fmt::BlockScales4(b, a4s, o4s);
     HWY_UNROLL(8)
@@ -686,10 +676,10 @@ void MatMulFmt(const ActBlockQ8* xq, const float* sums, int rows, int K, const u
   const int group = rows <= 4 ? M : std::max(1, static_cast<int>((256u << 10) / std::max<size_t>(row_bytes, 1)));
 #if G4_Q8_AVX2
   if constexpr (Fmt::kPaired) {
-    // Formats with one offset per unit add it per unit: the two half sums of each activation
-    // unit, added once here rather than in every tile (Q6_K's tile applies its offset in integers).
+    // The paired tiles add their offsets per unit: the two half sums of each activation unit,
+    // added once here rather than in every tile (an own tile, Q6_K's, applies its offset itself).
     thread_local std::vector<float> usums;
-    if constexpr (Fmt::kOffset && !std::is_same_v<Fmt, FmtQ6K>) {
+    if constexpr (Fmt::kOffset && !Fmt::kOwnTile) {
       const size_t n = static_cast<size_t>(rows) * units;
       if (usums.size() < n) usums.resize(n);
       for (size_t i = 0; i < n; ++i) usums[i] = sums[2 * i] + sums[2 * i + 1];
