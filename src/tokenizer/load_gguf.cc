@@ -113,12 +113,11 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& f) {
   if (n > static_cast<size_t>(INT32_MAX)) {
     return KeyError(f, StatusCode::kInvalidArgument, kTokensKey, "too many tokens");
   }
-  m->tokens.resize(n);
-  for (size_t i = 0; i < n; ++i) {
-    m->tokens[i].text = toks->StringAt(i);
-    // llama.cpp renames empty entries so that they can never match text.
-    if (m->tokens[i].text.empty()) m->tokens[i].text = "[EMPTY_" + std::to_string(i) + "]";
-  }
+  // llama.cpp renames empty entries so that they can never match text.
+  G4_RETURN_IF_ERROR(m->tokens.Assign(n, [&](size_t i) {
+    std::string t(toks->StringAt(i));
+    return t.empty() ? "[EMPTY_" + std::to_string(i) + "]" : t;
+  }));
 
   // Scores: required for SentencePiece (they drive the merges).
   const std::string kScoresKey = "tokenizer.ggml.scores";
@@ -129,7 +128,7 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& f) {
           f, StatusCode::kInvalidArgument, kScoresKey,
           "has " + std::to_string(scores->size()) + " entries but " + kTokensKey + " has " + std::to_string(n));
     }
-    for (size_t i = 0; i < n; ++i) m->tokens[i].score = static_cast<float>(scores->FloatAt(i));
+    for (size_t i = 0; i < n; ++i) m->tokens.set_score(static_cast<int32_t>(i), static_cast<float>(scores->FloatAt(i)));
   }
 
   // Token types.
@@ -141,7 +140,7 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& f) {
           f, StatusCode::kInvalidArgument, kTypesKey,
           "has " + std::to_string(types->size()) + " entries but " + kTokensKey + " has " + std::to_string(n));
     }
-    for (size_t i = 0; i < n; ++i) m->tokens[i].attrs = AttrFromType(types->IntAt(i));
+    for (size_t i = 0; i < n; ++i) m->tokens.set_attrs(static_cast<int32_t>(i), AttrFromType(types->IntAt(i)));
   }
 
   m->BuildIndex();

@@ -214,16 +214,16 @@ StatusOr<std::unique_ptr<Model>> HfLoader::Load(std::string_view text, std::stri
     max_id = std::max(max_id, id);
   }
   if (max_id < 0) return Invalid("model.vocab", "is empty");
-  m->tokens.resize(static_cast<size_t>(max_id + 1));
-  std::vector<bool> seen(m->tokens.size(), false);
+  const size_t n = static_cast<size_t>(max_id + 1);
+  std::vector<std::string> texts(n);
+  std::vector<uint32_t> attrs(n, kTokenNormal);
+  std::vector<bool> seen(n, false);
   for (auto& [id, piece] : entries) {
     if (seen[id]) {
-      return Invalid("model.vocab",
-                     "id " + std::to_string(id) + " is used by '" + m->tokens[id].text + "' and '" + piece + "'");
+      return Invalid("model.vocab", "id " + std::to_string(id) + " is used by '" + texts[id] + "' and '" + piece + "'");
     }
     seen[id] = true;
-    m->tokens[id].text = std::move(piece);
-    m->tokens[id].attrs = kTokenNormal;
+    texts[id] = std::move(piece);
   }
   for (size_t k = 0; k < added.size(); ++k) {
     const json& a = added[k];
@@ -232,18 +232,18 @@ StatusOr<std::unique_ptr<Model>> HfLoader::Load(std::string_view text, std::stri
     G4_RETURN_IF_ERROR(StringField(a, path, "content", &content));
     if (content.empty()) return Invalid(path + ".content", "is empty");
     const int64_t id = a["id"].get<int64_t>();
-    if (seen[id] && m->tokens[id].text != content) {
-      return Invalid(path, "id " + std::to_string(id) + " is '" + m->tokens[id].text +
+    if (seen[id] && texts[id] != content) {
+      return Invalid(path, "id " + std::to_string(id) + " is '" + texts[id] +
                                "' in model.vocab but the added token is '" + content + "'");
     }
     seen[id] = true;
-    auto& t = m->tokens[id];
-    t.text = content;
-    t.attrs = a.value("special", false) ? kTokenControl : kTokenUserDefined;
-    if (a.value("normalized", false)) t.attrs |= kTokenNormalized;
-    if (a.value("lstrip", false)) t.attrs |= kTokenLstrip;
-    if (a.value("rstrip", false)) t.attrs |= kTokenRstrip;
-    if (a.value("single_word", false)) t.attrs |= kTokenSingleWord;
+    texts[id] = std::move(content);
+    uint32_t& at = attrs[id];
+    at = a.value("special", false) ? kTokenControl : kTokenUserDefined;
+    if (a.value("normalized", false)) at |= kTokenNormalized;
+    if (a.value("lstrip", false)) at |= kTokenLstrip;
+    if (a.value("rstrip", false)) at |= kTokenRstrip;
+    if (a.value("single_word", false)) at |= kTokenSingleWord;
   }
   for (size_t id = 0; id < seen.size(); ++id) {
     if (!seen[id]) {
@@ -251,21 +251,25 @@ StatusOr<std::unique_ptr<Model>> HfLoader::Load(std::string_view text, std::stri
                                         std::to_string(seen.size() - 1) + " without gaps)");
     }
   }
-  m->BuildIndex();
-
-  // Byte-fallback tokens and the unknown token.
-  for (auto& t : m->tokens) {
-    if (m->byte_fallback && (t.attrs & kTokenNormal) && t.text.size() == 6 && t.text.starts_with("<0x") &&
-        t.text[5] == '>') {
-      t.attrs = kTokenByte;
+  // Byte-fallback tokens.
+  for (size_t id = 0; id < n; ++id) {
+    const std::string& t = texts[id];
+    if (m->byte_fallback && (attrs[id] & kTokenNormal) && t.size() == 6 && t.starts_with("<0x") && t[5] == '>') {
+      attrs[id] = kTokenByte;
     }
   }
+  G4_RETURN_IF_ERROR(m->tokens.Assign(n, [&](size_t i) -> const std::string& { return texts[i]; }));
+  for (size_t id = 0; id < n; ++id) m->tokens.set_attrs(static_cast<int32_t>(id), attrs[id]);
+  std::vector<std::string>().swap(texts);
+  m->BuildIndex();
+
+  // The unknown token.
   if (auto it = model.find("unk_token"); it != model.end() && it->is_string()) {
     m->unk = m->Lookup(it->get<std::string>());
     if (m->unk < 0) {
       return Invalid("model.unk_token", "'" + it->get<std::string>() + "' is not in the vocabulary");
     }
-    m->tokens[m->unk].attrs |= kTokenUnknown;
+    m->tokens.set_attrs(m->unk, m->tokens.attrs(m->unk) | kTokenUnknown);
   }
 
   // Merges: "left right" strings or [left, right] pairs.

@@ -55,11 +55,49 @@ class TokenIndex {
   std::vector<int32_t> slots_;
 };
 
-struct TokenData {
-  std::string text;  // as stored in the vocabulary
-  float score = 0.0f;
-  uint32_t attrs = kTokenNormal;
-  int16_t byte_value = -1;  // for byte tokens: the byte <0xXX> stands for
+// The vocabulary by token id, struct-of-arrays: every text in one buffer addressed by 32-bit
+// offsets, scores as f32, attributes (kToken* bits, all below 1 << 16) as u16. For Gemma's 262144
+// tokens that is ~2 MiB of text + 2.5 MiB of arrays; one std::string per token plus its score and
+// attributes (48 bytes each, longer texts on the heap) held ~13.5 MiB, which put `generate` over
+// its peak-RSS budget (docs/PERFORMANCE.md). Ids are 0 .. size() - 1; callers check ranges.
+class Vocab {
+  static_assert(kTokenSingleWord < (1u << 16), "attributes are stored in 16 bits");
+
+ public:
+  // Replaces the vocabulary by n tokens with texts text_of(0 .. n-1) (anything a string_view is
+  // made from; taken in order, once each), score 0, attributes kTokenNormal. Fails with
+  // InvalidArgument if the texts add up to 4 GiB or more.
+  template <typename TextOf>
+  Status Assign(size_t n, TextOf&& text_of) {
+    text_.clear();
+    offsets_.assign(1, 0);
+    offsets_.reserve(n + 1);
+    for (size_t i = 0; i < n; ++i) {
+      const auto& t = text_of(i);
+      const std::string_view v(t);
+      if (text_.size() + v.size() > UINT32_MAX) return InvalidArgument("the vocabulary's texts exceed 4 GiB");
+      text_.append(v);
+      offsets_.push_back(static_cast<uint32_t>(text_.size()));
+    }
+    text_.shrink_to_fit();
+    scores_.assign(n, 0.0f);
+    attrs_.assign(n, static_cast<uint16_t>(kTokenNormal));
+    return OkStatus();
+  }
+  size_t size() const { return attrs_.size(); }
+  std::string_view text(int32_t id) const {
+    return std::string_view(text_).substr(offsets_[id], offsets_[id + 1] - offsets_[id]);
+  }
+  float score(int32_t id) const { return scores_[id]; }
+  void set_score(int32_t id, float s) { scores_[id] = s; }
+  uint32_t attrs(int32_t id) const { return attrs_[id]; }
+  void set_attrs(int32_t id, uint32_t a) { attrs_[id] = static_cast<uint16_t>(a); }
+
+ private:
+  std::string text_;               // all texts, concatenated
+  std::vector<uint32_t> offsets_;  // size() + 1: text i is [offsets_[i], offsets_[i + 1])
+  std::vector<float> scores_;
+  std::vector<uint16_t> attrs_;
 };
 
 // A ranked BPE merge: left + right -> result.
@@ -117,7 +155,7 @@ struct PreTokenizerStep {
 
 struct Model {
   Tokenizer::Kind kind = Tokenizer::Kind::kSentencePiece;
-  std::vector<TokenData> tokens;
+  Vocab tokens;
   TokenIndex index;  // text -> id (first id wins for duplicated strings); built by BuildIndex
 
   // BPE merges keyed by (left id << 32 | right id).
@@ -150,7 +188,7 @@ struct Model {
   void Finalize();
 
   int32_t Lookup(std::string_view s) const {
-    return index.Find(s, [this](size_t i) { return std::string_view(tokens[i].text); });
+    return index.Find(s, [this](size_t i) { return tokens.text(static_cast<int32_t>(i)); });
   }
   uint64_t static PairKey(int32_t a, int32_t b) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);

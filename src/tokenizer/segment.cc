@@ -90,7 +90,7 @@ void Model::EncodeSpm(std::string_view text, std::vector<int32_t>* out) const {
     const uint32_t size = syms[l].n + syms[r].n;
     const int32_t id = Lookup(text.substr(syms[l].start, size));
     if (id < 0) return;
-    queue.push({tokens[id].score, l, r, size});
+    queue.push({tokens.score(id), l, r, size});
   };
   for (int32_t i = 1; i < static_cast<int32_t>(syms.size()); ++i) try_add(i - 1, i);
 

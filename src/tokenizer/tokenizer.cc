@@ -71,7 +71,7 @@ bool IsByteText(std::string_view t, uint8_t* value) {
 }  // namespace
 
 void Model::BuildIndex() {
-  index.Build(tokens.size(), [this](size_t i) { return std::string_view(tokens[i].text); });
+  index.Build(tokens.size(), [this](size_t i) { return tokens.text(static_cast<int32_t>(i)); });
 }
 
 void Model::Finalize() {
@@ -87,23 +87,18 @@ void Model::Finalize() {
   // A token typed BYTE must spell <0xXX>; one that does not is treated as a normal token.
   for (int32_t i = 0; i < n; ++i) {
     uint8_t v;
-    tokens[i].byte_value = -1;
-    if (!(tokens[i].attrs & kTokenByte)) continue;
-    if (IsByteText(tokens[i].text, &v)) {
-      tokens[i].byte_value = v;
-    } else {
-      tokens[i].attrs = (tokens[i].attrs & ~kTokenByte) | kTokenNormal;
-    }
+    if ((tokens.attrs(i) & kTokenByte) && !IsByteText(tokens.text(i), &v))
+      tokens.set_attrs(i, (tokens.attrs(i) & ~kTokenByte) | kTokenNormal);
   }
 
   if (kind != Tokenizer::Kind::kHfBpe) {
     for (std::string_view t : kLlamaCppEogTexts) {
       const int32_t id = Lookup(t);
-      if (id >= 0) tokens[id].attrs |= kTokenControl;
+      if (id >= 0) tokens.set_attrs(id, tokens.attrs(id) | kTokenControl);
     }
     // llama.cpp's Gemma 4 workaround: with <|tool_response> present, "</s>" is a normal token.
     const int32_t s = Lookup("</s>");
-    if (s >= 0 && Lookup("<|tool_response>") >= 0) tokens[s].attrs = kTokenNormal;
+    if (s >= 0 && Lookup("<|tool_response>") >= 0) tokens.set_attrs(s, kTokenNormal);
   }
   eog.clear();
   if (eos >= 0) eog.push_back(eos);
@@ -118,12 +113,12 @@ void Model::Finalize() {
   special_rank.assign(n, -1);
   if (kind == Tokenizer::Kind::kHfBpe) {
     for (int32_t i = 0; i < n; ++i) {
-      const uint32_t a = tokens[i].attrs;
+      const uint32_t a = tokens.attrs(i);
       if (!(a & (kTokenControl | kTokenUserDefined))) continue;
       if (a & kTokenNormalized) {
-        normalized_trie.Insert(Normalize(tokens[i].text), i);
+        normalized_trie.Insert(Normalize(tokens.text(i)), i);
       } else {
-        raw_trie.Insert(tokens[i].text, i);
+        raw_trie.Insert(tokens.text(i), i);
       }
     }
     return;
@@ -131,14 +126,14 @@ void Model::Finalize() {
   // llama.cpp: every CONTROL / USER_DEFINED / UNKNOWN token, longest first.
   std::vector<int32_t> ids;
   for (int32_t i = 0; i < n; ++i) {
-    if (tokens[i].attrs & (kTokenControl | kTokenUserDefined | kTokenUnknown)) ids.push_back(i);
+    if (tokens.attrs(i) & (kTokenControl | kTokenUserDefined | kTokenUnknown)) ids.push_back(i);
   }
   std::stable_sort(ids.begin(), ids.end(),
-                   [&](int32_t a, int32_t b) { return tokens[a].text.size() > tokens[b].text.size(); });
+                   [&](int32_t a, int32_t b) { return tokens.text(a).size() > tokens.text(b).size(); });
   num_special = ids.size();
   for (size_t r = 0; r < ids.size(); ++r) {
     special_rank[ids[r]] = static_cast<int32_t>(r);
-    raw_trie.Insert(tokens[ids[r]].text, ids[r]);
+    raw_trie.Insert(tokens.text(ids[r]), ids[r]);
   }
 }
 
@@ -165,7 +160,7 @@ std::vector<Fragment> PartitionLongestFirst(const Model& m, std::string_view tex
   std::vector<Fragment> frags{{-1, 0, text.size()}};
   if (m.raw_trie.empty() || text.empty()) return frags;
   const auto allowed = [&](int32_t id) {
-    return parse_special || !(m.tokens[id].attrs & (kTokenControl | kTokenUnknown));
+    return parse_special || !(m.tokens.attrs(id) & (kTokenControl | kTokenUnknown));
   };
   // Which tokens occur, and how often in all.
   std::vector<uint8_t> seen;  // by rank, allocated on the first match
@@ -187,7 +182,7 @@ std::vector<Fragment> PartitionLongestFirst(const Model& m, std::string_view tex
 
   if (total * 16 > found.size() * text.size()) {
     for (int32_t id : found) {
-      const std::string& t = m.tokens[id].text;
+      const std::string_view t = m.tokens.text(id);
       std::vector<Fragment> next;
       next.reserve(frags.size() + 16);
       for (const Fragment& f : frags) {
@@ -270,7 +265,7 @@ std::vector<Fragment> PartitionLeftmostLongest(const Model& m, const tokenizer_i
     }
     size_t b = pos, e = pos + best_len;
     pos = e;
-    const uint32_t a = m.tokens[best_id].attrs;
+    const uint32_t a = m.tokens.attrs(best_id);
     if (!parse_special && (a & kTokenControl)) continue;
     if (a & kTokenSingleWord) {
       const bool left_ok = b == 0 || !IsWordByte(static_cast<unsigned char>(text[b - 1]));
@@ -362,15 +357,15 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos, bool
 std::string Tokenizer::TokenText(int32_t id) const {
   const Model& m = *m_;
   if (id < 0 || id >= vocab_size()) return {};
-  const auto& t = m.tokens[id];
-  if (t.attrs & (kTokenUnknown | kTokenControl | kTokenUserDefined)) {
-    if (m.kind == Kind::kHfBpe) return utf8::ReplaceAll(t.text, utf8::kSpaceMarker, " ");
-    return t.text;
+  const uint32_t a = m.tokens.attrs(id);
+  const std::string_view text = m.tokens.text(id);
+  if (a & (kTokenUnknown | kTokenControl | kTokenUserDefined)) {
+    if (m.kind == Kind::kHfBpe) return utf8::ReplaceAll(text, utf8::kSpaceMarker, " ");
+    return std::string(text);
   }
-  if (t.attrs & kTokenNormal) return utf8::ReplaceAll(t.text, utf8::kSpaceMarker, " ");
-  if ((t.attrs & kTokenByte) && t.byte_value >= 0) {
-    return std::string(1, static_cast<char>(t.byte_value));
-  }
+  if (a & kTokenNormal) return utf8::ReplaceAll(text, utf8::kSpaceMarker, " ");
+  uint8_t v;
+  if ((a & kTokenByte) && tokenizer_internal::IsByteText(text, &v)) return std::string(1, static_cast<char>(v));
   return {};
 }
 
@@ -392,7 +387,7 @@ std::string Tokenizer::Decode(std::span<const int32_t> ids, bool skip_special) c
   };
   for (int32_t id : ids) {
     if (id < 0 || id >= vocab_size()) continue;
-    const uint32_t a = m.tokens[id].attrs;
+    const uint32_t a = m.tokens.attrs(id);
     if (skip_special && (a & (kTokenControl | kTokenUnknown))) continue;
     if ((a & kTokenByte) && !(a & (kTokenControl | kTokenUnknown | kTokenUserDefined))) {
       bytes += TokenText(id);
@@ -405,10 +400,9 @@ std::string Tokenizer::Decode(std::span<const int32_t> ids, bool skip_special) c
   return out;
 }
 
-const std::string& Tokenizer::Piece(int32_t id) const {
-  static const std::string kEmpty;
-  if (id < 0 || id >= vocab_size()) return kEmpty;
-  return m_->tokens[id].text;
+std::string_view Tokenizer::Piece(int32_t id) const {
+  if (id < 0 || id >= vocab_size()) return {};
+  return m_->tokens.text(id);
 }
 
 std::optional<int32_t> Tokenizer::Find(std::string_view piece) const {
@@ -427,7 +421,7 @@ Tokenizer::Kind Tokenizer::kind() const { return m_->kind; }
 
 uint32_t Tokenizer::Attributes(int32_t id) const {
   if (id < 0 || id >= vocab_size()) return 0;
-  return m_->tokens[id].attrs;
+  return m_->tokens.attrs(id);
 }
 bool Tokenizer::IsControl(int32_t id) const { return (Attributes(id) & kTokenControl) != 0; }
 bool Tokenizer::IsByte(int32_t id) const { return (Attributes(id) & kTokenByte) != 0; }

@@ -101,8 +101,9 @@ class Tokenizer {
   // detokenize with unparse_special = false). Ids out of range render as nothing.
   std::string Decode(std::span<const int32_t> ids, bool skip_special = false) const;
 
-  // The vocabulary entry as stored ("▁hello", "<0x0A>", "<start_of_turn>"). "" if out of range.
-  const std::string& Piece(int32_t id) const;
+  // The vocabulary entry as stored ("▁hello", "<0x0A>", "<start_of_turn>"), valid as long as
+  // the tokenizer. "" if out of range.
+  std::string_view Piece(int32_t id) const;
   // Id of the vocabulary entry equal to `piece` (exact, no escaping), if any.
   std::optional<int32_t> Find(std::string_view piece) const;
 
