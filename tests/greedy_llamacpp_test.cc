@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <span>
 
 #include <nlohmann/json.hpp>
 
@@ -149,21 +150,23 @@ TEST(GreedyLlamaCppTest, Gemma3_270mAnswersTheCapitalOfFrance) {
 // prefill chunk size, thread count, and the other sequences decoded with it. Found by a fresh user:
 // greedy output changed with --chunk, -t and concurrent server requests (attention's key tiles
 // followed the cache/step boundary, and its split over threads depended on the batch).
-TEST(GreedyLlamaCppTest, Gemma3_270mInt8LogitsAreTheSameBitsForEveryChunkThreadCountAndBatch) {
+struct InvarianceConfig {
+  int threads, chunk;
+};
+
+// Prefill of a 300-token prompt and one decode step, alone and batched with another sequence,
+// under each configuration: every logit must be the same bits.
+void ExpectSameLogitBits(bool int8_activations, std::span<const InvarianceConfig> configs) {
   const std::string path = DefaultModelPath();
   ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: run scripts/fetch-default-model.sh";
   const std::vector<int32_t> shot = {14977, 236787, 2900, 563, 506, 5279, 529, 9405, 236881, 107, 7925, 236787, 15687, 107};
   std::vector<int32_t> prompt = {2};
   while (prompt.size() < 300) prompt.insert(prompt.end(), shot.begin(), shot.end());
-  struct Config {
-    int threads, chunk;
-  };
-  const Config configs[] = {{2, 512}, {1, 512}, {2, 5}, {2, 64}, {1, 129}, {3, 200}};
   std::vector<float> first_prefill, first_decode;
-  for (const Config& c : configs) {
+  for (const InvarianceConfig& c : configs) {
     auto m = LoadModel(path);
     ASSERT_TRUE(m.ok());
-    auto e = Engine::Create(std::move(m).value(), MakeCpuBackend(c.threads), EngineOptions{2, 512, c.chunk});
+    auto e = Engine::Create(std::move(m).value(), MakeCpuBackend(c.threads, CpuBackendOptions{int8_activations}), EngineOptions{2, 512, c.chunk});
     ASSERT_TRUE(e.ok());
     std::vector<float> prefill, solo, batched;
     ASSERT_TRUE((*e)->Prefill(0, prompt, false, &prefill).ok());
@@ -186,6 +189,18 @@ TEST(GreedyLlamaCppTest, Gemma3_270mInt8LogitsAreTheSameBitsForEveryChunkThreadC
     for (size_t i = 0; i < V; ++i) ASSERT_EQ(prefill[i], first_prefill[i]) << what << ": prefill logit " << i;
     for (size_t i = 0; i < V; ++i) ASSERT_EQ(solo[i], first_decode[i]) << what << ": decode logit " << i;
   }
+}
+
+TEST(GreedyLlamaCppTest, Gemma3_270mInt8LogitsAreTheSameBitsForEveryChunkThreadCountAndBatch) {
+  const InvarianceConfig configs[] = {{2, 512}, {1, 512}, {2, 5}, {2, 64}, {1, 129}, {3, 200}};
+  ExpectSameLogitBits(true, configs);
+}
+
+// The same with f32 activations on the file's block-quantised weights (Q5_0/Q8_0/Q4_K/Q6_K...):
+// before 2026-11-30 their decode and prefill tiles summed a row differently, ~1e-5 apart.
+TEST(GreedyLlamaCppTest, Gemma3_270mF32ActivationLogitsAreTheSameBitsForEveryChunkThreadCountAndBatch) {
+  const InvarianceConfig configs[] = {{2, 512}, {1, 7}, {3, 129}};
+  ExpectSameLogitBits(false, configs);
 }
 
 }  // namespace

@@ -243,6 +243,47 @@ TEST_P(KernelsTest, FloatWeightRowsAreIndependentOfTheBatch) {
   }
 }
 
+// The same for block-quantised weights with f32 activations (`--f32-activations`, and W4G32
+// always): decode computes whole rows (four weight rows at a time), prefill 512-column slices of
+// eight packed activation rows; both must give the same bits. K = 1280 ends in a short slice
+// (512 + 512 + 256); rows = 11 covers the packed tile of eight and a tile of three; M = 11 the
+// four-row and single-row decode tiles. Before 2026-11-30 decode summed each row in one pass with
+// two accumulators, and `generate --chunk 1/7/512 --f32-activations` gave logits ~1e-5 apart.
+TEST_P(KernelsTest, BlockWeightRowsAreIndependentOfTheBatch) {
+  std::mt19937 rng(43);
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  auto scale = [&] { return F32ToF16(0.01f); };
+  auto value = [&] { return 0.0f; };
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ4_K, DType::kQ5_K,
+                  DType::kQ6_K, DType::kW4G32}) {
+    const int M = 11, K = 1280, rows = 11;
+    std::vector<uint8_t> w = MakeWeights(t, M, K, rng, scale, value);
+    if (t == DType::kW4G32)  // its scale is a bf16 at the block's start (not in ScaleOffsets)
+      for (size_t i = 0; i < w.size(); i += DTypeBlockBytes(t)) PutU16(w.data() + i, F32ToBf16(0.01f));
+    std::vector<float> x(static_cast<size_t>(rows) * K), scratch(K);
+    for (auto& v : x) v = gauss(rng);
+    std::vector<float> batch(static_cast<size_t>(rows) * M);
+    cpu::MatMul(x.data(), rows, K, w.data(), t, M, 0.5f, batch.data(), M, scratch.data());
+    const size_t row_bytes = DTypeRowBytes(t, K);
+    for (int n : {1, 2, 3, 4}) {  // decode batches of n rows
+      for (int r0 = 0; r0 + n <= rows; r0 += n) {
+        std::vector<float> got(static_cast<size_t>(n) * M);
+        cpu::MatMul(x.data() + static_cast<size_t>(r0) * K, n, K, w.data(), t, M, 0.5f, got.data(), M, scratch.data());
+        for (int r = 0; r < n; ++r)
+          for (int m = 0; m < M; ++m)
+            ASSERT_EQ(got[static_cast<size_t>(r) * M + m], batch[static_cast<size_t>(r0 + r) * M + m])
+                << DTypeName(t) << " batch of " << n << " row " << r0 + r << " m=" << m;
+      }
+    }
+    std::vector<float> part(static_cast<size_t>(rows) * M);
+    cpu::MatMul(x.data(), rows, K, w.data() + row_bytes, t, M - 1, 0.5f, part.data() + 1, M, scratch.data());
+    for (int r = 0; r < rows; ++r)
+      for (int m = 1; m < M; ++m)
+        ASSERT_EQ(part[static_cast<size_t>(r) * M + m], batch[static_cast<size_t>(r) * M + m])
+            << DTypeName(t) << " from weight row 1: r=" << r << " m=" << m;
+  }
+}
+
 std::vector<uint8_t> FromHex(const std::string& hex) {
   std::vector<uint8_t> out(hex.size() / 2);
   for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<uint8_t>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));

@@ -292,59 +292,84 @@ struct DecQ6K {
 };
 
 // ---------------------------------------------------------------------------------------------
-// Fused dot products of R activation rows (stride ldx) with one weight row of nb blocks. Two
-// accumulators per row; out[r] = the R sums.
+// Block weights with f32 activations. Every (activation row, weight row) dot product follows one
+// canonical sequence of f32 operations, whatever the tile it is computed in -- decode and prefill,
+// any batch size, any first weight row give bit-identical outputs
+// (KernelsTest.BlockWeightRowsAreIndependentOfTheBatch):
+//   the columns are cut into slices of kBlockSliceCols from column 0. Per slice, the N-lane
+//   weight vectors in the decoder's order (Dec::Get over groups, then elements; a group holds an
+//   even number of vectors) alternate between two accumulators, a (even vectors) and c (odd), one
+//   fused multiply-add each; the slice's sum is SumOfLanes(a) + SumOfLanes(c). The slices' sums
+//   are added in order (t = s0, t = t + s1, ...), and the caller's scale multiplies the total.
+// Decode (DotBlocks) computes whole rows with a and c interleaved, two chains per row, ending a
+// slice where prefill would; prefill (DotBlocks8) one slice at a time for eight packed rows, the
+// even vectors in one pass and the odd ones in a second (sixteen accumulators would not fit in
+// AVX2's registers), the slices' sums added in y.
+constexpr size_t kBlockSliceCols = 512;
 
+// R activation rows (stride ldx, R <= 4) with one weight row of nb blocks; out[r] = the R sums.
 template <class Dec, int R>
 HWY_INLINE void DotBlocks(const float* HWY_RESTRICT x, size_t ldx, const uint8_t* HWY_RESTRICT w, size_t nb,
                           float* HWY_RESTRICT out) {
+  static_assert(kBlockSliceCols % Dec::kQK == 0, "slices end on block boundaries");
+  constexpr size_t kSliceBlocks = kBlockSliceCols / Dec::kQK;
   const typename Dec::Tag df;
   const size_t N = hn::Lanes(df);
   const float* HWY_RESTRICT x0 = x;
   const float* HWY_RESTRICT x1 = x + (R > 1 ? ldx : 0);
   const float* HWY_RESTRICT x2 = x + (R > 2 ? 2 * ldx : 0);
   const float* HWY_RESTRICT x3 = x + (R > 3 ? 3 * ldx : 0);
-  auto a0 = hn::Zero(df), c0 = hn::Zero(df), a1 = hn::Zero(df), c1 = hn::Zero(df);
-  auto a2 = hn::Zero(df), c2 = hn::Zero(df), a3 = hn::Zero(df), c3 = hn::Zero(df);
-  for (size_t ib = 0; ib < nb; ++ib) {
-    const uint8_t* HWY_RESTRICT blk = w + ib * Dec::kBytes;
-    typename Dec::Params p;
-    Dec::Prepare(blk, &p);
-    HWY_UNROLL(4)
-    for (size_t g = 0; g < Dec::kQK / Dec::kGroup; ++g) {
-      const size_t o = ib * Dec::kQK + g * Dec::kGroup;
-      HWY_UNROLL(16)
-      for (size_t e = 0; e < Dec::kGroup; e += 2 * N) {
-        const auto w0 = Dec::Get(df, blk, p, g, e);
-        const auto w1 = Dec::Get(df, blk, p, g, e + N);
-        a0 = hn::MulAdd(w0, hn::LoadU(df, x0 + o + e), a0);
-        c0 = hn::MulAdd(w1, hn::LoadU(df, x0 + o + e + N), c0);
-        if constexpr (R > 1) {
-          a1 = hn::MulAdd(w0, hn::LoadU(df, x1 + o + e), a1);
-          c1 = hn::MulAdd(w1, hn::LoadU(df, x1 + o + e + N), c1);
-        }
-        if constexpr (R > 2) {
-          a2 = hn::MulAdd(w0, hn::LoadU(df, x2 + o + e), a2);
-          c2 = hn::MulAdd(w1, hn::LoadU(df, x2 + o + e + N), c2);
-        }
-        if constexpr (R > 3) {
-          a3 = hn::MulAdd(w0, hn::LoadU(df, x3 + o + e), a3);
-          c3 = hn::MulAdd(w1, hn::LoadU(df, x3 + o + e + N), c3);
+  float t[4] = {0, 0, 0, 0};
+  for (size_t s0 = 0; s0 < nb; s0 += kSliceBlocks) {
+    auto a0 = hn::Zero(df), c0 = hn::Zero(df), a1 = hn::Zero(df), c1 = hn::Zero(df);
+    auto a2 = hn::Zero(df), c2 = hn::Zero(df), a3 = hn::Zero(df), c3 = hn::Zero(df);
+    for (size_t ib = s0; ib < std::min(nb, s0 + kSliceBlocks); ++ib) {
+      const uint8_t* HWY_RESTRICT blk = w + ib * Dec::kBytes;
+      typename Dec::Params p;
+      Dec::Prepare(blk, &p);
+      HWY_UNROLL(4)
+      for (size_t g = 0; g < Dec::kQK / Dec::kGroup; ++g) {
+        const size_t o = ib * Dec::kQK + g * Dec::kGroup;
+        HWY_UNROLL(16)
+        for (size_t e = 0; e < Dec::kGroup; e += 2 * N) {
+          const auto w0 = Dec::Get(df, blk, p, g, e);
+          const auto w1 = Dec::Get(df, blk, p, g, e + N);
+          a0 = hn::MulAdd(w0, hn::LoadU(df, x0 + o + e), a0);
+          c0 = hn::MulAdd(w1, hn::LoadU(df, x0 + o + e + N), c0);
+          if constexpr (R > 1) {
+            a1 = hn::MulAdd(w0, hn::LoadU(df, x1 + o + e), a1);
+            c1 = hn::MulAdd(w1, hn::LoadU(df, x1 + o + e + N), c1);
+          }
+          if constexpr (R > 2) {
+            a2 = hn::MulAdd(w0, hn::LoadU(df, x2 + o + e), a2);
+            c2 = hn::MulAdd(w1, hn::LoadU(df, x2 + o + e + N), c2);
+          }
+          if constexpr (R > 3) {
+            a3 = hn::MulAdd(w0, hn::LoadU(df, x3 + o + e), a3);
+            c3 = hn::MulAdd(w1, hn::LoadU(df, x3 + o + e + N), c3);
+          }
         }
       }
     }
+    const bool first = s0 == 0;
+    const auto add = [&](int r, decltype(a0) a, decltype(a0) c) {
+      const float v = hn::GetLane(hn::SumOfLanes(df, a)) + hn::GetLane(hn::SumOfLanes(df, c));
+      t[r] = first ? v : t[r] + v;
+    };
+    add(0, a0, c0);
+    if constexpr (R > 1) add(1, a1, c1);
+    if constexpr (R > 2) add(2, a2, c2);
+    if constexpr (R > 3) add(3, a3, c3);
   }
-  out[0] = hn::GetLane(hn::SumOfLanes(df, hn::Add(a0, c0)));
-  if constexpr (R > 1) out[1] = hn::GetLane(hn::SumOfLanes(df, hn::Add(a1, c1)));
-  if constexpr (R > 2) out[2] = hn::GetLane(hn::SumOfLanes(df, hn::Add(a2, c2)));
-  if constexpr (R > 3) out[3] = hn::GetLane(hn::SumOfLanes(df, hn::Add(a3, c3)));
+  for (int r = 0; r < R; ++r) out[r] = t[r];
 }
 
-// Eight activation rows (prefill), packed by Pack8: one accumulator per row, so each decoded weight
-// vector feeds eight independent fused multiply-adds, and one pointer walks the activations.
-template <class Dec>
-HWY_INLINE void DotBlocks8(const float* HWY_RESTRICT xp, const uint8_t* HWY_RESTRICT w, size_t nb,
-                           float* HWY_RESTRICT out) {
+// One pass of DotBlocks8: the even (kPass 0) or odd (kPass 1) weight vectors of each group, eight
+// packed activation rows; sum[r] = SumOfLanes of row r's accumulator. kPass is a template
+// argument so that the decoders' branches on the element index fold away.
+template <class Dec, size_t kPass>
+HWY_INLINE void DotBlocks8Pass(const float* HWY_RESTRICT xp, const uint8_t* HWY_RESTRICT w, size_t nb,
+                               float* HWY_RESTRICT sum) {
   const typename Dec::Tag df;
   const size_t N = hn::Lanes(df);
   auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
@@ -357,7 +382,7 @@ HWY_INLINE void DotBlocks8(const float* HWY_RESTRICT xp, const uint8_t* HWY_REST
     for (size_t g = 0; g < Dec::kQK / Dec::kGroup; ++g) {
       const float* HWY_RESTRICT xb = xp + 8 * (ib * Dec::kQK + g * Dec::kGroup);
       HWY_UNROLL(16)
-      for (size_t e = 0; e < Dec::kGroup; e += N) {
+      for (size_t e = kPass * N; e < Dec::kGroup; e += 2 * N) {
         const auto w0 = Dec::Get(df, blk, p, g, e);
         const float* HWY_RESTRICT xe = xb + 8 * e;
         a0 = hn::MulAdd(w0, hn::LoadU(df, xe), a0);
@@ -371,14 +396,26 @@ HWY_INLINE void DotBlocks8(const float* HWY_RESTRICT xp, const uint8_t* HWY_REST
       }
     }
   }
-  out[0] = hn::GetLane(hn::SumOfLanes(df, a0));
-  out[1] = hn::GetLane(hn::SumOfLanes(df, a1));
-  out[2] = hn::GetLane(hn::SumOfLanes(df, a2));
-  out[3] = hn::GetLane(hn::SumOfLanes(df, a3));
-  out[4] = hn::GetLane(hn::SumOfLanes(df, a4));
-  out[5] = hn::GetLane(hn::SumOfLanes(df, a5));
-  out[6] = hn::GetLane(hn::SumOfLanes(df, a6));
-  out[7] = hn::GetLane(hn::SumOfLanes(df, a7));
+  sum[0] = hn::GetLane(hn::SumOfLanes(df, a0));
+  sum[1] = hn::GetLane(hn::SumOfLanes(df, a1));
+  sum[2] = hn::GetLane(hn::SumOfLanes(df, a2));
+  sum[3] = hn::GetLane(hn::SumOfLanes(df, a3));
+  sum[4] = hn::GetLane(hn::SumOfLanes(df, a4));
+  sum[5] = hn::GetLane(hn::SumOfLanes(df, a5));
+  sum[6] = hn::GetLane(hn::SumOfLanes(df, a6));
+  sum[7] = hn::GetLane(hn::SumOfLanes(df, a7));
+}
+
+// Eight activation rows (prefill), packed by Pack8, over one slice (nb <= kBlockSliceCols / kQK
+// blocks): each decoded weight vector feeds eight independent fused multiply-adds, and one pointer
+// walks the activations; the even vectors in one pass, the odd ones in a second.
+template <class Dec>
+HWY_INLINE void DotBlocks8(const float* HWY_RESTRICT xp, const uint8_t* HWY_RESTRICT w, size_t nb,
+                           float* HWY_RESTRICT out) {
+  float even[8], odd[8];
+  DotBlocks8Pass<Dec, 0>(xp, w, nb, even);
+  DotBlocks8Pass<Dec, 1>(xp, w, nb, odd);
+  for (int r = 0; r < 8; ++r) out[r] = even[r] + odd[r];
 }
 
 // Packs k columns (a multiple of N) of eight rows of x (stride ldx) for DotBlocks8: the N-lane
@@ -645,12 +682,12 @@ void MatMulFloat(const float* x, int rows, int K, const uint8_t* w, int M, float
   }
 }
 
-// One weight row of block type Dec against R activation rows (R <= 4 or R == 8): Dot<R>(x, ldx, k,
-// w, out) for k elements; Offset(k) = bytes of k elements. Eight rows come packed (Pack8, ldx
-// unused).
+// One weight row of block type Dec against R activation rows (R <= 4, or R == 8 packed by Pack8
+// with ldx unused, one slice at most): Dot<R>(x, ldx, k, w, out) for k elements; Offset(k) =
+// bytes of k elements.
 template <class Dec>
 struct BlockRow {
-  static constexpr int kSliceCols = 512;
+  static constexpr int kSliceCols = static_cast<int>(kBlockSliceCols);
   using Tag = typename Dec::Tag;
   template <int R>
   static HWY_INLINE void Dot(const float* x, size_t ldx, size_t k, const uint8_t* w, float* out) {
@@ -687,11 +724,10 @@ HWY_INLINE void TileRows(int R, const float* x, size_t ldx, size_t k, const uint
   }
 }
 
-
-// Decode (rows <= 4): one pass over the weights, each row's dot product in one go. Prefill: tiles
-// of eight activation rows (then 4, 3, 2, 1) over slices of kSlice columns, against groups of
-// weight rows whose slices (~128 KiB) stay in L2; the slices' partial sums are added in y.
-// `scale` is applied to the finished sums.
+// Decode (rows <= 4): one pass over the weights, each row's dot product in one go (its slices'
+// sums added in registers). Prefill: tiles of eight activation rows (then 4, 3, 2, 1) over slices
+// of kSlice columns, against groups of weight rows whose slices (~128 KiB) stay in L2; the slices'
+// partial sums are added in y, in the same order. `scale` is applied to the finished sums.
 template <class Row>
 void MatMulRows(const float* x, int rows, int K, const uint8_t* w, int M, float scale, float* y, int ldy) {
   const size_t row_bytes = Row::Offset(K);
