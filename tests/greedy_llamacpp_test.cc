@@ -197,7 +197,7 @@ TEST(GreedyLlamaCppTest, Gemma3_270mInt8LogitsAreTheSameBitsForEveryChunkThreadC
 }
 
 // The same with f32 activations on the file's block-quantised weights (Q5_0/Q8_0/Q4_K/Q6_K...):
-// before 2026-11-30 their decode and prefill tiles summed a row differently, ~1e-5 apart.
+// until 2026-11-29 their decode and prefill tiles summed a row differently, ~1e-5 apart.
 TEST(GreedyLlamaCppTest, Gemma3_270mF32ActivationLogitsAreTheSameBitsForEveryChunkThreadCountAndBatch) {
   const InvarianceConfig configs[] = {{2, 512}, {1, 7}, {3, 129}};
   ExpectSameLogitBits(false, configs);

@@ -247,7 +247,7 @@ TEST_P(KernelsTest, FloatWeightRowsAreIndependentOfTheBatch) {
 // always): decode computes whole rows (four weight rows at a time), prefill 512-column slices of
 // eight packed activation rows; both must give the same bits. K = 1280 ends in a short slice
 // (512 + 512 + 256); rows = 11 covers the packed tile of eight and a tile of three; M = 11 the
-// four-row and single-row decode tiles. Before 2026-11-30 decode summed each row in one pass with
+// four-row and single-row decode tiles. Until 2026-11-29 decode summed each row in one pass with
 // two accumulators, and `generate --chunk 1/7/512 --f32-activations` gave logits ~1e-5 apart.
 TEST_P(KernelsTest, BlockWeightRowsAreIndependentOfTheBatch) {
   std::mt19937 rng(43);
