@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -190,6 +191,48 @@ TEST(CliTest, SamplingFlagRangesAreCheckedBeforeTheModelLoads) {
   CliResult ok = RunCli("generate -m /nonexistent/model.gguf -p hi --temp 0 --top-p 1 --top-k -1 --min-p 0");
   EXPECT_EQ(ok.status, 1);
   EXPECT_NE(ok.out.find("NOT_FOUND: model '/nonexistent/model.gguf' does not exist"), std::string::npos) << ok.out;
+}
+
+// A missing prompt fails before anything loads (no device policy line); flags that would be
+// silently dropped are refused; -p "" is BOS alone and -t 0 all cores, as in `serve`; empty
+// --stop strings are ignored, as the server ignores them.
+TEST(CliTest, PromptFlagsAreCheckedBeforeTheModelLoadsAndNoneIsDropped) {
+  CliResult none = RunCli("generate -m /nonexistent/model.gguf -n 1");
+  EXPECT_EQ(none.status, 1);
+  EXPECT_EQ(none.out, "gemma4rt: error: INVALID_ARGUMENT: give a prompt with -p TEXT or --tokens ID,ID,...\n");
+  CliResult system = RunCli("generate -m /nonexistent/model.gguf -p hi --system x");
+  EXPECT_NE(system.status, 0);
+  EXPECT_NE(system.out.find("--system requires --chat"), std::string::npos) << system.out;
+  CliResult think = RunCli("generate -m /nonexistent/model.gguf -p hi --think");
+  EXPECT_NE(think.status, 0);
+  EXPECT_NE(think.out.find("--think requires --chat"), std::string::npos) << think.out;
+  CliResult chat_ids = RunCli("generate -m /nonexistent/model.gguf --tokens 2,3 --chat");
+  EXPECT_NE(chat_ids.status, 0);
+  EXPECT_NE(chat_ids.out.find("--tokens excludes --chat"), std::string::npos) << chat_ids.out;
+
+  CliResult bos = RunCli("generate -p '' -n 2 --temp 0 -t 0 --stop '' --show-ids");
+  ASSERT_EQ(bos.status, 0) << bos.out;
+  EXPECT_NE(bos.out.find("prompt=1 tokens"), std::string::npos) << bos.out;
+  EXPECT_NE(bos.out.find("threads=" + std::to_string(std::max(1u, std::thread::hardware_concurrency()))), std::string::npos)
+      << bos.out;
+  CliResult ids = RunCli("generate --tokens 2 -n 2 --temp 0 --show-ids");
+  ASSERT_EQ(ids.status, 0) << ids.out;
+  const auto ids_line = [](const std::string& out) { return out.substr(out.find("ids:"), out.find('\n', out.find("ids:")) - out.find("ids:")); };
+  EXPECT_EQ(ids_line(bos.out), ids_line(ids.out));
+}
+
+// `logits` computes at most 64 positions at a time (its memory is 64 x V floats, not prompt x V);
+// a 150-token prompt gives the same JSON whatever --chunk cuts it further.
+TEST(CliTest, LogitsOfALongPromptAreTheSameWhateverTheChunk) {
+  std::string tokens = "2";
+  for (int i = 0; i < 149; ++i) tokens += "," + std::to_string(1000 + 37 * i);
+  CliResult a = RunCli("logits --tokens " + tokens + " --top 3 --json --chunk 512");
+  CliResult b = RunCli("logits --tokens " + tokens + " --top 3 --json --chunk 5");
+  ASSERT_EQ(a.status, 0) << a.out;
+  ASSERT_EQ(b.status, 0) << b.out;
+  const auto ja = JsonLine(a.out), jb = JsonLine(b.out);
+  ASSERT_EQ(ja["positions"].size(), 150u);
+  EXPECT_EQ(ja, jb);
 }
 
 // As README says: `--tokens` in, text out; --show-ids adds the generated ids; a model without a

@@ -377,7 +377,7 @@ int BenchMain(int argc, char** argv) {
                "arithmetic; slower) instead of int8 activation blocks (llama.cpp's)");
   app.add_option("--quality-tokens", quality_tokens, "most tokens of the quality text")->check(CLI::Range(2, 1 << 16));
   app.add_option("-m,--model", model, "GGUF file or Hugging Face checkpoint directory (default: $GEMMA4RT_MODEL or the fetched Gemma 3 270M)");
-  app.add_option("-t,--threads", threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 1024));
+  app.add_option("-t,--threads", threads, "CPU threads (0 = all cores, the default)")->check(CLI::Range(0, 1024));
   app.add_option("-p,--n-prompt", n_prompt, "prompt tokens per pp test, comma-separated list (0 = no pp test)")
       ->delimiter(',')->check(CLI::Range(0, 1 << 20));
   app.add_option("-n,--n-gen", n_gen, "generated tokens per tg test, comma-separated list (0 = no tg test)")
@@ -397,6 +397,7 @@ int BenchMain(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (threads == 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const bool json = json_flag || output == "json";
 
   auto dedupe = [](std::vector<int>& v) {

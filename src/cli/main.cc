@@ -8,6 +8,7 @@
 // MODEL defaults to $GEMMA4RT_MODEL, else the default model fetched by
 // scripts/fetch-default-model.sh (~/.cache/gemma4rt/gemma-3-270m-q4_k_m.gguf).
 #include <algorithm>
+#include <span>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -130,7 +131,7 @@ g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int thr
 g4::StatusOr<std::vector<int32_t>> PromptIds(const Session& s, const std::string& prompt, const std::string& tokens, bool chat,
                                              const std::string& system, bool think) {
   if (!tokens.empty()) return ParseTokens(tokens);
-  if (prompt.empty()) return g4::InvalidArgument("give a prompt with -p TEXT or --tokens ID,ID,...");
+  // -p "" is a prompt of BOS alone (as the server's "prompt": "" and llama.cpp).
   if (!s.tokenizer) return g4::Status(s.tokenizer_status.code(), "-p needs a tokenizer: " + s.tokenizer_status.message());
   if (!chat) return s.tokenizer->Encode(prompt, /*add_bos=*/true, /*parse_special=*/true);
   std::vector<g4::ChatMessage> messages;
@@ -175,13 +176,18 @@ int main(int argc, char** argv) {
     c->add_option("--ple-bits", ple_bits, "with --quantize: bits of the embedding and PLE tables (8 = Q8_0, 16 = as stored)")
         ->check(CLI::IsMember({8, 16}));
   };
+  struct RunOptions {
+    CLI::Option* prompt;
+    CLI::Option* tokens;
+  };
   auto add_run = [&](CLI::App* c) {
-    auto* p = c->add_option("-p,--prompt", prompt, "prompt text");
-    c->add_option("--tokens", tokens_text, "prompt as comma-separated token ids, e.g. 2,105,2364")->excludes(p);
+    auto* p = c->add_option("-p,--prompt", prompt, "prompt text (\"\" = BOS alone)");
+    auto* t = c->add_option("--tokens", tokens_text, "prompt as comma-separated token ids, e.g. 2,105,2364")->excludes(p);
     c->add_option("--chunk", chunk, "prefill chunk size in tokens")->check(CLI::Range(1, 1 << 20));
     c->add_option("-c,--ctx-size", ctx, "context size in tokens (0 = model maximum, capped at 4096)")->check(CLI::NonNegativeNumber);
-    c->add_option("-t,--threads", threads, "CPU threads (default: all cores)")->check(CLI::Range(1, 1024));
+    c->add_option("-t,--threads", threads, "CPU threads (0 = all cores, the default)")->check(CLI::Range(0, 1024));
     c->add_flag("--f32-activations", f32_activations, "multiply quantised weights with f32 activations (transformers' arithmetic; slower) instead of int8 activation blocks (llama.cpp's)");
+    return RunOptions{p, t};
   };
 
   auto* info = app.add_subcommand("info", "print the model's layer plan, parameter and memory counts");
@@ -191,17 +197,17 @@ int main(int argc, char** argv) {
 
   auto* logits = app.add_subcommand("logits", "print the top-K logits at every position");
   add_model(logits);
-  add_run(logits);
+  const RunOptions logits_run = add_run(logits);
   logits->add_option("--top", top, "K for top-K per position")->check(CLI::Range(1, 1000000));
   logits->add_flag("--json", json_out, "print JSON: {\"tokens\": [...], \"positions\": [{\"ids\": [...], \"logits\": [...]}]}");
 
   auto* gen = app.add_subcommand("generate", "continue a prompt, streaming text to stdout");
   add_model(gen);
-  add_run(gen);
+  const RunOptions gen_run = add_run(gen);
   gen->add_option("-n,--n-predict", n_predict, "tokens to generate at most")->check(CLI::Range(1, 1 << 20));
-  gen->add_flag("--chat", chat, "wrap the prompt in the model's chat template (one user turn)");
-  gen->add_option("--system", system, "system message for --chat");
-  gen->add_flag("--think", think, "Gemma 4 chat: enable thinking");
+  auto* chat_flag = gen->add_flag("--chat", chat, "wrap the prompt in the model's chat template (one user turn)")->excludes(gen_run.tokens);
+  gen->add_option("--system", system, "system message for --chat")->needs(chat_flag);
+  gen->add_flag("--think", think, "Gemma 4 chat: enable thinking")->needs(chat_flag);
   gen->add_option("--temp", temp, "temperature (0 = greedy; default: the model's, Gemma 1.0)");
   gen->add_option("--top-k", top_k, "top-k (0 = off; default 64)");
   gen->add_option("--top-p", top_p, "top-p in (0, 1] (default 0.95)");
@@ -210,7 +216,7 @@ int main(int argc, char** argv) {
   gen->add_option("--presence-penalty", presence, "presence penalty in [-2, 2]");
   gen->add_option("--frequency-penalty", frequency, "frequency penalty in [-2, 2]");
   gen->add_option("-s,--seed", seed, "sampling seed (same seed, same output)");
-  gen->add_option("--stop", stops, "stop string (repeatable)");
+  gen->add_option("--stop", stops, "stop string (repeatable; empty ones are ignored, as the server does)");
   gen->add_flag("--ignore-eos", ignore_eos, "do not stop at end-of-generation tokens");
   gen->add_flag("--show-ids", show_ids, "print the generated token ids after the text");
   // serve and bench are dispatched above with their own flag sets; listed here for --help only.
@@ -266,6 +272,11 @@ int main(int argc, char** argv) {
     return 0;
   }
 
+  const RunOptions& run = logits->parsed() ? logits_run : gen_run;
+  if (run.prompt->count() == 0 && run.tokens->count() == 0)  // before loading anything
+    return Fail(g4::InvalidArgument("give a prompt with -p TEXT or --tokens ID,ID,..."));
+  if (threads == 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  stops.erase(std::remove(stops.begin(), stops.end(), std::string()), stops.end());
   auto session_or = Open(model, ctx, chunk, threads, load_options, f32_activations);
   if (!session_or.ok()) return Fail(session_or.status());
   Session& s = *session_or;
@@ -275,16 +286,25 @@ int main(int argc, char** argv) {
   const int V = engine.config().vocab;
 
   if (logits->parsed()) {
+    // At most 64 positions at a time (--chunk if smaller), so that 64 x V logits are held, twice
+    // (the step's output and `lg`): 128 MiB for Gemma's 262144-token vocabulary. The whole
+    // prompt's would be prompt x V floats, twice: 2.6 GB for 1245 tokens. Logits are the same
+    // bits however the prompt is cut (GreedyLlamaCppTest), so only the speed differs.
+    const size_t slice = static_cast<size_t>(std::min(chunk, 64));
     std::vector<float> lg;
-    Status st = engine.Prefill(0, *ids, /*all_logits=*/true, &lg);
-    if (!st.ok()) return Fail(st);
     const int k = std::min(top, V);
     nlohmann::json out;
     out["tokens"] = *ids;
     out["positions"] = nlohmann::json::array();
     std::vector<int> order(V);
+    const std::span<const int32_t> all(*ids);
     for (size_t t = 0; t < ids->size(); ++t) {
-      const float* row = lg.data() + t * V;
+      const size_t c0 = t / slice * slice;
+      if (t == c0) {
+        Status st = engine.Prefill(0, all.subspan(c0, std::min(slice, all.size() - c0)), /*all_logits=*/true, &lg);
+        if (!st.ok()) return Fail(st);
+      }
+      const float* row = lg.data() + (t - c0) * V;
       std::iota(order.begin(), order.end(), 0);
       std::partial_sort(order.begin(), order.begin() + k, order.end(),
                         [&](int a, int b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });

@@ -368,16 +368,15 @@ HWY_INLINE void DotBlocks(const float* HWY_RESTRICT x, size_t ldx, const uint8_t
 // packed activation rows; sum[r] = SumOfLanes of row r's accumulator. kPass is a template
 // argument so that the decoders' branches on the element index fold away.
 template <class Dec, size_t kPass>
-HWY_INLINE void DotBlocks8Pass(const float* HWY_RESTRICT xp, const uint8_t* HWY_RESTRICT w, size_t nb,
-                               float* HWY_RESTRICT sum) {
+HWY_INLINE void DotBlocks8Pass(const float* HWY_RESTRICT xp, const uint8_t* HWY_RESTRICT w,
+                               const typename Dec::Params* HWY_RESTRICT params, size_t nb, float* HWY_RESTRICT sum) {
   const typename Dec::Tag df;
   const size_t N = hn::Lanes(df);
   auto a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
   auto a4 = hn::Zero(df), a5 = hn::Zero(df), a6 = hn::Zero(df), a7 = hn::Zero(df);
   for (size_t ib = 0; ib < nb; ++ib) {
     const uint8_t* HWY_RESTRICT blk = w + ib * Dec::kBytes;
-    typename Dec::Params p;
-    Dec::Prepare(blk, &p);
+    const typename Dec::Params& p = params[ib];
     HWY_UNROLL(1)
     for (size_t g = 0; g < Dec::kQK / Dec::kGroup; ++g) {
       const float* HWY_RESTRICT xb = xp + 8 * (ib * Dec::kQK + g * Dec::kGroup);
@@ -408,13 +407,18 @@ HWY_INLINE void DotBlocks8Pass(const float* HWY_RESTRICT xp, const uint8_t* HWY_
 
 // Eight activation rows (prefill), packed by Pack8, over one slice (nb <= kBlockSliceCols / kQK
 // blocks): each decoded weight vector feeds eight independent fused multiply-adds, and one pointer
-// walks the activations; the even vectors in one pass, the odd ones in a second.
+// walks the activations; the even vectors in one pass, the odd ones in a second, the blocks'
+// scales decoded once for both.
 template <class Dec>
 HWY_INLINE void DotBlocks8(const float* HWY_RESTRICT xp, const uint8_t* HWY_RESTRICT w, size_t nb,
                            float* HWY_RESTRICT out) {
+  constexpr size_t kSliceBlocks = kBlockSliceCols / Dec::kQK;
+  HWY_DASSERT(nb <= kSliceBlocks);
+  typename Dec::Params params[kSliceBlocks];
+  for (size_t ib = 0; ib < nb; ++ib) Dec::Prepare(w + ib * Dec::kBytes, &params[ib]);
   float even[8], odd[8];
-  DotBlocks8Pass<Dec, 0>(xp, w, nb, even);
-  DotBlocks8Pass<Dec, 1>(xp, w, nb, odd);
+  DotBlocks8Pass<Dec, 0>(xp, w, params, nb, even);
+  DotBlocks8Pass<Dec, 1>(xp, w, params, nb, odd);
   for (int r = 0; r < 8; ++r) out[r] = even[r] + odd[r];
 }
 
