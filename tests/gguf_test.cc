@@ -311,7 +311,10 @@ TEST(GgufTest, VocabularyArraysHoldEveryElement) {
   }
   // A second, larger vocabulary checks offsets far from the array start.
   std::vector<std::string> many;
-  for (int k = 0; k < 5000; ++k) many.push_back("t" + std::to_string(k * 7919));
+  for (int k = 0; k < 5000; ++k) {
+    many.emplace_back("t");  // appended, not "t" + ...: GCC 12 warns -Wrestrict on that (a false positive)
+    many.back() += std::to_string(k * 7919);
+  }
   Spec s;
   s.kvs = {{"tokenizer.ggml.tokens", StrArrVal(tokens)},
            {"tokenizer.ggml.scores", ArrVal(kF32, tokens.size(), scores.b)},

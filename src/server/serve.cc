@@ -136,7 +136,10 @@ StatusOr<std::unique_ptr<ServeInstance>> ServeInstance::Start(const ServeOptions
   h.log_requests = options.log_requests;
   s->http_ = std::make_unique<HttpServer>(h);
   G4_RETURN_IF_ERROR(s->http_->Start());
-  std::fprintf(stderr, "gemma4rt: listening on http://%s:%d\n", options.host.c_str(), s->http_->port());
+  // Listening starts before the model loads (as llama-server): /health answers 503 "loading"
+  // until the "model loaded" line.
+  std::fprintf(stderr, "gemma4rt: listening on http://%s:%d; loading the model (/health answers 503 until it is loaded)\n",
+               options.host.c_str(), s->http_->port());
   ServeInstance* self = s.get();
   s->loader_ = std::thread([self, before_load] { self->Load(before_load); });
   return s;
