@@ -281,6 +281,16 @@ TEST(ServerHttpTinyTest, ApiKeyBodyLimitRoutesAndMetricsSwitch) {
   Reply models = Get(port, "/v1/models", {{"Authorization", "Bearer other"}});
   ASSERT_EQ(models.status, 200);
   EXPECT_EQ(models.body["data"][0]["id"], "gemma4-e2b-tiny");
+  // OpenAI's retrieve: GET /v1/models/{id} for any id a request's "model" may name; 404 otherwise.
+  Reply one = Get(port, "/v1/models/gemma4-e2b-tiny", good);
+  ASSERT_EQ(one.status, 200) << one.raw;
+  EXPECT_EQ(one.body, models.body["data"][0]);
+  EXPECT_EQ(Get(port, "/models/gemma4-e2b-tiny", good).status, 200);
+  EXPECT_EQ(Get(port, "/v1/models/gemma4-e2b-tiny", {}).status, 401);
+  Reply none = Get(port, "/v1/models/gpt-4o", good);
+  EXPECT_EQ(none.status, 404);
+  EXPECT_EQ(none.body["error"]["code"], "model_not_found");
+  EXPECT_EQ(Get(port, "/v1/models/google/gemma-4", good).status, 404) << "ids with a slash reach the handler";
   Reply fine = Post(port, "/v1/completions", R"({"prompt":[2,5],"max_tokens":2,"model":"gemma4-e2b-tiny"})", good);
   EXPECT_EQ(fine.status, 200) << fine.raw;
   // 413 for a body over --max-body-bytes, as OpenAI-shaped JSON.

@@ -624,10 +624,24 @@ ApiOr<json> HandleApplyTemplate(std::string_view body, const ModelInfo& model) {
   return json{{"prompt", text.value()}};
 }
 
-json ModelsJson(const ModelInfo& model) {
-  json m = {{"id", model.id},       {"object", "model"},          {"created", model.created},
-            {"owned_by", "gemma4rt"}, {"max_model_len", model.context_size}};
-  return json{{"object", "list"}, {"data", json::array({m})}};
+namespace {
+json ModelObject(const ModelInfo& model) {
+  return json{{"id", model.id},       {"object", "model"},          {"created", model.created},
+              {"owned_by", "gemma4rt"}, {"max_model_len", model.context_size}};
+}
+}  // namespace
+
+json ModelsJson(const ModelInfo& model) { return json{{"object", "list"}, {"data", json::array({ModelObject(model)})}}; }
+
+ApiOr<json> ModelJson(std::string_view id, const ModelInfo& model) {
+  if (std::find(model.accepted_ids.begin(), model.accepted_ids.end(), id) == model.accepted_ids.end()) {
+    ApiError e = ErrorForStatus(404, "The model '" + utf8::Sanitize(std::string(id)) + "' does not exist; this server serves '" +
+                                         model.id + "'");
+    e.param = "model";
+    e.code = "model_not_found";
+    return e;
+  }
+  return ModelObject(model);
 }
 
 // ---- responses ----

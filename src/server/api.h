@@ -128,6 +128,9 @@ ApiOr<nlohmann::json> HandleApplyTemplate(std::string_view body, const ModelInfo
 
 // GET /v1/models.
 nlohmann::json ModelsJson(const ModelInfo& model);
+// GET /v1/models/{id} (OpenAI's retrieve): the model object of ModelsJson if `id` is one the
+// server accepts in requests' "model" (ModelInfo::accepted_ids), else 404 model_not_found.
+ApiOr<nlohmann::json> ModelJson(std::string_view id, const ModelInfo& model);
 
 // ---- responses ----
 

@@ -478,6 +478,14 @@ void HttpServer::Impl::Routes() {
   });
   svr.Get("/v1/models", models);
   svr.Get("/models", models);
+  auto one_model = guard([this](const httplib::Request& req, httplib::Response& res) {
+    if (!CheckReady(res)) return;
+    auto r = ModelJson(req.matches[1].str(), info);
+    if (!r.ok()) return SetError(res, r.error());
+    SetJson(res, r.value());
+  });
+  svr.Get(R"(/v1/models/(.+))", one_model);
+  svr.Get(R"(/models/(.+))", one_model);
   svr.Get("/metrics", guard([this](const httplib::Request& req, httplib::Response& res) {
     if (!opt.metrics) return SetError(res, ErrorForStatus(404, "metrics are disabled; start the server with --metrics"));
     if (!CheckReady(res)) return;
@@ -518,7 +526,7 @@ void HttpServer::Impl::Routes() {
     svr.Patch(path, not_allowed("POST"));
     svr.Delete(path, not_allowed("POST"));
   }
-  std::vector<const char*> get_only = {"/health", "/v1/health", "/v1/models", "/models"};
+  std::vector<const char*> get_only = {"/health", "/v1/health", "/v1/models", "/models", R"(/v1/models/(.+))", R"(/models/(.+))"};
   if (opt.metrics) get_only.push_back("/metrics");  // without --metrics, /metrics is 404 for every method
   for (const char* path : get_only) {
     svr.Post(path, not_allowed("GET, HEAD"));

@@ -39,6 +39,14 @@ def test_models_lists_the_served_model(client, model):
     assert client.models.list().data[0].owned_by == "gemma4rt"
 
 
+def test_models_retrieve(client, model):
+    m = client.models.retrieve(model)
+    assert m.id == model and m.object == "model" and m.owned_by == "gemma4rt"
+    with pytest.raises(openai.NotFoundError) as e:
+        client.models.retrieve("gpt-4o")
+    assert e.value.code == "model_not_found"
+
+
 def test_chat_completion(client, model):
     r = client.chat.completions.create(
         model=model,
