@@ -200,15 +200,18 @@ TEST(CliTest, PromptFlagsAreCheckedBeforeTheModelLoadsAndNoneIsDropped) {
   CliResult none = RunCli("generate -m /nonexistent/model.gguf -n 1");
   EXPECT_EQ(none.status, 1);
   EXPECT_EQ(none.out, "gemma4rt: error: INVALID_ARGUMENT: give a prompt with -p TEXT or --tokens ID,ID,...\n");
-  CliResult system = RunCli("generate -m /nonexistent/model.gguf -p hi --system x");
-  EXPECT_NE(system.status, 0);
-  EXPECT_NE(system.out.find("--system requires --chat"), std::string::npos) << system.out;
-  CliResult think = RunCli("generate -m /nonexistent/model.gguf -p hi --think");
-  EXPECT_NE(think.status, 0);
-  EXPECT_NE(think.out.find("--think requires --chat"), std::string::npos) << think.out;
-  CliResult chat_ids = RunCli("generate -m /nonexistent/model.gguf --tokens 2,3 --chat");
-  EXPECT_NE(chat_ids.status, 0);
-  EXPECT_NE(chat_ids.out.find("--tokens excludes --chat"), std::string::npos) << chat_ids.out;
+  struct Refused {
+    const char* flags;
+    int status;  // CLI11's RequiresError 107, ExcludesError 108
+    const char* message;
+  };
+  for (const Refused& c : {Refused{"-p hi --system x", 107, "--system requires --chat"},
+                           Refused{"-p hi --think", 107, "--think requires --chat"},
+                           Refused{"--tokens 2,3 --chat", 108, "--tokens excludes --chat"}}) {
+    CliResult r = RunCli(std::string("generate -m /nonexistent/model.gguf ") + c.flags);
+    EXPECT_EQ(r.status, c.status) << c.flags << ": " << r.out;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << c.flags << ": " << r.out;
+  }
 
   CliResult bos = RunCli("generate -p '' -n 2 --temp 0 -t 0 --stop '' --show-ids");
   ASSERT_EQ(bos.status, 0) << bos.out;
@@ -225,7 +228,7 @@ TEST(CliTest, PromptFlagsAreCheckedBeforeTheModelLoadsAndNoneIsDropped) {
 // a 150-token prompt gives the same JSON whatever --chunk cuts it further.
 TEST(CliTest, LogitsOfALongPromptAreTheSameWhateverTheChunk) {
   std::string tokens = "2";
-  for (int i = 0; i < 149; ++i) tokens += "," + std::to_string(1000 + 37 * i);
+  for (int i = 0; i < 149; ++i) (tokens += ',') += std::to_string(1000 + 37 * i);
   CliResult a = RunCli("logits --tokens " + tokens + " --top 3 --json --chunk 512");
   CliResult b = RunCli("logits --tokens " + tokens + " --top 3 --json --chunk 5");
   ASSERT_EQ(a.status, 0) << a.out;

@@ -14,6 +14,10 @@
 
 namespace g4 {
 
+int ResolveThreadCount(int requested) {
+  return requested >= 1 ? requested : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 ThreadPool::ThreadPool(int threads) {
   for (int i = 1; i < std::max(1, threads); ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
 }

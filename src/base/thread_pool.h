@@ -12,6 +12,10 @@
 
 namespace g4 {
 
+// The thread count a --threads value stands for: `requested` itself when >= 1; 0 (or less) = all
+// cores, std::thread::hardware_concurrency(), at least 1 (it may report 0).
+int ResolveThreadCount(int requested);
+
 class ThreadPool {
  public:
   // threads >= 1: the calling thread counts as one, so threads - 1 workers are started.

@@ -28,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/cpu/cpu_backend.h"
+#include "base/thread_pool.h"
 #include "model/model.h"
 #include "runtime/engine.h"
 #include "runtime/generate.h"
@@ -359,7 +360,7 @@ int BenchMain(int argc, char** argv) {
 
   CLI::App app{"gemma4rt bench: prompt-processing (pp) and generation (tg) throughput, llama-bench style"};
   std::string model = DefaultModelPath(), output = "md";
-  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int threads = 0;
   std::vector<int> n_prompt{512}, n_gen{128}, depths{0};
   int reps = 3, ubatch = 512, bw_mib = 1024, bw_iters = 5;
   uint64_t seed = 1234;
@@ -397,7 +398,7 @@ int BenchMain(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
-  if (threads == 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  threads = ResolveThreadCount(threads);
   const bool json = json_flag || output == "json";
 
   auto dedupe = [](std::vector<int>& v) {

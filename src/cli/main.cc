@@ -7,13 +7,15 @@
 //   gemma4rt bench    [-m MODEL] [-t T] [-p 512] [-n 128] [--depth 0,1024] [--json]  (src/cli/bench.h)
 // MODEL defaults to $GEMMA4RT_MODEL, else the default model fetched by
 // scripts/fetch-default-model.sh (~/.cache/gemma4rt/gemma-3-270m-q4_k_m.gguf).
+
+
 #include <algorithm>
-#include <span>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <numeric>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -26,6 +28,7 @@
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/cpu_backend.h"
+#include "base/thread_pool.h"
 #include "model/model.h"
 #include "runtime/engine.h"
 #include "runtime/generate.h"
@@ -158,7 +161,7 @@ int main(int argc, char** argv) {
              "      gemma4rt bench [-m MODEL] [-t THREADS] [-p 512] [-n 128] [--depth 0,1024,4096] [--json]");
   std::string model = g4::DefaultModelPath(), prompt, tokens_text, system;
   int top = 5, chunk = 512, ctx = 0, n_predict = 128;
-  int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int threads = 0;  // all cores
   bool json_out = false, chat = false, think = false, ignore_eos = false, show_ids = false;
   std::optional<float> temp, top_p, min_p, repeat_penalty;
   std::optional<int> top_k;
@@ -275,7 +278,7 @@ int main(int argc, char** argv) {
   const RunOptions& run = logits->parsed() ? logits_run : gen_run;
   if (run.prompt->count() == 0 && run.tokens->count() == 0)  // before loading anything
     return Fail(g4::InvalidArgument("give a prompt with -p TEXT or --tokens ID,ID,..."));
-  if (threads == 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  threads = g4::ResolveThreadCount(threads);
   stops.erase(std::remove(stops.begin(), stops.end(), std::string()), stops.end());
   auto session_or = Open(model, ctx, chunk, threads, load_options, f32_activations);
   if (!session_or.ok()) return Fail(session_or.status());

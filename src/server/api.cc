@@ -37,6 +37,16 @@ std::string TypeName(const json& v) {
   return "an object";
 }
 
+// 404 model_not_found (param "model") unless `id` is one of the names the server answers to.
+MaybeError CheckModelId(std::string_view id, const ModelInfo& model) {
+  if (std::find(model.accepted_ids.begin(), model.accepted_ids.end(), id) != model.accepted_ids.end()) return std::nullopt;
+  ApiError e = ErrorForStatus(404, "The model '" + utf8::Sanitize(std::string(id)) + "' does not exist; this server serves '" +
+                                       model.id + "'");
+  e.param = "model";
+  e.code = "model_not_found";
+  return e;
+}
+
 ApiError WrongType(const std::string& param, const std::string& expected, const json& got) {
   return BadRequest(param + " must be " + expected + ", got " + TypeName(got), param);
 }
@@ -482,13 +492,7 @@ ApiOr<ParsedRequest> ParseRequestJson(const json& o, Endpoint ep, const ModelInf
   if (const json* m = Field(o, "model")) {
     if (!m->is_string()) return WrongType("model", "a string", *m);
     const std::string& name = m->get_ref<const std::string&>();
-    if (!name.empty() && std::find(model.accepted_ids.begin(), model.accepted_ids.end(), name) == model.accepted_ids.end()) {
-      ApiError e = ErrorForStatus(404, "The model '" + utf8::Sanitize(name) + "' does not exist; this server serves '" +
-                                           model.id + "'");
-      e.param = "model";
-      e.code = "model_not_found";
-      return e;
-    }
+    if (!name.empty()) API_RETURN_IF_ERROR(CheckModelId(name, model));
   }
   API_RETURN_IF_ERROR(ParseUnsupported(o, ep));
   std::optional<bool> stream, ignore_eos, return_ids;
@@ -634,13 +638,7 @@ json ModelObject(const ModelInfo& model) {
 json ModelsJson(const ModelInfo& model) { return json{{"object", "list"}, {"data", json::array({ModelObject(model)})}}; }
 
 ApiOr<json> ModelJson(std::string_view id, const ModelInfo& model) {
-  if (std::find(model.accepted_ids.begin(), model.accepted_ids.end(), id) == model.accepted_ids.end()) {
-    ApiError e = ErrorForStatus(404, "The model '" + utf8::Sanitize(std::string(id)) + "' does not exist; this server serves '" +
-                                         model.id + "'");
-    e.param = "model";
-    e.code = "model_not_found";
-    return e;
-  }
+  API_RETURN_IF_ERROR(CheckModelId(id, model));
   return ModelObject(model);
 }
 

@@ -13,6 +13,7 @@
 #include <CLI/CLI.hpp>
 
 #include "backends/cpu/cpu_backend.h"
+#include "base/thread_pool.h"
 #include "model/model.h"
 #include "runtime/generate.h"
 #include "server/api.h"
@@ -109,7 +110,7 @@ ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
     }
     o.api_keys.insert(o.api_keys.end(), keys.begin(), keys.end());
   }
-  if (o.threads == 0) o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  o.threads = ResolveThreadCount(o.threads);
   return ParsedFlags{o, 0};
 }
 
@@ -120,7 +121,7 @@ StatusOr<std::unique_ptr<ServeInstance>> ServeInstance::Start(const ServeOptions
   if (options.parallel < 1) return InvalidArgument("--parallel must be >= 1");
   std::unique_ptr<ServeInstance> s(new ServeInstance());
   s->opt_ = options;
-  const int threads = std::max(1, options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency()));
+  const int threads = ResolveThreadCount(options.threads);
   s->opt_.threads = threads;
   s->backend_ = MakeCpuBackend(threads, CpuBackendOptions{!options.f32_activations});
   std::fprintf(stderr, "gemma4rt: device policy: backend=%s simd=%s compute=f32 activations=%s threads=%d slots=%d\n",

@@ -114,9 +114,12 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromGguf(const GgufFile& f) {
     return KeyError(f, StatusCode::kInvalidArgument, kTokensKey, "too many tokens");
   }
   // llama.cpp renames empty entries so that they can never match text.
+  std::string renamed;  // Assign copies each text before asking for the next
   G4_RETURN_IF_ERROR(m->tokens.Assign(n, [&](size_t i) {
-    std::string t(toks->StringAt(i));
-    return t.empty() ? "[EMPTY_" + std::to_string(i) + "]" : t;
+    const std::string_view t = toks->StringAt(i);
+    if (!t.empty()) return t;
+    renamed = "[EMPTY_" + std::to_string(i) + "]";
+    return std::string_view(renamed);
   }));
 
   // Scores: required for SentencePiece (they drive the merges).
