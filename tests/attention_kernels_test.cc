@@ -332,6 +332,13 @@ TEST_P(AttentionKernelsTest, OutputIsTheSameBitsHoweverTheStepIsCut) {
           std::vector<float> out(static_cast<size_t>(c.tokens) * row, 777.0f);
           cpu::AttentionScratch scratch;
           cpu::Attention(c.p, c.Step(out.data()), pool, &scratch);
+          // In place (out == q, as the CPU backend plans it when q dies there): the same bits.
+          std::vector<float> in_place(c.q.begin(), c.q.end());
+          ASSERT_EQ(in_place.size(), out.size());
+          cpu::AttentionStep over_q = c.Step(in_place.data());
+          over_q.q = in_place.data();
+          cpu::Attention(c.p, over_q, pool, &scratch);
+          ASSERT_EQ(in_place, out) << ly.name << " in place, cached " << cached << " step " << step;
           for (int t = 0; t < c.tokens; ++t) {
             if (c.seq_of[t] != 0) continue;
             const int pos = c.positions[t];

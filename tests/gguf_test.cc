@@ -344,6 +344,9 @@ TEST(GgufTest, VocabularyArraysHoldEveryElement) {
     EXPECT_EQ(t->Strings(), tokens);
     ASSERT_EQ(m->size(), many.size());
     for (size_t k = 0; k < many.size(); k += 997) EXPECT_EQ(m->StringAt(k), many[k]) << k;
+    // Every element, last first (StringAt walks from the offset kept per kStringStride elements;
+    // the lengths differ: "t0", "t7919", ...).
+    for (size_t k = many.size(); k-- > 0;) ASSERT_EQ(m->StringAt(k), many[k]) << k;
     EXPECT_EQ(m->StringAt(many.size() - 1), many.back());
     // Tensor data is untouched by the release.
     EXPECT_EQ(g->Find("a.weight")->GetF32(7), 8.0f);

@@ -16,6 +16,7 @@
 // gamma_{K/2+17}) * |scale| * sum_k |w_k x_k| -- a rigorous bound, not a fudge factor.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -241,6 +242,53 @@ TEST_P(KernelsTest, FloatWeightRowsAreIndependentOfTheBatch) {
       }
     }
   }
+}
+
+// The backend reorders a matmul's activations once, shared by its threads and by the matmuls of
+// one input (q, k, v; gate, up), where MatMul would reorder them per call and thread: the reordered
+// product is MatMul's bits, for any split of the rows being reordered and any first weight row.
+// Only BF16 weights reorder, and only when K holds two vectors (never for K = 7 < 2 x 4 lanes).
+TEST_P(KernelsTest, ReorderedActivationsGiveMatMulsBits) {
+  std::mt19937 rng(47);
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  auto scale = [&] { return F32ToF16(0.01f); };
+  auto value = [&] { return gauss(rng) * 0.05f; };
+  int reordering = 0;
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16, DType::kQ8_0}) {
+    for (int K : {7, 203, 2048}) {
+      if (K % DTypeBlockElems(t) != 0) continue;
+      if (t != DType::kBF16 || K == 7) {
+        EXPECT_FALSE(cpu::MatMulReordersActivations(t, K)) << DTypeName(t) << " K=" << K;
+        continue;
+      }
+      if (!cpu::MatMulReordersActivations(t, K)) continue;  // the scalar target reads x as it is
+      ++reordering;
+      const int M = 13, rows = 10;
+      const std::vector<uint8_t> w = MakeWeights(t, M, K, rng, scale, value);
+      std::vector<float> x(static_cast<size_t>(rows) * K), scratch(K);
+      for (auto& v : x) v = gauss(rng);
+      std::vector<float> xr(x.size(), -1.0f);
+      cpu::ReorderActivations(t, x.data(), 3, K, xr.data());  // rows 0-2, then 3-9
+      cpu::ReorderActivations(t, x.data() + 3 * K, rows - 3, K, xr.data() + 3 * K);
+      for (int r = 0; r < rows; ++r) {  // a permutation of each row
+        std::vector<float> a(x.begin() + r * K, x.begin() + (r + 1) * K), b(xr.begin() + r * K, xr.begin() + (r + 1) * K);
+        std::sort(a.begin(), a.end());
+        std::sort(b.begin(), b.end());
+        ASSERT_EQ(a, b) << "row " << r;
+      }
+      const size_t row_bytes = DTypeRowBytes(t, K);
+      for (int n : {1, 2, 3, rows}) {
+        for (int m0 : {0, 1}) {
+          std::vector<float> want(static_cast<size_t>(n) * M, 0.0f), got(want.size(), 0.0f);
+          cpu::MatMul(x.data(), n, K, w.data() + m0 * row_bytes, t, M - m0, 0.5f, want.data(), M, scratch.data());
+          cpu::MatMulReordered(xr.data(), n, K, w.data() + m0 * row_bytes, t, M - m0, 0.5f, got.data(), M);
+          for (size_t i = 0; i < want.size(); ++i)
+            ASSERT_EQ(got[i], want[i]) << "K=" << K << " rows=" << n << " first weight row " << m0 << " at " << i;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(reordering, std::string(cpu::SimdTargetName()) == "SCALAR" ? 0 : 2) << cpu::SimdTargetName();
 }
 
 // The same for block-quantised weights with f32 activations (`--f32-activations`, and W4G32

@@ -180,7 +180,9 @@ std::vector<float> RunLogits(std::unique_ptr<LoadedModel> m, const std::vector<i
   auto e = Engine::Create(std::move(m), MakeCpuBackend(1, CpuBackendOptions{false}), o);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   std::vector<float> logits;
-  if (e.ok()) EXPECT_TRUE((*e)->Prefill(0, ids, true, &logits).ok());
+  if (e.ok()) {
+    EXPECT_TRUE((*e)->Prefill(0, ids, true, &logits).ok());
+  }
   return logits;
 }
 
@@ -391,7 +393,7 @@ TEST(QuantizeAtLoad, W4a16EqualsCompressedTensorsBytesAndLogits) {
   ASSERT_TRUE(ct.ok()) << ct.status().ToString();
   const Ref ref = LoadRef(Fixture("gemma4-e2b-tiny-w4a16"));
   const int V = (*ct)->config.vocab;
-  for (const std::string src : {Fixture("gemma4-e2b-tiny"), Fixture("gemma4-e2b-tiny") + "/model-f32.gguf"}) {
+  for (const std::string& src : {Fixture("gemma4-e2b-tiny"), Fixture("gemma4-e2b-tiny") + "/model-f32.gguf"}) {
     LoadOptions o;
     o.quantize = DType::kW4G32;
     o.ple_bits = 16;
@@ -515,7 +517,10 @@ using test_util::RunCli;
 TEST(CliQuantize, LogitsWithW4a16MatchTheCompressedTensorsReference) {
   const Ref ref = LoadRef(Fixture("gemma4-e2b-tiny-w4a16"));
   std::string tokens;
-  for (size_t i = 0; i < ref.ids.size(); ++i) tokens += (i ? "," : "") + std::to_string(ref.ids[i]);
+  for (size_t i = 0; i < ref.ids.size(); ++i) {
+    if (i > 0) tokens += ',';
+    tokens += std::to_string(ref.ids[i]);  // appended: GCC 12 warns -Wrestrict on "," + ... (a false positive)
+  }
   CliResult r = RunCli("logits -m " + Fixture("gemma4-e2b-tiny") + " --quantize w4a16 --ple-bits 16 --tokens " + tokens +
                        " --top 1 --json");
   ASSERT_EQ(r.status, 0) << r.out;

@@ -295,15 +295,16 @@ Status GgufParser::ReadValue(uint32_t type, GgufValue* v, const std::string& whe
   v->array_type = elem_type;
   v->count_ = static_cast<size_t>(count);
   if (elem_type == kTypeString) {
-    // Views: one offset per element from the first one; the bytes stay in the mapping.
+    // Views: the offset of every kStringStride-th element from the first one; the bytes stay in
+    // the mapping.
     const uint64_t first = pos_;
     v->elems_ = data_ + pos_;
-    v->string_offsets_.resize(static_cast<size_t>(count));
+    v->string_offsets_.resize(static_cast<size_t>((count + GgufValue::kStringStride - 1) / GgufValue::kStringStride));
     for (uint64_t k = 0; k < count; ++k) {
       if (pos_ - first > std::numeric_limits<uint32_t>::max()) {
         return Unimplemented(path_ + ": " + where + ": string array of more than 4 GiB is not supported");
       }
-      v->string_offsets_[k] = static_cast<uint32_t>(pos_ - first);
+      if (k % GgufValue::kStringStride == 0) v->string_offsets_[k / GgufValue::kStringStride] = static_cast<uint32_t>(pos_ - first);
       G4_RETURN_IF_ERROR(SkipString(where, k));
     }
   } else if (IsScalar(elem_type)) {
@@ -602,7 +603,8 @@ bool GgufValue::BoolAt(size_t k) const {
 std::string_view GgufValue::StringAt(size_t k) const {
   G4_CHECK(k < size());
   if (array_type != kTypeString) return {};
-  const uint8_t* p = elems_ + string_offsets_[k];
+  const uint8_t* p = elems_ + string_offsets_[k / kStringStride];
+  for (size_t j = k / kStringStride * kStringStride; j < k; ++j) p += 8 + Load<uint64_t>(p);
   const uint64_t len = Load<uint64_t>(p);  // checked against the file by the parser
   return std::string_view(reinterpret_cast<const char*>(p + 8), static_cast<size_t>(len));
 }

@@ -25,9 +25,11 @@ namespace g4 {
 // One metadata value. Scalars: integers of every width are widened to int64 (signed types, `i`)
 // or uint64 (unsigned types, `u`); float32/float64 to double (`f`); bool to `b`; strings to `s`.
 // Arrays keep their elements where they are, in the file's mapping (views, no copy): numeric and
-// bool elements are read from the mapped bytes on access, string elements through one 32-bit
-// offset each, arrays of arrays as one GgufValue per element. A 262144-entry vocabulary thus costs
-// 1 MiB of offsets, not a GgufValue per entry. A value is valid while its GgufFile is open.
+// bool elements are read from the mapped bytes on access, string elements through a 32-bit offset
+// per kStringStride elements (StringAt(k) walks at most kStringStride - 1 length prefixes from
+// there), arrays of arrays as one GgufValue per element. A 262144-entry vocabulary thus costs 64
+// KiB of offsets (1 MiB with one per element until 2026-11-30), not a GgufValue per entry. A value
+// is valid while its GgufFile is open.
 struct GgufValue {
   enum class Type { kUInt, kInt, kFloat, kBool, kString, kArray };
   Type type = Type::kUInt;
@@ -57,12 +59,13 @@ struct GgufValue {
   const GgufValue& ArrayAt(size_t k) const;
   // All elements of a string array, copied (empty for other types). Meant for short arrays.
   std::vector<std::string> Strings() const;
+  static constexpr size_t kStringStride = 16;
 
  private:
   friend class GgufParser;
   size_t count_ = 0;
   const uint8_t* elems_ = nullptr;  // the first element's bytes in the mapping (scalar and string arrays)
-  std::vector<uint32_t> string_offsets_;  // string arrays: offset of element k's u64 length from elems_
+  std::vector<uint32_t> string_offsets_;  // string arrays: [j] = offset of element j * kStringStride's u64 length from elems_
   std::vector<GgufValue> arrays_;         // arrays of arrays: the elements
 };
 

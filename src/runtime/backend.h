@@ -4,6 +4,7 @@
 // same Graph without any change to the model definition.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -42,6 +43,9 @@ class Executable {
   virtual void Run(const StepInput& input, KvCache& cache) = 0;
   // Exported output by name; rows == 0 if the graph has no such output.
   virtual OutputView Output(const std::string& name) const = 0;
+  // Bytes of host memory the step's node outputs take (the CPU backend: its share of the
+  // workspace arena, which executables of one backend share); 0 where a backend does not say.
+  virtual size_t StepBytes() const { return 0; }
 };
 
 class Backend {

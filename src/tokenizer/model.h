@@ -1,6 +1,7 @@
 // Internal representation shared by the tokenizer loaders and algorithms (not a public API).
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <functional>
@@ -167,13 +168,21 @@ struct Model {
   bool add_space_prefix = false;  // SentencePiece: " " before text that starts a fragment
   std::vector<int32_t> eog;
 
-  // Tokens recognised in raw text. GGUF: llama.cpp's longest-first order; `special_rank[i]`
-  // orders `special_ids` by length descending then id. HF: leftmost-longest, two tries (raw
-  // text, then normalized text).
+  // Tokens recognised in raw text. GGUF: llama.cpp's longest-first order, SpecialRank(id) = the
+  // token's place in the order of length descending, then id. HF: leftmost-longest, two tries
+  // (raw text, then normalized text).
   SpecialTrie raw_trie;
   SpecialTrie normalized_trie;
-  std::vector<int32_t> special_rank;  // by token id; -1 if not special (GGUF only)
-  size_t num_special = 0;             // tokens with a rank
+  // GGUF: the special tokens' ids in increasing order and, at the same index, their ranks (6414
+  // of Gemma 3's 262144 tokens: 50 KB, where a rank per token id took 1 MiB).
+  std::vector<int32_t> special_ids;
+  std::vector<int32_t> special_ranks;
+  size_t num_special() const { return special_ids.size(); }
+  // The rank of special token `id` (one the trie returned); -1 for a token that is not special.
+  int32_t SpecialRank(int32_t id) const {
+    const auto it = std::lower_bound(special_ids.begin(), special_ids.end(), id);
+    return it != special_ids.end() && *it == id ? special_ranks[it - special_ids.begin()] : -1;
+  }
 
   // HF pipeline.
   std::vector<NormalizerStep> normalizer;

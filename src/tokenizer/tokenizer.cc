@@ -110,7 +110,8 @@ void Model::Finalize() {
 
   raw_trie = SpecialTrie();
   normalized_trie = SpecialTrie();
-  special_rank.assign(n, -1);
+  special_ids.clear();
+  special_ranks.clear();
   if (kind == Tokenizer::Kind::kHfBpe) {
     for (int32_t i = 0; i < n; ++i) {
       const uint32_t a = tokens.attrs(i);
@@ -130,10 +131,17 @@ void Model::Finalize() {
   }
   std::stable_sort(ids.begin(), ids.end(),
                    [&](int32_t a, int32_t b) { return tokens.text(a).size() > tokens.text(b).size(); });
-  num_special = ids.size();
+  std::vector<std::pair<int32_t, int32_t>> by_id(ids.size());  // (id, rank)
   for (size_t r = 0; r < ids.size(); ++r) {
-    special_rank[ids[r]] = static_cast<int32_t>(r);
+    by_id[r] = {ids[r], static_cast<int32_t>(r)};
     raw_trie.Insert(tokens.text(ids[r]), ids[r]);
+  }
+  std::sort(by_id.begin(), by_id.end());
+  special_ids.resize(by_id.size());
+  special_ranks.resize(by_id.size());
+  for (size_t k = 0; k < by_id.size(); ++k) {
+    special_ids[k] = by_id[k].first;
+    special_ranks[k] = by_id[k].second;
   }
 }
 
@@ -170,15 +178,16 @@ std::vector<Fragment> PartitionLongestFirst(const Model& m, std::string_view tex
     m.raw_trie.ForEachMatch(text, pos, [&](size_t, int32_t id) {
       if (!allowed(id)) return;
       ++total;
-      if (seen.empty()) seen.assign(m.num_special, 0);
-      if (!seen[m.special_rank[id]]) {
-        seen[m.special_rank[id]] = 1;
+      if (seen.empty()) seen.assign(m.num_special(), 0);
+      const int32_t rank = m.SpecialRank(id);
+      if (!seen[rank]) {
+        seen[rank] = 1;
         found.push_back(id);
       }
     });
   }
   if (found.empty()) return frags;
-  std::sort(found.begin(), found.end(), [&](int32_t a, int32_t b) { return m.special_rank[a] < m.special_rank[b]; });
+  std::sort(found.begin(), found.end(), [&](int32_t a, int32_t b) { return m.SpecialRank(a) < m.SpecialRank(b); });
 
   if (total * 16 > found.size() * text.size()) {
     for (int32_t id : found) {
@@ -215,7 +224,7 @@ std::vector<Fragment> PartitionLongestFirst(const Model& m, std::string_view tex
   for (size_t pos = 0; pos < text.size(); ++pos) {
     m.raw_trie.ForEachMatch(text, pos, [&](size_t len, int32_t id) {
       if (allowed(id)) {
-        occ.push_back({m.special_rank[id], static_cast<uint32_t>(pos), static_cast<uint32_t>(len), id});
+        occ.push_back({m.SpecialRank(id), static_cast<uint32_t>(pos), static_cast<uint32_t>(len), id});
       }
     });
   }

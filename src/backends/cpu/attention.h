@@ -49,7 +49,7 @@ struct AttentionStep {
   const float* q;  // [tokens, Nq*D]
   const float* k;  // [tokens, Nkv*D]: the step's keys
   const float* v;  // [tokens, Nkv*D]
-  float* out;      // [tokens, Nq*D]
+  float* out;      // [tokens, Nq*D]; may be q (Attention only: in place)
   const int32_t* positions;      // [tokens] absolute positions
   const int32_t* seq_first;      // [tokens] step index of the first token of t's sequence
   const float* const* k_cache;   // [tokens] cache K row of slot 0 of t's sequence

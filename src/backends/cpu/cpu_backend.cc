@@ -44,6 +44,7 @@ class CpuWorkspace {
 
   std::vector<cpu::ActBlockQ8> act_q8;  // int8 activation blocks of the current matmul
   std::vector<float> act_sums;          // and their half sums
+  std::vector<float> act_reordered;     // or its f32 activations in its kernel's order (BF16)
 
  private:
   struct ArenaDelete {
@@ -62,6 +63,7 @@ class CpuExecutable : public Executable {
   }
 
   void Run(const StepInput& in, KvCache& cache) override;
+  size_t StepBytes() const override { return arena_floats_ * sizeof(float); }
 
   OutputView Output(const std::string& name) const override {
     auto it = outputs_.find(name);
@@ -80,23 +82,61 @@ class CpuExecutable : public Executable {
   // True when a matmul with weights `w` and inner size K runs on int8 activation blocks.
   bool UsesQ8(const Tensor& w, int K) const { return UsesQ8(w.dtype, K); }
   bool UsesQ8(DType wt, int K) const { return opts_.int8_activations && K % 32 == 0 && cpu::MatMulQ8Supports(wt); }
-  // Splits the output columns (weight rows) of a matmul across the pool. x == nullptr (int8
-  // activations only): reuse the blocks the previous matmul of the same input quantised (the
-  // plan's q8_reuse_; consecutive matmuls of one node: q/k/v, gate/up).
+  // True when a matmul with weights of type wt and inner size K reads f32 activations reordered
+  // for its kernel (cpu::MatMulReordersActivations: BF16), prepared once into act_reordered.
+  bool Reorders(DType wt, int K) const { return !UsesQ8(wt, K) && cpu::MatMulReordersActivations(wt, K); }
+  // A matmul's input as its kernels read it: int8 blocks (xq, sums, group), reordered floats (xr),
+  // or the f32 rows as they are (x).
+  struct Activations {
+    const float* x = nullptr;
+    const cpu::ActBlockQ8* xq = nullptr;
+    const float* sums = nullptr;
+    const float* xr = nullptr;
+    int group = 0;
+  };
+  // Prepares x [rows, K] for weights of type wt once for every thread: quantised into xq/sums
+  // (UsesQ8), reordered into xr (Reorders and xr != nullptr), else read as it is. x == nullptr:
+  // xq/sums or xr already hold it (the plan's act_reuse_).
+  Activations Prepare(const float* x, int rows, int K, DType wt, cpu::ActBlockQ8* xq, float* sums, float* xr);
+  // One thread's part of a matmul: y[r * ldy + m] for weight rows m < M at w, from prepared
+  // activations; `task` picks the thread's scratch row.
+  void MatMulPart(const Activations& a, int rows, int K, const uint8_t* w, DType wt, int M, float scale, float* y,
+                  int ldy, int task);
+  // The fused gated MLP of GeGlu node `node` (see Plan, CpuBackendOptions::fuse_mlp): out [rows,
+  // mlp_width] = GeGlu(gate, up), in blocks of kMlpCols output columns per thread.
+  void RunFusedMlp(int node, int rows, float* out);
+  static constexpr int kMlpCols = 64;
+  // Splits the output columns (weight rows) of a matmul across the pool. The activations are
+  // prepared once for all threads (int8 blocks, or reordered floats for BF16) in the workspace;
+  // x == nullptr (int8 or reordered activations only): reuse what the previous matmul of the same
+  // input prepared (the plan's act_reuse_: q/k/v of one norm, gate/up).
   void ParallelMatMul(const float* x, int rows, int K, const Tensor& w, float scale, float* y);
   // The same for a weight matrix [M, K] of type wt at w (an expert's slice of a 3-D tensor), output
   // row stride ldy. With int8 activations (UsesQ8 for wt) x is quantised into xq/sums (rows * K / 32
   // blocks, rows * K / 16 sums; activation group cpu::PreferredActGroup(wt, K)), or taken from
-  // them as they are when x == nullptr.
+  // them as they are when x == nullptr. Where Reorders(wt, K) and xr != nullptr, x is reordered
+  // into xr (rows * K floats) or, x == nullptr, taken from it; with xr == nullptr every thread
+  // reorders its own copy inside cpu::MatMul.
   void ParallelMatMulRaw(const float* x, int rows, int K, const uint8_t* w, DType wt, int M, float scale, float* y,
-                         int ldy, cpu::ActBlockQ8* xq, float* sums);
+                         int ldy, cpu::ActBlockQ8* xq, float* sums, float* xr);
+  // Runs fn(row_begin, row_end) over [0, rows), split across the pool when there are rows enough.
+  template <class Fn>
+  void ForRows(int rows, Fn&& fn);
 
   const Graph graph_;
   const int num_tokens_, num_out_;
   ThreadPool* pool_;
   CpuWorkspace* ws_;                              // the backend's: arena, int8 activation blocks
   const CpuBackendOptions opts_;
-  std::vector<bool> q8_reuse_;                    // per node: a matmul reusing the previous quantisation
+  std::vector<bool> act_reuse_;  // per node: a matmul reusing the activations the previous one prepared
+  // Fused gated MLPs: mlp_of_[GeGlu node] = its two matmul nodes (first, second input), which are
+  // fused_away_: never run on their own and given no buffer.
+  struct FusedMlp {
+    int first = -1, second = -1;
+  };
+  std::vector<FusedMlp> mlp_of_;
+  std::vector<bool> fused_away_;
+  std::vector<std::vector<float>> mlp_scratch_;  // per pool task: both matmuls' outputs, rows x kMlpCols each
   std::vector<std::vector<float>> task_scratch_;  // per pool task: one converted weight row
   // Every node output lives in the workspace arena (see Plan) at offset_of_[node] floats
   // (kNoBuffer: none); base_ is the arena as of the last Run.
@@ -113,6 +153,7 @@ class CpuExecutable : public Executable {
   std::vector<float> moe_scratch_;
   std::vector<cpu::ActBlockQ8> moe_q8_;  // int8 blocks of the experts' inputs
   std::vector<float> moe_sums_;
+  std::vector<float> moe_reordered_;     // or their f32 inputs reordered (BF16 experts)
 };
 
 // Buffer planning: every node output with columns gets a range of one arena, live from the node
@@ -120,29 +161,75 @@ class CpuExecutable : public Executable {
 // greedily by size, largest first, each at the lowest offset that overlaps no range live at the
 // same time (TFLite's "greedy by size"): the arena comes close to the largest set of values live
 // at once, whatever the order of the graph, and long-lived small values never pin large blocks.
-// A node's output never shares bytes with its inputs (their lifetimes meet at the node), except
-// GeGlu's, which is computed in place over its first input when that input dies there (the MLP's
-// gate: one [tokens, mlp_width] buffer less at the step's peak).
+// A node's output shares bytes with an input only where the node allows it and the input dies
+// there: element-wise ops, RmsNorm and Attention write in place (see value_of below), and a
+// matmul that quantises or reorders its input first lets it die just before itself. With
+// fuse_mlp (the default) the MLP's gate and up matmuls have no buffer at all: the GeGlu node runs
+// them in blocks of columns (RunFusedMlp), and only its output [tokens, mlp_width] is in the
+// arena. Gemma 3 270M, a 452-token prefill chunk: arena 8.17 -> 4.63 MiB, the MLP output next to
+// the residual (GreedyLlamaCppTest.Gemma3_270mFusedMlpStepHoldsOneMlpOutputLess; generate's peak
+// RSS in docs/PERFORMANCE.md).
 void CpuExecutable::Plan() {
   const auto& nodes = graph_.nodes();
   const int n = static_cast<int>(nodes.size());
-  // Matmuls with int8 activations that follow one of the same input reuse its quantisation and
-  // never read the f32 input (q, k, v of one norm; gate and up): it may die before them.
-  q8_reuse_.assign(n, false);
-  size_t q8_blocks = 0;
+  // Fused MLPs: a GeGlu whose two inputs are matmuls of one x, with the same weight type and
+  // shape, read by nothing else and not exported.
+  mlp_of_.assign(n, {});
+  fused_away_.assign(n, false);
+  size_t mlp_scratch = 0;
+  if (opts_.fuse_mlp) {
+    std::vector<int> uses(n, 0);
+    for (const Node& node : nodes)
+      for (int in : node.inputs) ++uses[in];
+    for (int i = 0; i < n; ++i) {
+      if (!std::holds_alternative<GeGluOp>(nodes[i].op) || nodes[i].inputs.size() != 2) continue;
+      const int a = nodes[i].inputs[0], b = nodes[i].inputs[1];
+      const auto* ma = std::get_if<MatMulOp>(&nodes[a].op);
+      const auto* mb = std::get_if<MatMulOp>(&nodes[b].op);
+      if (a == b || ma == nullptr || mb == nullptr || uses[a] != 1 || uses[b] != 1) continue;
+      if (!nodes[a].name.empty() || !nodes[b].name.empty()) continue;  // exported: needs its buffer
+      if (nodes[a].inputs[0] != nodes[b].inputs[0] || ma->w->dtype != mb->w->dtype || ma->w->shape != mb->w->shape)
+        continue;
+      if (nodes[a].rows != nodes[i].rows || nodes[b].rows != nodes[i].rows || nodes[a].cols != nodes[i].cols) continue;
+      mlp_of_[i] = {a, b};
+      fused_away_[a] = fused_away_[b] = true;
+      mlp_scratch = std::max(mlp_scratch, 2 * static_cast<size_t>(RowsOf(nodes[i])) * kMlpCols);
+    }
+  }
+  mlp_scratch_.assign(mlp_scratch > 0 ? pool_->size() : 0, std::vector<float>(mlp_scratch, 0.0f));
+  // A fused MLP prepares its input where its GeGlu node runs: the trackers below see it there.
+  auto matmul_at = [&](int i) -> const Node* {
+    if (fused_away_[i]) return nullptr;
+    if (mlp_of_[i].first >= 0) return &nodes[mlp_of_[i].first];
+    return std::holds_alternative<MatMulOp>(nodes[i].op) ? &nodes[i] : nullptr;
+  };
+  // Matmuls with int8 (or reordered) activations that follow one of the same input reuse its
+  // quantisation (reordering) and never read the f32 input (q, k, v of one norm; gate and up): it
+  // may die before them.
+  act_reuse_.assign(n, false);
+  size_t q8_blocks = 0, reordered_floats = 0;
   // Only matmuls whose weights want the same activation group (cpu::PreferredActGroup: 256 for
   // Q4_K/Q5_K, 32 for the rest) share a quantisation, so each weight type sees activations
-  // quantised as llama.cpp quantises them for it (Q8_K or Q8_0).
-  for (int i = 0, quantised = -1, quantised_group = 0; i < n; ++i) {
-    const auto* mm = std::get_if<MatMulOp>(&nodes[i].op);
-    if (mm == nullptr) continue;
-    const int x = nodes[i].inputs[0], K = nodes[x].cols;
-    if (!UsesQ8(*mm->w, K)) continue;
-    const int group = cpu::PreferredActGroup(mm->w->dtype, K);
-    q8_reuse_[i] = x == quantised && group == quantised_group;
-    quantised = x;
-    quantised_group = group;
-    q8_blocks = std::max(q8_blocks, static_cast<size_t>(K / 32) * RowsOf(nodes[i]));
+  // quantised as llama.cpp quantises them for it (Q8_K or Q8_0). The two workspaces are separate:
+  // a quantisation does not end a reordering's reuse, nor the other way round.
+  for (int i = 0, quantised = -1, quantised_group = 0, reordered = -1, reordered_k = 0; i < n; ++i) {
+    const Node* node = matmul_at(i);
+    if (node == nullptr) continue;
+    const auto* mm = std::get_if<MatMulOp>(&node->op);
+    const int x = node->inputs[0], K = nodes[x].cols;
+    const size_t rows = RowsOf(*node);
+    if (UsesQ8(*mm->w, K)) {
+      const int group = cpu::PreferredActGroup(mm->w->dtype, K);
+      act_reuse_[i] = x == quantised && group == quantised_group;
+      quantised = x;
+      quantised_group = group;
+      q8_blocks = std::max(q8_blocks, static_cast<size_t>(K / 32) * rows);
+    } else if (Reorders(mm->w->dtype, K)) {
+      act_reuse_[i] = x == reordered && K == reordered_k;
+      reordered = x;
+      reordered_k = K;
+      reordered_floats = std::max(reordered_floats, static_cast<size_t>(K) * rows);
+    }
   }
   if (ws_->act_q8.size() < q8_blocks) {  // sized here, never during a step; the old blocks go first
     ws_->act_q8 = {};
@@ -150,24 +237,54 @@ void CpuExecutable::Plan() {
     ws_->act_q8.resize(q8_blocks);
     ws_->act_sums.resize(2 * q8_blocks);
   }
+  if (ws_->act_reordered.size() < reordered_floats) {
+    ws_->act_reordered = {};
+    ws_->act_reordered.resize(reordered_floats);
+  }
+  // A matmul (or fused MLP) that quantises or reorders its input reads it only before it writes
+  // anything: the input may die just before it, so its output can take the input's bytes.
   std::vector<int> last_use(n, -1);
-  for (int i = 0; i < n; ++i)
-    if (!q8_reuse_[i])
-      for (int in : nodes[i].inputs) last_use[in] = i;
+  for (int i = 0; i < n; ++i) {
+    if (fused_away_[i] || act_reuse_[i]) continue;
+    if (const Node* mm = matmul_at(i)) {
+      const int x = mm->inputs[0], K = nodes[x].cols;
+      const Tensor& w = *std::get<MatMulOp>(mm->op).w;
+      last_use[x] = std::max(last_use[x], UsesQ8(w, K) || Reorders(w.dtype, K) ? i - 1 : i);
+      continue;
+    }
+    for (int in : nodes[i].inputs) last_use[in] = i;
+  }
   for (int i = 0; i < n; ++i)
     if (!nodes[i].name.empty()) {
       last_use[i] = n;  // exported: never freed
       outputs_[nodes[i].name] = i;
     }
-  // Values: a node's output, or (in place) the value of its first input.
+  // Values: a node's output, or (in place) the value of one of its inputs. Nodes that may write
+  // over an input that dies there: the element-wise ones (Add over either input, Scale, Softcap,
+  // GeGlu over its first, Rope, whose copy is then skipped), RmsNorm (cpu::RmsNorm allows x == y)
+  // and Attention over its q (cpu::Attention allows out == q: each query row block is read only by
+  // its own work item, which writes its output after its last read).
   std::vector<int> value_of(n, -1);
   for (int i = 0; i < n; ++i) {
     const Node& node = nodes[i];
-    if (node.cols <= 0) continue;
+    if (node.cols <= 0 || fused_away_[i]) continue;
     value_of[i] = i;
-    if (std::holds_alternative<GeGluOp>(node.op) && node.inputs.size() == 2 && node.inputs[0] != node.inputs[1]) {
-      const int a = node.inputs[0];
-      if (last_use[a] == i && nodes[a].rows == node.rows && nodes[a].cols == node.cols) value_of[i] = value_of[a];
+    auto over = [&](size_t k) {
+      if (k >= node.inputs.size()) return false;
+      const int a = node.inputs[k];
+      for (size_t j = 0; j < node.inputs.size(); ++j)
+        if (j != k && node.inputs[j] == a) return false;  // also read as another input
+      if (last_use[a] != i || value_of[a] < 0 || nodes[a].rows != node.rows || nodes[a].cols != node.cols) return false;
+      value_of[i] = value_of[a];
+      return true;
+    };
+    if (std::holds_alternative<AddOp>(node.op)) {
+      over(0) || over(1);
+    } else if (std::holds_alternative<ScaleOp>(node.op) || std::holds_alternative<SoftcapOp>(node.op) ||
+               std::holds_alternative<RmsNormOp>(node.op) || std::holds_alternative<RopeOp>(node.op) ||
+               std::holds_alternative<AttentionOp>(node.op) ||
+               (std::holds_alternative<GeGluOp>(node.op) && mlp_of_[i].first < 0)) {
+      over(0);
     }
   }
   constexpr size_t kAlign = CpuWorkspace::kAlignBytes / sizeof(float);  // every range starts on a 64-byte boundary
@@ -181,7 +298,7 @@ void CpuExecutable::Plan() {
   for (int i = 0; i < n; ++i) {
     const Node& node = nodes[i];
     for (int in : node.inputs) max_k = std::max<size_t>(max_k, nodes[in].cols);
-    if (node.cols <= 0) continue;
+    if (node.cols <= 0 || fused_away_[i]) continue;
     const size_t need = static_cast<size_t>(RowsOf(node)) * node.cols;
     const size_t size = (std::max<size_t>(need, 1) + kAlign - 1) / kAlign * kAlign;
     const int last = std::max(i, last_use[i]);
@@ -254,14 +371,15 @@ void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
           }
         },
         [&](const MatMulOp& op) {
-          ParallelMatMul(q8_reuse_[i] ? nullptr : input(0), rows, graph_.node(node.inputs[0]).cols, *op.w, op.out_scale, out);
+          if (fused_away_[i]) return;  // run by its GeGlu node
+          ParallelMatMul(act_reuse_[i] ? nullptr : input(0), rows, graph_.node(node.inputs[0]).cols, *op.w, op.out_scale, out);
         },
         [&](const RmsNormOp& op) {
           cpu::RmsNorm(input(0), rows, node.cols, op.group, op.w ? op.w->data : nullptr, op.w ? op.w->dtype : DType::kF32,
                        op.eps, op.offset, out);
         },
         [&](const RopeOp& op) {
-          std::memcpy(out, input(0), sizeof(float) * rows * node.cols);
+          if (out != input(0)) std::memcpy(out, input(0), sizeof(float) * rows * node.cols);
           cpu::Rope(out, rows, node.cols, op.head_dim, op.inv_freq.data(), in.positions.data());
         },
         [&](const AttentionOp& op) { RunAttention(op, input(0), input(1), input(2), out, in, cache); },
@@ -275,7 +393,13 @@ void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
             std::memcpy(cache.v(op.cache_layer, in.seq_ids[t], slot), v + static_cast<size_t>(t) * width, width * sizeof(float));
           }
         },
-        [&](const GeGluOp&) { cpu::GeGlu(input(0), input(1), static_cast<int64_t>(rows) * node.cols, out); },
+        [&](const GeGluOp&) {
+          if (mlp_of_[i].first >= 0) {
+            RunFusedMlp(static_cast<int>(i), rows, out);
+          } else {
+            cpu::GeGlu(input(0), input(1), static_cast<int64_t>(rows) * node.cols, out);
+          }
+        },
         [&](const AddOp& op) {
           const float* a = input(0);
           const float* b = input(1);
@@ -314,34 +438,92 @@ void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
 
 void CpuExecutable::ParallelMatMul(const float* x, int rows, int K, const Tensor& w, float scale, float* y) {
   if (UsesQ8(w, K)) G4_CHECK(ws_->act_q8.size() >= static_cast<size_t>(K) / 32 * rows);  // sized by Plan
+  if (Reorders(w.dtype, K)) G4_CHECK(ws_->act_reordered.size() >= static_cast<size_t>(K) * rows);
   ParallelMatMulRaw(x, rows, K, w.data, w.dtype, static_cast<int>(w.shape[0]), scale, y, static_cast<int>(w.shape[0]),
-                    ws_->act_q8.data(), ws_->act_sums.data());
+                    ws_->act_q8.data(), ws_->act_sums.data(), ws_->act_reordered.data());
+}
+
+template <class Fn>
+void CpuExecutable::ForRows(int rows, Fn&& fn) {
+  if (rows >= 2 * pool_->size()) {
+    pool_->ParallelFor(rows, [&](int, int64_t rb, int64_t re) { fn(rb, re); });
+  } else {
+    fn(int64_t{0}, static_cast<int64_t>(rows));
+  }
+}
+
+CpuExecutable::Activations CpuExecutable::Prepare(const float* x, int rows, int K, DType wt, cpu::ActBlockQ8* xq,
+                                                  float* sums, float* xr) {
+  // x == nullptr: already prepared (quantised with the same group, or reordered) by the previous
+  // matmul of the same input in this Run (see Plan).
+  Activations a;
+  if (UsesQ8(wt, K)) {
+    const size_t units = static_cast<size_t>(K) / 32;
+    a.group = cpu::PreferredActGroup(wt, K);
+    if (x != nullptr) {
+      ForRows(rows, [&](int64_t rb, int64_t re) {
+        cpu::QuantizeRowsQ8(x + rb * K, static_cast<int>(re - rb), K, xq + rb * units, sums + rb * 2 * units, a.group);
+      });
+    }
+    a.xq = xq;
+    a.sums = sums;
+  } else if (xr != nullptr && cpu::MatMulReordersActivations(wt, K)) {
+    if (x != nullptr) {
+      ForRows(rows, [&](int64_t rb, int64_t re) {
+        cpu::ReorderActivations(wt, x + rb * K, static_cast<int>(re - rb), K, xr + rb * K);
+      });
+    }
+    a.xr = xr;
+  } else {
+    G4_CHECK(x != nullptr);
+    a.x = x;
+  }
+  return a;
+}
+
+void CpuExecutable::MatMulPart(const Activations& a, int rows, int K, const uint8_t* w, DType wt, int M, float scale,
+                               float* y, int ldy, int task) {
+  if (a.xq != nullptr) {
+    cpu::MatMulQ8(a.xq, a.sums, rows, K, w, wt, M, scale, y, ldy, a.group);
+  } else if (a.xr != nullptr) {
+    cpu::MatMulReordered(a.xr, rows, K, w, wt, M, scale, y, ldy);
+  } else {
+    cpu::MatMul(a.x, rows, K, w, wt, M, scale, y, ldy, task_scratch_[task].data());
+  }
 }
 
 void CpuExecutable::ParallelMatMulRaw(const float* x, int rows, int K, const uint8_t* w, DType wt, int M, float scale,
-                                      float* y, int ldy, cpu::ActBlockQ8* xq, float* sums) {
+                                      float* y, int ldy, cpu::ActBlockQ8* xq, float* sums, float* xr) {
   const size_t row_bytes = DTypeRowBytes(wt, K);
-  if (UsesQ8(wt, K)) {
-    const size_t units = static_cast<size_t>(K) / 32;
-    const int group = cpu::PreferredActGroup(wt, K);
-    if (x == nullptr) {
-      // Already quantised, with the same group, by the previous matmul of the same input in this
-      // Run (see Plan).
-    } else if (rows >= 2 * pool_->size()) {
-      pool_->ParallelFor(rows, [&](int, int64_t rb, int64_t re) {
-        cpu::QuantizeRowsQ8(x + rb * K, static_cast<int>(re - rb), K, xq + rb * units, sums + rb * 2 * units, group);
-      });
-    } else {
-      cpu::QuantizeRowsQ8(x, rows, K, xq, sums, group);
-    }
-    pool_->ParallelFor(M, [&](int, int64_t mb, int64_t me) {
-      cpu::MatMulQ8(xq, sums, rows, K, w + mb * row_bytes, wt, static_cast<int>(me - mb), scale, y + mb, ldy, group);
-    });
-    return;
-  }
+  const Activations a = Prepare(x, rows, K, wt, xq, sums, xr);
   pool_->ParallelFor(M, [&](int task, int64_t mb, int64_t me) {
-    cpu::MatMul(x, rows, K, w + mb * row_bytes, wt, static_cast<int>(me - mb), scale, y + mb, ldy,
-                task_scratch_[task].data());
+    MatMulPart(a, rows, K, w + mb * row_bytes, wt, static_cast<int>(me - mb), scale, y + mb, ldy, task);
+  });
+}
+
+void CpuExecutable::RunFusedMlp(int node, int rows, float* out) {
+  const Node& first = graph_.node(mlp_of_[node].first);
+  const Node& second = graph_.node(mlp_of_[node].second);
+  const auto& op1 = std::get<MatMulOp>(first.op);
+  const auto& op2 = std::get<MatMulOp>(second.op);
+  const int K = graph_.node(first.inputs[0]).cols;
+  const int M = static_cast<int>(op1.w->shape[0]);
+  const DType wt = op1.w->dtype;
+  const size_t row_bytes = DTypeRowBytes(wt, K);
+  if (UsesQ8(wt, K)) G4_CHECK(ws_->act_q8.size() >= static_cast<size_t>(K) / 32 * rows);  // sized by Plan
+  if (Reorders(wt, K)) G4_CHECK(ws_->act_reordered.size() >= static_cast<size_t>(K) * rows);
+  const Activations a = Prepare(act_reuse_[node] ? nullptr : Buf(first.inputs[0]), rows, K, wt, ws_->act_q8.data(),
+                                ws_->act_sums.data(), ws_->act_reordered.data());
+  pool_->ParallelFor(M, [&](int task, int64_t mb, int64_t me) {
+    float* y1 = mlp_scratch_[task].data();
+    float* y2 = y1 + static_cast<size_t>(rows) * kMlpCols;
+    for (int64_t c0 = mb; c0 < me; c0 += kMlpCols) {
+      const int c = static_cast<int>(std::min<int64_t>(kMlpCols, me - c0));
+      MatMulPart(a, rows, K, op1.w->data + c0 * row_bytes, wt, c, op1.out_scale, y1, c, task);
+      MatMulPart(a, rows, K, op2.w->data + c0 * row_bytes, wt, c, op2.out_scale, y2, c, task);
+      for (int r = 0; r < rows; ++r)
+        cpu::GeGlu(y1 + static_cast<size_t>(r) * c, y2 + static_cast<size_t>(r) * c, c, out + static_cast<size_t>(r) * M + c0);
+    }
   });
 }
 
@@ -387,6 +569,8 @@ void CpuExecutable::RunMoE(const MoEOp& op, const float* y, const float* r, floa
     moe_q8_.resize(blocks);
     moe_sums_.resize(2 * blocks);
   }
+  if ((Reorders(wt_gu, H) || Reorders(wt_dn, I)) && moe_reordered_.size() < R * std::max(H, I))
+    moe_reordered_.resize(R * std::max(H, I));
   float* z = moe_scratch_.data();
   float* probs = z + H;
   float* xin = probs + E;
@@ -430,13 +614,13 @@ void CpuExecutable::RunMoE(const MoEOp& op, const float* y, const float* r, floa
     for (int m = 0; m < n; ++m)
       std::memcpy(xin + static_cast<size_t>(m) * H, y + static_cast<size_t>(members[m] / k) * H, H * sizeof(float));
     ParallelMatMulRaw(xin, n, H, op.gate_up->data + e * gu_expert_bytes, wt_gu, 2 * I, 1.0f, gu, 2 * I,
-                      moe_q8_.data(), moe_sums_.data());
+                      moe_q8_.data(), moe_sums_.data(), moe_reordered_.empty() ? nullptr : moe_reordered_.data());
     for (int m = 0; m < n; ++m) {
       const float* g = gu + static_cast<size_t>(m) * 2 * I;
       cpu::GeGlu(g, g + I, I, act + static_cast<size_t>(m) * I);
     }
     ParallelMatMulRaw(act, n, I, op.down->data + e * dn_expert_bytes, wt_dn, H, 1.0f, eo, H, moe_q8_.data(),
-                      moe_sums_.data());
+                      moe_sums_.data(), moe_reordered_.empty() ? nullptr : moe_reordered_.data());
     // Experts run in increasing order, so every token still adds its experts' outputs in
     // increasing expert order.
     for (int m = 0; m < n; ++m) {

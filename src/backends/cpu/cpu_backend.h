@@ -16,6 +16,13 @@ struct CpuBackendOptions {
   // Gemma 3 270M (tests/greedy_llamacpp_test.cc). false: f32 activations for every weight type
   // (what transformers computes; the parity tests use it). Float weights always use f32.
   bool int8_activations = true;
+  // A gated MLP -- GeGlu(x W_gate^T, x W_up^T) where both matmuls read one x and feed only the
+  // GeGlu -- runs as one op over blocks of output columns: each thread computes the gate and up
+  // outputs of 64 columns into its own scratch and writes only their GeGlu, so the step never
+  // holds the two [tokens, mlp_width] outputs (2 x 8 KB per token on Gemma 3 270M, 2 x 48 KB on
+  // Gemma 4 E2B's wide layers). The same kernels on the same rows: the same bits as unfused
+  // (tests/greedy_llamacpp_test.cc, tests/golden_test.cc). false: three ops, for those tests.
+  bool fuse_mlp = true;
 };
 
 // threads: worker threads for matmuls and attention (>= 1; the caller's thread is one of them).

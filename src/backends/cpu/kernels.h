@@ -27,6 +27,22 @@ float GeluTanh(float x);
 // fused multiply-adds where the CPU has them). `scratch` is then unused.
 void MatMul(const float* x, int rows, int K, const uint8_t* w, DType wt, int M, float scale, float* y, int ldy,
             float* scratch);
+// Some weight types' SIMD kernels read the activations in another column order, which MatMul
+// writes first (rows x K floats per call and thread): BF16 weights are widened as u32 lanes, even
+// elements from the low halves and odd ones from the high halves, so x is read per chunk of 2N
+// columns (N = f32 lanes of the target: 8 on AVX2) as the chunk's even columns, then its odd ones.
+// A caller that splits one matmul across threads or runs several on one x (q, k, v; gate, up) can
+// reorder once and share it:
+//   MatMulReordersActivations(wt, K): whether MatMul reorders x for weights of type wt and inner
+//     size K (BF16 with K >= 2N on SIMD targets; false for every other type).
+//   ReorderActivations(wt, x, rows, K, xr): xr [rows, K] = x [rows, K] in that order; rows are
+//     independent (a thread may reorder a range of them). Only where MatMulReordersActivations.
+//   MatMulReordered(xr, ...): MatMul(x, ...) with x given as ReorderActivations wrote it for the
+//     same wt and K; the same bits as MatMul.
+bool MatMulReordersActivations(DType wt, int K);
+void ReorderActivations(DType wt, const float* x, int rows, int K, float* xr);
+void MatMulReordered(const float* xr, int rows, int K, const uint8_t* w, DType wt, int M, float scale, float* y,
+                     int ldy);
 // Scalar reference: converts each weight row with ConvertToF32, then f32 dot products with eight
 // interleaved accumulators.
 void MatMulReference(const float* x, int rows, int K, const uint8_t* w, DType wt, int M, float scale, float* y,
