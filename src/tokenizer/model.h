@@ -15,27 +15,32 @@
 
 namespace g4::tokenizer_internal {
 
-// text -> token id over a vocabulary it does not copy: an open-addressing table of ids (linear
-// probing, at most half full) whose keys are the tokens' own texts. 4 bytes per slot: 2 MiB for a
-// 262144-entry vocabulary, where an unordered_map<string, int32> held a node and a key copy per
-// token (~20 MB). The texts must not change while the index is used.
+// text -> token id over a vocabulary it does not copy: an open-addressing table (linear probing,
+// at most 3/4 full, any size: a slot is picked by multiplying the hash's high half by the size)
+// whose keys are the tokens' own texts. A slot is 4 bytes: the id in the low kIdBits bits and 8
+// bits of the text's hash above, so a probe compares texts only when those bits agree. 1.33 MiB
+// for a 262144-entry vocabulary (2 MiB at most half full with power-of-two sizes until
+// 2026-11-30; an unordered_map<string, int32> held a node and a key copy per token, ~20 MB). The
+// texts must not change while the index is used. Vocabularies of 2^24 tokens or more are refused.
 class TokenIndex {
  public:
+  static constexpr int kIdBits = 24;
+  static constexpr size_t kMaxTokens = (size_t{1} << kIdBits) - 1;  // ids < kMaxTokens
   // Indexes texts(0..n-1) (`texts(i)` returns a string_view that stays valid); the first id wins
-  // for duplicated texts.
+  // for duplicated texts. n < 2^kIdBits (the loaders check).
   template <typename TextOf>
   void Build(size_t n, TextOf&& texts) {
-    size_t cap = 16;
-    while (cap < 2 * n) cap *= 2;
-    slots_.assign(cap, -1);
+    const size_t cap = std::max<size_t>(16, n + n / 3 + 1);
+    slots_.assign(cap, kEmpty);
     for (size_t i = 0; i < n; ++i) {
       const std::string_view t = texts(i);
-      for (size_t s = Hash(t) & (cap - 1);; s = (s + 1) & (cap - 1)) {
-        if (slots_[s] < 0) {
-          slots_[s] = static_cast<int32_t>(i);
+      const size_t h = Hash(t);
+      for (size_t s = Start(h, cap);; s = s + 1 == cap ? 0 : s + 1) {
+        if (slots_[s] == kEmpty) {
+          slots_[s] = Tag(h) | static_cast<uint32_t>(i);
           break;
         }
-        if (texts(static_cast<size_t>(slots_[s])) == t) break;  // duplicate: keep the first id
+        if ((slots_[s] & ~kIdMask) == Tag(h) && texts(slots_[s] & kIdMask) == t) break;  // duplicate: keep the first
       }
     }
   }
@@ -43,17 +48,21 @@ class TokenIndex {
   template <typename TextOf>
   int32_t Find(std::string_view s, TextOf&& texts) const {
     if (slots_.empty()) return -1;
-    const size_t mask = slots_.size() - 1;
-    for (size_t k = Hash(s) & mask;; k = (k + 1) & mask) {
-      const int32_t id = slots_[k];
-      if (id < 0) return -1;
-      if (texts(static_cast<size_t>(id)) == s) return id;
+    const size_t h = Hash(s), cap = slots_.size();
+    for (size_t k = Start(h, cap);; k = k + 1 == cap ? 0 : k + 1) {
+      const uint32_t slot = slots_[k];
+      if (slot == kEmpty) return -1;
+      if ((slot & ~kIdMask) == Tag(h) && texts(slot & kIdMask) == s) return static_cast<int32_t>(slot & kIdMask);
     }
   }
 
  private:
+  static constexpr uint32_t kIdMask = (1u << kIdBits) - 1;
+  static constexpr uint32_t kEmpty = ~0u;  // id kIdMask with tag 0xFF: never a real slot (ids < kIdMask)
   static size_t Hash(std::string_view s) { return std::hash<std::string_view>{}(s); }
-  std::vector<int32_t> slots_;
+  static size_t Start(size_t h, size_t cap) { return static_cast<size_t>((static_cast<uint64_t>(h >> 32) * cap) >> 32); }
+  static uint32_t Tag(size_t h) { return static_cast<uint32_t>(h & 0xFF) << kIdBits; }
+  std::vector<uint32_t> slots_;
 };
 
 // The vocabulary by token id, struct-of-arrays: every text in one buffer addressed by 32-bit
@@ -70,6 +79,10 @@ class Vocab {
   // InvalidArgument if the texts add up to 4 GiB or more.
   template <typename TextOf>
   Status Assign(size_t n, TextOf&& text_of) {
+    if (n >= TokenIndex::kMaxTokens) {
+      return InvalidArgument("a vocabulary of " + std::to_string(n) + " tokens: at most " +
+                             std::to_string(TokenIndex::kMaxTokens - 1) + " are supported");
+    }
     text_.clear();
     offsets_.assign(1, 0);
     offsets_.reserve(n + 1);

@@ -136,7 +136,7 @@ class CpuExecutable : public Executable {
   };
   std::vector<FusedMlp> mlp_of_;
   std::vector<bool> fused_away_;
-  std::vector<std::vector<float>> mlp_scratch_;  // per pool task: both matmuls' outputs, rows x kMlpCols each
+  std::vector<std::vector<float>> mlp_scratch_;  // per pool task: the second matmul's output, rows x kMlpCols
   std::vector<std::vector<float>> task_scratch_;  // per pool task: one converted weight row
   // Every node output lives in the workspace arena (see Plan) at offset_of_[node] floats
   // (kNoBuffer: none); base_ is the arena as of the last Run.
@@ -193,7 +193,7 @@ void CpuExecutable::Plan() {
       if (nodes[a].rows != nodes[i].rows || nodes[b].rows != nodes[i].rows || nodes[a].cols != nodes[i].cols) continue;
       mlp_of_[i] = {a, b};
       fused_away_[a] = fused_away_[b] = true;
-      mlp_scratch = std::max(mlp_scratch, 2 * static_cast<size_t>(RowsOf(nodes[i])) * kMlpCols);
+      mlp_scratch = std::max(mlp_scratch, static_cast<size_t>(RowsOf(nodes[i])) * kMlpCols);
     }
   }
   mlp_scratch_.assign(mlp_scratch > 0 ? pool_->size() : 0, std::vector<float>(mlp_scratch, 0.0f));
@@ -514,15 +514,18 @@ void CpuExecutable::RunFusedMlp(int node, int rows, float* out) {
   if (Reorders(wt, K)) G4_CHECK(ws_->act_reordered.size() >= static_cast<size_t>(K) * rows);
   const Activations a = Prepare(act_reuse_[node] ? nullptr : Buf(first.inputs[0]), rows, K, wt, ws_->act_q8.data(),
                                 ws_->act_sums.data(), ws_->act_reordered.data());
+  // Per block of columns: the first matmul straight into out, the second into the thread's
+  // scratch, then GeGlu in place over out.
   pool_->ParallelFor(M, [&](int task, int64_t mb, int64_t me) {
-    float* y1 = mlp_scratch_[task].data();
-    float* y2 = y1 + static_cast<size_t>(rows) * kMlpCols;
+    float* y2 = mlp_scratch_[task].data();
     for (int64_t c0 = mb; c0 < me; c0 += kMlpCols) {
       const int c = static_cast<int>(std::min<int64_t>(kMlpCols, me - c0));
-      MatMulPart(a, rows, K, op1.w->data + c0 * row_bytes, wt, c, op1.out_scale, y1, c, task);
+      MatMulPart(a, rows, K, op1.w->data + c0 * row_bytes, wt, c, op1.out_scale, out + c0, M, task);
       MatMulPart(a, rows, K, op2.w->data + c0 * row_bytes, wt, c, op2.out_scale, y2, c, task);
-      for (int r = 0; r < rows; ++r)
-        cpu::GeGlu(y1 + static_cast<size_t>(r) * c, y2 + static_cast<size_t>(r) * c, c, out + static_cast<size_t>(r) * M + c0);
+      for (int r = 0; r < rows; ++r) {
+        float* o = out + static_cast<size_t>(r) * M + c0;
+        cpu::GeGlu(o, y2 + static_cast<size_t>(r) * c, c, o);
+      }
     }
   });
 }

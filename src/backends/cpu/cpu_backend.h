@@ -17,11 +17,12 @@ struct CpuBackendOptions {
   // (what transformers computes; the parity tests use it). Float weights always use f32.
   bool int8_activations = true;
   // A gated MLP -- GeGlu(x W_gate^T, x W_up^T) where both matmuls read one x and feed only the
-  // GeGlu -- runs as one op over blocks of output columns: each thread computes the gate and up
-  // outputs of 64 columns into its own scratch and writes only their GeGlu, so the step never
-  // holds the two [tokens, mlp_width] outputs (2 x 8 KB per token on Gemma 3 270M, 2 x 48 KB on
-  // Gemma 4 E2B's wide layers). The same kernels on the same rows: the same bits as unfused
-  // (tests/greedy_llamacpp_test.cc, tests/golden_test.cc). false: three ops, for those tests.
+  // GeGlu -- runs as one op over blocks of 64 output columns: each thread writes a block's gate
+  // outputs into the op's output, its up outputs into its own scratch [tokens, 64], then the
+  // GeGlu over the gate's, so the step never holds the two [tokens, mlp_width] outputs (2 x 8 KB
+  // per token on Gemma 3 270M, 2 x 48 KB on Gemma 4 E2B's wide layers). The same kernels on the
+  // same rows: the same bits as unfused (tests/greedy_llamacpp_test.cc, tests/golden_test.cc).
+  // false: three ops, for those tests.
   bool fuse_mlp = true;
 };
 
