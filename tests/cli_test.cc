@@ -238,6 +238,20 @@ TEST(CliTest, LogitsOfALongPromptAreTheSameWhateverTheChunk) {
   EXPECT_EQ(ja, jb);
 }
 
+// A prompt longer than the context: a clear error and no positions printed (the first 16 used to
+// be printed before the failure; found by a fresh user with a 141-token prompt at context 128).
+TEST(CliTest, LogitsOfAPromptLongerThanTheContextFailBeforePrintingAnything) {
+  std::string tokens = "2";
+  for (int i = 0; i < 19; ++i) (tokens += ',') += std::to_string(1000 + 37 * i);
+  CliResult r = RunCli("logits --tokens " + tokens + " -c 16 --top 1");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("the prompt has 20 tokens; the context size is 16"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("token 2\t"), std::string::npos) << r.out;  // no position line
+  CliResult fits = RunCli("logits --tokens " + tokens + " -c 20 --top 1");
+  EXPECT_EQ(fits.status, 0) << fits.out;
+  EXPECT_NE(fits.out.find("19\ttoken "), std::string::npos) << fits.out;
+}
+
 // As README says: `--tokens` in, text out; --show-ids adds the generated ids; a model without a
 // tokenizer prints the ids only.
 TEST(CliTest, TokenIdsInGiveTextOutAndIdsOnlyWhenAskedOrWithoutATokenizer) {

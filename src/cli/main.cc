@@ -293,6 +293,12 @@ int main(int argc, char** argv) {
     // (the step's output and `lg`): 128 MiB for Gemma's 262144-token vocabulary. The whole
     // prompt's would be prompt x V floats, twice: 2.6 GB for 1245 tokens. Logits are the same
     // bits however the prompt is cut (GreedyLlamaCppTest), so only the speed differs.
+    // A prompt longer than the context fails before the first position is printed (not after
+    // the positions that fit).
+    if (ids->size() > static_cast<size_t>(engine.options().max_context)) {
+      return Fail(g4::ResourceExhausted("the prompt has " + std::to_string(ids->size()) + " tokens; the context size is " +
+                                        std::to_string(engine.options().max_context) + " (-c to raise it)"));
+    }
     const size_t slice = static_cast<size_t>(std::min(chunk, 64));
     std::vector<float> lg;
     const int k = std::min(top, V);

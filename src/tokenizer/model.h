@@ -21,7 +21,8 @@ namespace g4::tokenizer_internal {
 // bits of the text's hash above, so a probe compares texts only when those bits agree. 1.33 MiB
 // for a 262144-entry vocabulary (2 MiB at most half full with power-of-two sizes until
 // 2026-11-30; an unordered_map<string, int32> held a node and a key copy per token, ~20 MB). The
-// texts must not change while the index is used. Vocabularies of 2^24 tokens or more are refused.
+// texts must not change while the index is used. Vocabularies of kMaxTokens (2^24 - 1) tokens or
+// more are refused (Vocab::Assign).
 class TokenIndex {
  public:
   static constexpr int kIdBits = 24;
