@@ -45,6 +45,7 @@ class CpuWorkspace {
   std::vector<cpu::ActBlockQ8> act_q8;  // int8 activation blocks of the current matmul
   std::vector<float> act_sums;          // and their half sums
   std::vector<float> act_reordered;     // or its f32 activations in its kernel's order (BF16)
+  std::vector<std::vector<float>> mlp;  // per pool task: a fused MLP's second matmul, [rows, kMlpCols]
 
  private:
   struct ArenaDelete {
@@ -136,7 +137,6 @@ class CpuExecutable : public Executable {
   };
   std::vector<FusedMlp> mlp_of_;
   std::vector<bool> fused_away_;
-  std::vector<std::vector<float>> mlp_scratch_;  // per pool task: the second matmul's output, rows x kMlpCols
   std::vector<std::vector<float>> task_scratch_;  // per pool task: one converted weight row
   // Every node output lives in the workspace arena (see Plan) at offset_of_[node] floats
   // (kNoBuffer: none); base_ is the arena as of the last Run.
@@ -196,7 +196,14 @@ void CpuExecutable::Plan() {
       mlp_scratch = std::max(mlp_scratch, static_cast<size_t>(RowsOf(nodes[i])) * kMlpCols);
     }
   }
-  mlp_scratch_.assign(mlp_scratch > 0 ? pool_->size() : 0, std::vector<float>(mlp_scratch, 0.0f));
+  if (mlp_scratch > 0) {  // in the workspace, shared by the executables (steps run one at a time)
+    if (ws_->mlp.size() < static_cast<size_t>(pool_->size())) ws_->mlp.resize(pool_->size());
+    for (auto& v : ws_->mlp)
+      if (v.size() < mlp_scratch) {
+        v = {};
+        v.resize(mlp_scratch);
+      }
+  }
   // A fused MLP prepares its input where its GeGlu node runs: the trackers below see it there.
   auto matmul_at = [&](int i) -> const Node* {
     if (fused_away_[i]) return nullptr;
@@ -517,7 +524,7 @@ void CpuExecutable::RunFusedMlp(int node, int rows, float* out) {
   // Per block of columns: the first matmul straight into out, the second into the thread's
   // scratch, then GeGlu in place over out.
   pool_->ParallelFor(M, [&](int task, int64_t mb, int64_t me) {
-    float* y2 = mlp_scratch_[task].data();
+    float* y2 = ws_->mlp[task].data();
     for (int64_t c0 = mb; c0 < me; c0 += kMlpCols) {
       const int c = static_cast<int>(std::min<int64_t>(kMlpCols, me - c0));
       MatMulPart(a, rows, K, op1.w->data + c0 * row_bytes, wt, c, op1.out_scale, out + c0, M, task);

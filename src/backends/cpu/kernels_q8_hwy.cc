@@ -678,11 +678,12 @@ void MatMulFmt(const ActBlockQ8* xq, const float* sums, int rows, int K, const u
   if constexpr (Fmt::kPaired) {
     // The paired tiles add their offsets per unit: the two half sums of each activation unit,
     // added once here rather than in every tile (an own tile, Q6_K's, applies its offset itself).
+    // Per tile of at most kPairRows activation rows (a thread-local buffer of kPairRows x units
+    // floats, not one of rows x units: 128 KiB per thread for a 512-row step at K = 2048).
     thread_local std::vector<float> usums;
     if constexpr (Fmt::kOffset && !Fmt::kOwnTile) {
-      const size_t n = static_cast<size_t>(rows) * units;
+      const size_t n = static_cast<size_t>(kPairRows) * units;
       if (usums.size() < n) usums.resize(n);
-      for (size_t i = 0; i < n; ++i) usums[i] = sums[2 * i] + sums[2 * i + 1];
     }
     for (int m0 = 0; m0 < M; m0 += group) {
       const int m1 = std::min(M, m0 + group);
@@ -690,7 +691,10 @@ void MatMulFmt(const ActBlockQ8* xq, const float* sums, int rows, int K, const u
         const int R = std::min(kPairRows, rows - r0);
         const ActBlockQ8* xr = xq + static_cast<size_t>(r0) * units;
         const float* sr = sums + static_cast<size_t>(r0) * 2 * units;
-        const float* ur = usums.data() + static_cast<size_t>(r0) * units;
+        if constexpr (Fmt::kOffset && !Fmt::kOwnTile) {
+          for (size_t i = 0; i < static_cast<size_t>(R) * units; ++i) usums[i] = sr[2 * i] + sr[2 * i + 1];
+        }
+        const float* ur = usums.data();
         float* yr = y + static_cast<size_t>(r0) * ldy;
         const auto tile = [&](auto shared) {
           constexpr bool kShared = decltype(shared)::value;
