@@ -7,8 +7,6 @@
 //   gemma4rt bench    [-m MODEL] [-t T] [-p 512] [-n 128] [--depth 0,1024] [--json]  (src/cli/bench.h)
 // MODEL defaults to $GEMMA4RT_MODEL, else the default model fetched by
 // scripts/fetch-default-model.sh (~/.cache/gemma4rt/gemma-3-270m-q4_k_m.gguf).
-
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -18,7 +16,6 @@
 #include <span>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <unistd.h>
@@ -289,16 +286,16 @@ int main(int argc, char** argv) {
   const int V = engine.config().vocab;
 
   if (logits->parsed()) {
-    // At most 64 positions at a time (--chunk if smaller), so that 64 x V logits are held, twice
-    // (the step's output and `lg`): 128 MiB for Gemma's 262144-token vocabulary. The whole
-    // prompt's would be prompt x V floats, twice: 2.6 GB for 1245 tokens. Logits are the same
-    // bits however the prompt is cut (GreedyLlamaCppTest), so only the speed differs.
     // A prompt longer than the context fails before the first position is printed (not after
     // the positions that fit).
     if (ids->size() > static_cast<size_t>(engine.options().max_context)) {
       return Fail(g4::ResourceExhausted("the prompt has " + std::to_string(ids->size()) + " tokens; the context size is " +
                                         std::to_string(engine.options().max_context) + " (-c to raise it)"));
     }
+    // At most 64 positions at a time (--chunk if smaller), so that 64 x V logits are held, twice
+    // (the step's output and `lg`): 128 MiB for Gemma's 262144-token vocabulary. The whole
+    // prompt's would be prompt x V floats, twice: 2.6 GB for 1245 tokens. Logits are the same
+    // bits however the prompt is cut (GreedyLlamaCppTest), so only the speed differs.
     const size_t slice = static_cast<size_t>(std::min(chunk, 64));
     std::vector<float> lg;
     const int k = std::min(top, V);

@@ -120,6 +120,8 @@ class CpuExecutable : public Executable {
   // reorders its own copy inside cpu::MatMul.
   void ParallelMatMulRaw(const float* x, int rows, int K, const uint8_t* w, DType wt, int M, float scale, float* y,
                          int ldy, cpu::ActBlockQ8* xq, float* sums, float* xr);
+  // Aborts unless the workspace holds int8 blocks / reordered floats for rows x K (Plan sizes it).
+  void CheckWorkspace(DType wt, int K, int rows) const;
   // Runs fn(row_begin, row_end) over [0, rows), split across the pool when there are rows enough.
   template <class Fn>
   void ForRows(int rows, Fn&& fn);
@@ -443,9 +445,13 @@ void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
   }
 }
 
+void CpuExecutable::CheckWorkspace(DType wt, int K, int rows) const {  // sized by Plan
+  if (UsesQ8(wt, K)) G4_CHECK(ws_->act_q8.size() >= static_cast<size_t>(K) / 32 * rows);
+  if (Reorders(wt, K)) G4_CHECK(ws_->act_reordered.size() >= static_cast<size_t>(K) * rows);
+}
+
 void CpuExecutable::ParallelMatMul(const float* x, int rows, int K, const Tensor& w, float scale, float* y) {
-  if (UsesQ8(w, K)) G4_CHECK(ws_->act_q8.size() >= static_cast<size_t>(K) / 32 * rows);  // sized by Plan
-  if (Reorders(w.dtype, K)) G4_CHECK(ws_->act_reordered.size() >= static_cast<size_t>(K) * rows);
+  CheckWorkspace(w.dtype, K, rows);
   ParallelMatMulRaw(x, rows, K, w.data, w.dtype, static_cast<int>(w.shape[0]), scale, y, static_cast<int>(w.shape[0]),
                     ws_->act_q8.data(), ws_->act_sums.data(), ws_->act_reordered.data());
 }
@@ -517,8 +523,7 @@ void CpuExecutable::RunFusedMlp(int node, int rows, float* out) {
   const int M = static_cast<int>(op1.w->shape[0]);
   const DType wt = op1.w->dtype;
   const size_t row_bytes = DTypeRowBytes(wt, K);
-  if (UsesQ8(wt, K)) G4_CHECK(ws_->act_q8.size() >= static_cast<size_t>(K) / 32 * rows);  // sized by Plan
-  if (Reorders(wt, K)) G4_CHECK(ws_->act_reordered.size() >= static_cast<size_t>(K) * rows);
+  CheckWorkspace(wt, K, rows);
   const Activations a = Prepare(act_reuse_[node] ? nullptr : Buf(first.inputs[0]), rows, K, wt, ws_->act_q8.data(),
                                 ws_->act_sums.data(), ws_->act_reordered.data());
   // Per block of columns: the first matmul straight into out, the second into the thread's

@@ -36,9 +36,10 @@ void MatMul(const float* x, int rows, int K, const uint8_t* w, DType wt, int M, 
 //   MatMulReordersActivations(wt, K): whether MatMul reorders x for weights of type wt and inner
 //     size K (BF16 with K >= 2N on SIMD targets; false for every other type).
 //   ReorderActivations(wt, x, rows, K, xr): xr [rows, K] = x [rows, K] in that order; rows are
-//     independent (a thread may reorder a range of them). Only where MatMulReordersActivations.
+//     independent (a thread may reorder a range of them). Only where MatMulReordersActivations
+//     (G4_CHECK aborts otherwise: a caller bug, not an input error).
 //   MatMulReordered(xr, ...): MatMul(x, ...) with x given as ReorderActivations wrote it for the
-//     same wt and K; the same bits as MatMul.
+//     same wt and K; the same bits as MatMul. The same precondition.
 bool MatMulReordersActivations(DType wt, int K);
 void ReorderActivations(DType wt, const float* x, int rows, int K, float* xr);
 void MatMulReordered(const float* xr, int rows, int K, const uint8_t* w, DType wt, int M, float scale, float* y,
