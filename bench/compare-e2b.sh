@@ -30,13 +30,15 @@
 # fraction, and the two targets: decode >= 80% of the bandwidth limit, >= 1.0x llama.cpp).
 #
 # Environment: GEMMA4RT_BIN (default build/gemma4rt), GEMMA4RT_CACHE, E2B_SYNTH_DIR, E2B_GGUF_DIR,
-# LLAMA_CPP_PYTHON_VERSION (default 0.3.36), PYTHON (default python3; needs numpy, torch,
-# transformers, safetensors, sentencepiece for the converter; gguf-py comes from the sdist).
+# LLAMA_CPP_PYTHON_VERSION (default 0.3.36), PYTHON (the Python that runs the checkpoint writer
+# and llama.cpp's converter; it needs numpy, torch, transformers, safetensors, sentencepiece;
+# gguf-py comes from the sdist). Without PYTHON, a venv in $GEMMA4RT_CACHE/bench-venv is made once
+# with those packages from PyPI (torch's PyPI wheel: a few GB, once).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 CACHE="${GEMMA4RT_CACHE:-$HOME/.cache/gemma4rt}"
 VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
-PY="${PYTHON:-python3}"
+PY="${PYTHON:-}"
 SYNTH="${E2B_SYNTH_DIR:-$CACHE/e2b-synth}"
 GGUF_DIR="${E2B_GGUF_DIR:-$CACHE/e2b-synth-gguf}"
 THREADS="$(nproc)"
@@ -49,7 +51,7 @@ HF=1
 PREPARE_ONLY=0
 OUT=""
 
-usage() { sed -n '2,34p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case "$1" in
     -t) THREADS="$2"; shift 2 ;;
@@ -84,6 +86,21 @@ stage_end() {  # name note
 }
 log "results in $OUT"
 
+# ---- 0. Python for the checkpoint writer and the converter ------------------------------------
+PY_MODULES='import numpy, torch, transformers, safetensors, sentencepiece'
+if [ -z "$PY" ]; then
+  VENV="$CACHE/bench-venv"
+  if ! "$VENV/bin/python" -c "$PY_MODULES" 2>/dev/null; then
+    log "installing numpy, torch, transformers, safetensors, sentencepiece into $VENV (once)"
+    python3 -m venv "$VENV"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+      "numpy>=1.26,<3" "torch>=2.4" "transformers==5.24.0" "safetensors>=0.4" "sentencepiece>=0.2" "protobuf>=4"
+  fi
+  PY="$VENV/bin/python"
+fi
+"$PY" -c "$PY_MODULES" 2>/dev/null \
+  || { log "$PY lacks one of numpy, torch, transformers, safetensors, sentencepiece"; exit 1; }
+
 # ---- 1. checkpoint ---------------------------------------------------------------------------
 stage_start
 check_ckpt() { "$PY" "$ROOT/tools/make_synthetic_e2b.py" "$1" --check 2>/dev/null; }
@@ -114,8 +131,6 @@ stage_start
 if [ -s "$BF16" ]; then
   stage_end convert-bf16 "cached $BF16"
 else
-  "$PY" -c 'import numpy, torch, transformers, safetensors, sentencepiece' 2>/dev/null \
-    || { log "the converter needs numpy, torch, transformers, safetensors, sentencepiece in $PY"; exit 1; }
   # The directory name becomes the GGUF's general.name.
   STAGE="$GGUF_DIR/hf-input/gemma-4-e2b-synthetic"
   rm -rf "$GGUF_DIR/hf-input"

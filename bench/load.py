@@ -8,7 +8,11 @@ figure, the error count (must be 0; exit status 1 otherwise) and the server's re
 (VmRSS from /proc/PID/status) before, at peak and after. Bounded: --timeout seconds overall.
 
   python bench/load.py --url http://127.0.0.1:8080 --pid SERVER_PID [--api-key KEY]
-                       [--concurrency 32] [--requests 64] [--max-tokens 16]
+                       [--concurrency 32] [--requests 64] [--max-tokens 16] [--prompt-file F]
+--prompt-file F: every other request of phase 2 sends 5000 characters of F (starting 50 x i
+characters in, so the prompts differ) instead of a short prompt: long prefills mixed with decodes.
+The server's peak is reported twice: sampled VmRSS (every 0.25 s) and VmHWM (the kernel's exact
+high-water mark since the server started).
 Needs httpx (scripts/bench-load.sh sets up a venv and a server).
 """
 
@@ -33,13 +37,13 @@ PROMPTS = [
 ]
 
 
-def rss_kib(pid):
+def rss_kib(pid, field="VmRSS"):
     if not pid:
         return None
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1])
     except OSError:
         return None
@@ -50,7 +54,8 @@ async def one_stream(client, args, model, i):
     """One streaming completion. Returns dict(tokens, ttft, decode_tps, seconds) or raises."""
     body = {
         "model": model,
-        "prompt": PROMPTS[i % len(PROMPTS)],
+        "prompt": PROMPTS[i % len(PROMPTS)] if not (args.long_text and i >= 1000 and i % 2 == 0)
+        else args.long_text[(50 * i) % max(1, len(args.long_text) - 5000):][:5000],
         "max_tokens": args.max_tokens,
         "temperature": 0.7,
         "seed": i,
@@ -161,7 +166,8 @@ async def run(args):
         print(f"    {e}")
     if rss_before:
         print(f"server VmRSS: before {rss_before / 1024:.1f} MiB, peak {peak / 1024:.1f} MiB, "
-              f"after {rss_after / 1024:.1f} MiB (delta {(rss_after - rss_before) / 1024:+.1f} MiB)")
+              f"after {rss_after / 1024:.1f} MiB (delta {(rss_after - rss_before) / 1024:+.1f} MiB); "
+              f"VmHWM {(rss_kib(args.pid, 'VmHWM') or 0) / 1024:.1f} MiB")
     return 0 if not errors and len(results) == args.requests else 1
 
 
@@ -174,7 +180,14 @@ def main():
     p.add_argument("--requests", type=int, default=64)
     p.add_argument("--max-tokens", type=int, default=16)
     p.add_argument("--timeout", type=float, default=900, help="seconds for the whole load phase")
+    p.add_argument("--prompt-file", default="", help="long prompts for every other request (see above)")
     args = p.parse_args()
+    args.long_text = ""
+    if args.prompt_file:
+        with open(args.prompt_file, encoding="utf-8") as f:
+            args.long_text = f.read()
+        if not args.long_text:
+            sys.exit(f"load.py: {args.prompt_file} is empty")
     if not args.url.startswith(("http://127.", "http://localhost", "http://[::1]")):
         sys.exit("load.py: loopback URLs only")
     sys.exit(asyncio.run(run(args)))

@@ -4,7 +4,8 @@
 # MAX_TOKENS tokens; aggregate and per-stream tokens/s, errors, server VmRSS), stops the server.
 # Installs httpx from PyPI into the venv under build/ once. To load an already running server
 # instead: build/clients-venv/bin/python bench/load.py --url URL --pid PID [--api-key KEY].
-#   NP=8 CONCURRENCY=32 REQUESTS=64 MAX_TOKENS=16 CTX=1024 THREADS=(all cores) scripts/bench-load.sh
+#   NP=8 CONCURRENCY=32 REQUESTS=64 MAX_TOKENS=16 CTX=1024 THREADS=(all cores) PROMPT_FILE= scripts/bench-load.sh
+# PROMPT_FILE: every other request sends 5000 characters of this file (load.py --prompt-file).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN="${GEMMA4RT_BIN:-./build/gemma4rt}"
@@ -32,4 +33,5 @@ for _ in $(seq 1 600); do
   sleep 0.2
 done
 "$VENV/bin/python" bench/load.py --url "http://127.0.0.1:$PORT" --pid "$SERVER_PID" \
-  --concurrency "${CONCURRENCY:-32}" --requests "${REQUESTS:-64}" --max-tokens "${MAX_TOKENS:-16}" --timeout "${TIMEOUT:-900}"
+  --concurrency "${CONCURRENCY:-32}" --requests "${REQUESTS:-64}" --max-tokens "${MAX_TOKENS:-16}" --timeout "${TIMEOUT:-900}" \
+  ${PROMPT_FILE:+--prompt-file "$PROMPT_FILE"}

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <span>
@@ -192,6 +193,44 @@ TEST_P(GoldenTest, BatchedDecodeOfTwoSequencesMatchesSingle) {
     ++p0;
     ++p1;
   }
+}
+
+// Engine::StepLogits is the last step's logits without a copy: the bits Prefill and Decode copy
+// out, one row per decoded sequence in the order given; empty before any step and after a
+// failed one; and overwriting it (as in-place sampling does) changes nothing the next step reads.
+TEST_P(GoldenTest, StepLogitsAreTheCopiedLogitsInPlace) {
+  Reference ref = LoadReference(GetParam());
+  auto engine = MakeEngine(GetParam(), 4, /*max_seqs=*/2);
+  auto twin = MakeEngine(GetParam(), 4, /*max_seqs=*/2);
+  ASSERT_TRUE(engine != nullptr && twin != nullptr);
+  const size_t V = static_cast<size_t>(engine->config().vocab);
+  EXPECT_TRUE(engine->StepLogits().empty());
+  auto same = [](std::span<const float> a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](float x, float y) {
+             return std::memcmp(&x, &y, sizeof x) == 0;
+           });
+  };
+  std::vector<float> want;
+  ASSERT_TRUE(engine->Prefill(0, std::span<const int32_t>(ref.ids).first(11), false, nullptr).ok());
+  ASSERT_TRUE(twin->Prefill(0, std::span<const int32_t>(ref.ids).first(11), false, &want).ok());
+  EXPECT_TRUE(same(engine->StepLogits(), want));
+  std::fill(engine->StepLogits().begin(), engine->StepLogits().end(), -1e30f);  // the sampler's writes
+  ASSERT_TRUE(engine->Prefill(1, std::span<const int32_t>(ref.ids).first(6), false, nullptr).ok());
+  ASSERT_TRUE(twin->Prefill(1, std::span<const int32_t>(ref.ids).first(6), false, &want).ok());
+  EXPECT_TRUE(same(engine->StepLogits(), want));
+  const int32_t seqs[2] = {1, 0};
+  const int32_t toks[2] = {ref.ids[6], ref.ids[11]};
+  for (int step = 0; step < 3; ++step) {
+    ASSERT_TRUE(engine->Decode(seqs, toks, nullptr).ok());
+    ASSERT_TRUE(twin->Decode(seqs, toks, &want).ok());
+    ASSERT_EQ(engine->StepLogits().size(), 2 * V);
+    EXPECT_TRUE(same(engine->StepLogits(), want)) << "decode step " << step;
+    std::fill(engine->StepLogits().begin(), engine->StepLogits().end(), 0.0f);
+  }
+  const int32_t bad = static_cast<int32_t>(V) + 7;
+  EXPECT_EQ(engine->Decode(std::span<const int32_t>(seqs, 1), std::span<const int32_t>(&bad, 1), nullptr).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_TRUE(engine->StepLogits().empty());
 }
 
 // Structural: KV-shared layers own no cache, read their donor's, and no KvWrite targets a

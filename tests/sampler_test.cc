@@ -331,6 +331,42 @@ TEST(SamplerTest, FrequenciesMatchTemperatureScaledDistribution) {
   CheckFrequencies(0.5f, {0.2, 0.3, 0.5}, {0.04 / 0.38, 0.09 / 0.38, 0.25 / 0.38});
 }
 
+// SampleInPlace chooses what Sample chooses (same RNG draws) for every filter and penalty, and
+// leaves the adjusted logits in the row: suppressed ids at -inf, biases added, penalties applied.
+TEST(SamplerTest, SampleInPlaceChoosesAsSampleAndLeavesTheAdjustedRow) {
+  std::vector<float> logits(300);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = std::sin(0.37f * static_cast<float>(i)) * 3.0f;
+  SamplingParams p;
+  p.temperature = 0.9f;
+  p.top_p = 0.9f;
+  p.seed = 11;
+  p.repetition_penalty = 1.3f;
+  p.frequency_penalty = 0.5f;
+  p.presence_penalty = 0.25f;
+  p.suppress_tokens = {4, 17};
+  p.logit_bias = {{5, 2.0f}, {40, -3.0f}};
+  for (int top_k : {0, 20}) {
+    p.top_k = top_k;
+    Sampler a = Make(p), b = Make(p);
+    Ids out;
+    const Ids prompt = {3, 5, 9};
+    for (int step = 0; step < 50; ++step) {
+      std::vector<float> row = logits;
+      auto x = a.Sample(logits, prompt, out);
+      auto y = b.SampleInPlace(row, prompt, out);
+      ASSERT_TRUE(x.ok() && y.ok());
+      ASSERT_EQ(*x, *y) << "top_k " << top_k << " step " << step;
+      EXPECT_EQ(row[4], -std::numeric_limits<float>::infinity());
+      EXPECT_EQ(row[17], -std::numeric_limits<float>::infinity());
+      if (std::find(out.begin(), out.end(), 40) == out.end()) EXPECT_EQ(row[40], logits[40] - 3.0f);
+      // id 9 while it is in the prompt only: the repetition penalty alone.
+      if (std::find(out.begin(), out.end(), 9) == out.end())
+        EXPECT_EQ(row[9], logits[9] > 0 ? logits[9] / 1.3f : logits[9] * 1.3f);
+      out.push_back(*x);
+    }
+  }
+}
+
 TEST(SamplerTest, SampleErrors) {
   Sampler s = Make(SamplingParams{});
   EXPECT_EQ(s.Sample(std::vector<float>{}, {}, {}).status().code(), StatusCode::kInvalidArgument);

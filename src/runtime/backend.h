@@ -26,11 +26,12 @@ struct StepInput {
   std::span<const int32_t> output_rows;
 };
 
-// A read-only view of an exported output after Run: data [rows, cols] row-major f32, valid until
-// the next Run or Compile of any executable of the same backend (a backend may share step memory
-// between its executables, since steps run one at a time).
+// A view of an exported output after Run: data [rows, cols] row-major f32 in the backend's step
+// memory, valid until the next Run or Compile of any executable of the same backend (a backend
+// may share step memory between its executables, since steps run one at a time). The caller may
+// overwrite it (the scheduler samples logits in place); the next Run does not read it.
 struct OutputView {
-  const float* data = nullptr;
+  float* data = nullptr;
   int rows = 0;
   int cols = 0;
 };

@@ -70,6 +70,7 @@ StatusOr<Executable*> Engine::GetExecutable(int num_tokens, int num_output_rows,
 
 Status Engine::Prefill(int seq, std::span<const int32_t> tokens, bool all_logits, std::vector<float>* logits,
                        std::map<std::string, std::vector<float>>* captured) {
+  last_exe_ = nullptr;
   if (seq < 0 || seq >= cache_.max_seqs()) return InvalidArgument("sequence " + std::to_string(seq) + " is out of range");
   if (tokens.empty()) return InvalidArgument("prefill needs at least one token");
   G4_RETURN_IF_ERROR(CheckTokens(tokens));
@@ -93,6 +94,7 @@ Status Engine::Prefill(int seq, std::span<const int32_t> tokens, bool all_logits
     StepInput in{tokens.subspan(begin, len), pos_buf_, seq_buf_, out_buf_};
     exe->Run(in, cache_);
     cache_.set_length(seq, cache_.length(seq) + len);
+    last_exe_ = exe;
     if (logits && out_rows > 0) {
       OutputView lv = exe->Output("logits");
       float* dst = all_logits ? logits->data() + static_cast<size_t>(begin) * V : logits->data();
@@ -111,6 +113,7 @@ Status Engine::Prefill(int seq, std::span<const int32_t> tokens, bool all_logits
 }
 
 Status Engine::Decode(std::span<const int32_t> seqs, std::span<const int32_t> tokens, std::vector<float>* logits) {
+  last_exe_ = nullptr;
   if (seqs.empty() || seqs.size() != tokens.size()) return InvalidArgument("decode needs one token per sequence");
   G4_RETURN_IF_ERROR(CheckTokens(tokens));
   std::set<int32_t> seen;
@@ -131,11 +134,18 @@ Status Engine::Decode(std::span<const int32_t> seqs, std::span<const int32_t> to
   StepInput in{tokens, pos_buf_, seqs, out_buf_};
   exe->Run(in, cache_);
   for (int b = 0; b < B; ++b) cache_.set_length(seqs[b], cache_.length(seqs[b]) + 1);
+  last_exe_ = exe;
   if (logits) {
     OutputView lv = exe->Output("logits");
     logits->assign(lv.data, lv.data + static_cast<size_t>(lv.rows) * lv.cols);
   }
   return OkStatus();
+}
+
+std::span<float> Engine::StepLogits() const {
+  if (!last_exe_) return {};
+  OutputView lv = last_exe_->Output("logits");
+  return {lv.data, static_cast<size_t>(lv.rows) * lv.cols};
 }
 
 }  // namespace g4

@@ -92,13 +92,13 @@ Status Generate(Engine& engine, const Tokenizer* tokenizer, int seq, const Gener
 
   engine.ResetSequence(seq);
   const auto t0 = Clock::now();
-  std::vector<float> logits;
-  G4_RETURN_IF_ERROR(engine.Prefill(seq, req.prompt, false, &logits));
+  // Each step's logits are sampled in place in the engine's step memory (no copy).
+  G4_RETURN_IF_ERROR(engine.Prefill(seq, req.prompt, false, nullptr));
   const auto t1 = Clock::now();
   result->prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
   result->finish_reason = "length";
   for (int i = 0; i < req.max_tokens; ++i) {
-    G4_ASSIGN_OR_RETURN(int32_t next, sampler.Sample(logits, req.prompt, result->tokens));
+    G4_ASSIGN_OR_RETURN(int32_t next, sampler.SampleInPlace(engine.StepLogits(), req.prompt, result->tokens));
     result->tokens.push_back(next);
     if (is_stop_token(next)) {
       result->finish_reason = "stop";
@@ -111,7 +111,7 @@ Status Generate(Engine& engine, const Tokenizer* tokenizer, int seq, const Gener
       break;
     }
     if (i + 1 == req.max_tokens) break;
-    G4_RETURN_IF_ERROR(engine.Decode(std::span<const int32_t>(&seq, 1), std::span<const int32_t>(&next, 1), &logits));
+    G4_RETURN_IF_ERROR(engine.Decode(std::span<const int32_t>(&seq, 1), std::span<const int32_t>(&next, 1), nullptr));
   }
   if (!stops.stopped()) {
     StopMatcher::Result r = stops.Feed(detok ? detok->Flush() : std::string());

@@ -104,7 +104,7 @@ double Sampler::NextUniform() {
   return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
 }
 
-Status Sampler::ApplyPenaltiesAndMasks(std::span<const float> logits, std::span<const int32_t> prompt_tokens,
+Status Sampler::ApplyPenaltiesAndMasks(std::span<float> logits, std::span<const int32_t> prompt_tokens,
                                        std::span<const int32_t> output_tokens) {
   const auto vocab = static_cast<int64_t>(logits.size());
   for (size_t i = 0; i < prompt_tokens.size(); ++i) {
@@ -119,8 +119,6 @@ Status Sampler::ApplyPenaltiesAndMasks(std::span<const float> logits, std::span<
                              " is outside the vocabulary [0, " + std::to_string(vocab) + ")");
     }
   }
-  work_.assign(logits.begin(), logits.end());
-
   const float rep = params_.repetition_penalty;
   const float freq = params_.frequency_penalty;
   const float pres = params_.presence_penalty;
@@ -144,7 +142,7 @@ Status Sampler::ApplyPenaltiesAndMasks(std::span<const float> logits, std::span<
       ++output_count_[t];
     }
     for (int32_t t : touched_) {
-      float& l = work_[t];
+      float& l = logits[t];
       if (rep != 1.0f) l = l > 0.0f ? l / rep : l * rep;  // step 1, once per distinct id
       const int32_t count = output_count_[t];
       if (count > 0) l -= static_cast<float>(count) * freq + pres;  // step 2
@@ -153,13 +151,19 @@ Status Sampler::ApplyPenaltiesAndMasks(std::span<const float> logits, std::span<
     }
     touched_.clear();
   }
-  for (int32_t t : params_.suppress_tokens) work_[t] = kNegInf;  // step 3
-  for (const auto& [id, bias] : params_.logit_bias) work_[id] += bias;  // step 4
+  for (int32_t t : params_.suppress_tokens) logits[t] = kNegInf;  // step 3
+  for (const auto& [id, bias] : params_.logit_bias) logits[id] += bias;  // step 4
   return OkStatus();
 }
 
 StatusOr<int32_t> Sampler::Sample(std::span<const float> logits, std::span<const int32_t> prompt_tokens,
                                   std::span<const int32_t> output_tokens) {
+  work_.assign(logits.begin(), logits.end());
+  return SampleInPlace(work_, prompt_tokens, output_tokens);
+}
+
+StatusOr<int32_t> Sampler::SampleInPlace(std::span<float> logits, std::span<const int32_t> prompt_tokens,
+                                         std::span<const int32_t> output_tokens) {
   if (logits.empty()) return InvalidArgument("logits: empty row (vocabulary size 0)");
   if (logits.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
     return InvalidArgument("logits: row of " + std::to_string(logits.size()) + " entries exceeds int32 ids");
@@ -172,7 +176,7 @@ StatusOr<int32_t> Sampler::Sample(std::span<const float> logits, std::span<const
   float best = kNegInf;
   int32_t best_id = -1;
   for (int32_t i = 0; i < vocab; ++i) {
-    const float x = work_[i];
+    const float x = logits[i];
     if (std::isnan(x)) return Internal("logits[" + std::to_string(i) + "] is NaN");
     if (x == std::numeric_limits<float>::infinity()) {
       return Internal("logits[" + std::to_string(i) + "] is +inf");
@@ -198,7 +202,7 @@ StatusOr<int32_t> Sampler::Sample(std::span<const float> logits, std::span<const
     // O(log k) per replacement (few for real logits). Raw logits rank like scaled ones.
     const auto k = static_cast<size_t>(params_.top_k);
     for (int32_t i = 0; i < vocab; ++i) {
-      const float x = work_[i];
+      const float x = logits[i];
       if (!(x > kNegInf)) continue;
       if (cand_.size() < k) {
         cand_.push_back({x, i});
@@ -214,7 +218,7 @@ StatusOr<int32_t> Sampler::Sample(std::span<const float> logits, std::span<const
     ranked = true;
   } else {
     for (int32_t i = 0; i < vocab; ++i) {
-      if (work_[i] > kNegInf) cand_.push_back({(work_[i] - best) * inv_t, i});
+      if (logits[i] > kNegInf) cand_.push_back({(logits[i] - best) * inv_t, i});
     }
   }
   weight_.resize(cand_.size());

@@ -56,8 +56,8 @@ struct Scheduler::Slot {
   std::optional<StopMatcher> stops;
   std::optional<IncrementalDetokenizer> detok;
   int prefilled = 0;                     // prompt tokens already in the cache
-  bool has_logits = false;               // `logits` holds the next-token distribution
-  std::vector<float> logits;
+  bool has_token = false;                // next_token is sampled and waits for a decode step
+  int32_t next_token = 0;
   std::vector<int32_t> generated;
   std::string degenerate;
   Clock::time_point admitted, first_token, last_token;
@@ -172,14 +172,61 @@ void Scheduler::Finish(Slot& s, const std::string& reason, const Status& error) 
   s.detok.reset();
   s.generated.clear();
   s.degenerate.clear();
-  s.has_logits = false;
+  s.has_token = false;
   s.prefilled = 0;
+}
+
+bool Scheduler::SampleNext(Slot& s, std::span<float> logits) {
+  StatusOr<int32_t> next = s.sampler->SampleInPlace(logits, s.p->req.prompt, s.generated);
+  if (!next.ok()) {
+    Finish(s, "stop", next.status());
+    return false;
+  }
+  const auto now = Clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (s.generated.empty()) {
+      s.first_token = now;
+      Observe(stats_.ttft_bucket, &stats_.ttft_count, &stats_.ttft_sum, Ms(s.p->enqueued, now) / 1000);
+    } else {
+      Observe(stats_.tpot_bucket, &stats_.tpot_count, &stats_.tpot_sum, Ms(s.last_token, now) / 1000);
+    }
+  }
+  s.last_token = now;
+  const int32_t tok = *next;
+  s.generated.push_back(tok);
+  const CompletionRequest& r = s.p->req;
+  const bool stop_token = !r.ignore_eos && ((tokenizer_ && tokenizer_->IsEndOfGeneration(tok)) ||
+                                            std::find(r.stop_ids.begin(), r.stop_ids.end(), tok) != r.stop_ids.end());
+  if (stop_token) {
+    Finish(s, "stop");
+    return false;
+  }
+  CompletionEvent ev;
+  ev.tokens = {tok};
+  StopMatcher::Result sr = s.stops->Feed(s.detok ? s.detok->Push(tok) : std::string());
+  ev.text = std::move(sr.text);
+  if (s.p->cb && (!ev.text.empty() || !tokenizer_)) s.p->cb(ev);
+  if (sr.stopped) {
+    Finish(s, "stop");
+    return false;
+  }
+  if (static_cast<int>(s.generated.size()) >= r.max_tokens) {
+    Finish(s, "length");
+    return false;
+  }
+  s.degenerate = DetectLoop(s.generated, options_.degeneracy);
+  if (!s.degenerate.empty()) {
+    Finish(s, "stop");
+    return false;
+  }
+  s.next_token = tok;
+  return true;
 }
 
 void Scheduler::Loop() {
   std::vector<int32_t> batch_seqs, batch_tokens;
   std::vector<Slot*> batch_slots;
-  std::vector<float> logits;
   for (;;) {
     // ---- admit ----
     std::vector<std::unique_ptr<Pending>> dropped;
@@ -250,78 +297,35 @@ void Scheduler::Loop() {
     }
     if (stopping) return;
 
-    // ---- sample every slot that has logits; build one decode batch ----
+    // ---- one batched decode step over every slot with a sampled token, each sampled again ----
+    // Sampling reads the engine's step memory in place (Engine::StepLogits) right after the step
+    // that made it, so no slot keeps a copy of its logits.
     batch_seqs.clear();
     batch_tokens.clear();
     batch_slots.clear();
     for (auto& sp : slots_) {
       Slot& s = *sp;
-      if (!s.p || !s.has_logits) continue;
-      s.has_logits = false;
-      StatusOr<int32_t> next = s.sampler->Sample(s.logits, s.p->req.prompt, s.generated);
-      if (!next.ok()) {
-        Finish(s, "stop", next.status());
-        continue;
-      }
-      const auto now = Clock::now();
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (s.generated.empty()) {
-          s.first_token = now;
-          Observe(stats_.ttft_bucket, &stats_.ttft_count, &stats_.ttft_sum, Ms(s.p->enqueued, now) / 1000);
-        } else {
-          Observe(stats_.tpot_bucket, &stats_.tpot_count, &stats_.tpot_sum, Ms(s.last_token, now) / 1000);
-        }
-      }
-      s.last_token = now;
-      const int32_t tok = *next;
-      s.generated.push_back(tok);
-      const CompletionRequest& r = s.p->req;
-      const bool stop_token = !r.ignore_eos && ((tokenizer_ && tokenizer_->IsEndOfGeneration(tok)) ||
-                                                std::find(r.stop_ids.begin(), r.stop_ids.end(), tok) != r.stop_ids.end());
-      if (stop_token) {
-        Finish(s, "stop");
-        continue;
-      }
-      CompletionEvent ev;
-      ev.tokens = {tok};
-      StopMatcher::Result sr = s.stops->Feed(s.detok ? s.detok->Push(tok) : std::string());
-      ev.text = std::move(sr.text);
-      if (s.p->cb && (!ev.text.empty() || !tokenizer_)) s.p->cb(ev);
-      if (sr.stopped) {
-        Finish(s, "stop");
-        continue;
-      }
-      if (static_cast<int>(s.generated.size()) >= r.max_tokens) {
-        Finish(s, "length");
-        continue;
-      }
-      s.degenerate = DetectLoop(s.generated, options_.degeneracy);
-      if (!s.degenerate.empty()) {
-        Finish(s, "stop");
-        continue;
-      }
+      if (!s.p || !s.has_token) continue;
+      s.has_token = false;
       batch_seqs.push_back(s.seq);
-      batch_tokens.push_back(tok);
+      batch_tokens.push_back(s.next_token);
       batch_slots.push_back(&s);
     }
-
-    // ---- one batched decode step ----
     if (!batch_seqs.empty()) {
-      Status st = engine_.Decode(batch_seqs, batch_tokens, &logits);
-      const int V = engine_.config().vocab;
+      Status st = engine_.Decode(batch_seqs, batch_tokens, nullptr);
+      const std::span<float> logits = engine_.StepLogits();
+      const size_t V = static_cast<size_t>(engine_.config().vocab);
       for (size_t b = 0; b < batch_slots.size(); ++b) {
         Slot& s = *batch_slots[b];
         if (!st.ok()) {
           Finish(s, "stop", st);
           continue;
         }
-        s.logits.assign(logits.begin() + b * V, logits.begin() + (b + 1) * V);
-        s.has_logits = true;
+        s.has_token = SampleNext(s, logits.subspan(b * V, V));
       }
     }
 
-    // ---- one prefill chunk (oldest admitted request first) ----
+    // ---- one prefill chunk (oldest admitted request first); its last chunk gives the first token ----
     Slot* pre = nullptr;
     for (auto& sp : slots_)
       if (sp->p && sp->prefilled < static_cast<int>(sp->p->req.prompt.size()) && (!pre || sp->admitted < pre->admitted))
@@ -329,12 +333,12 @@ void Scheduler::Loop() {
     if (pre) {
       const auto& prompt = pre->p->req.prompt;
       const int n = std::min<int>(options_.prefill_chunk, static_cast<int>(prompt.size()) - pre->prefilled);
-      Status st = engine_.Prefill(pre->seq, std::span<const int32_t>(prompt).subspan(pre->prefilled, n), false, &pre->logits);
+      Status st = engine_.Prefill(pre->seq, std::span<const int32_t>(prompt).subspan(pre->prefilled, n), false, nullptr);
       if (!st.ok()) {
         Finish(*pre, "stop", st);
       } else {
         pre->prefilled += n;
-        pre->has_logits = pre->prefilled == static_cast<int>(prompt.size());
+        if (pre->prefilled == static_cast<int>(prompt.size())) pre->has_token = SampleNext(*pre, engine_.StepLogits());
       }
     }
     {
