@@ -177,7 +177,7 @@ std::vector<float> RunLogits(std::unique_ptr<LoadedModel> m, const std::vector<i
   EngineOptions o;
   o.prefill_chunk = chunk;
   // f32 activations: these tests measure the weights' quantisation alone.
-  auto e = Engine::Create(std::move(m), MakeCpuBackend(1, CpuBackendOptions{false}), o);
+  auto e = Engine::Create(std::move(m), MakeCpuBackend(1, CpuBackendOptionsFor(/*f32_activations=*/true)), o);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   std::vector<float> logits;
   if (e.ok()) {

@@ -269,7 +269,7 @@ StatusOr<std::vector<float>> QualityLogits(const std::string& path, const LoadOp
   o.max_seqs = 1;
   o.max_context = static_cast<int>(ids.size());
   o.prefill_chunk = ubatch;
-  G4_ASSIGN_OR_RETURN(std::unique_ptr<Engine> e, Engine::Create(std::move(m), MakeCpuBackend(threads, CpuBackendOptions{!f32_activations}), o));
+  G4_ASSIGN_OR_RETURN(std::unique_ptr<Engine> e, Engine::Create(std::move(m), MakeCpuBackend(threads, CpuBackendOptionsFor(f32_activations)), o));
   std::vector<float> logits;
   G4_RETURN_IF_ERROR(e->Prefill(0, ids, /*all_logits=*/true, &logits));
   return logits;
@@ -374,8 +374,9 @@ int BenchMain(int argc, char** argv) {
   app.add_flag("--quality", quality, "compare the model as run (with --quantize, and int8 activations unless "
                "--f32-activations) with the model as stored in f32 activations on a fixed text (fixed token ids "
                "without a tokenizer): mean KL divergence, top-1 agreement, both perplexities");
-  app.add_flag("--f32-activations", f32_activations, "multiply quantised weights with f32 activations (transformers' "
-               "arithmetic; slower) instead of int8 activation blocks (llama.cpp's)");
+  app.add_flag("--f32-activations", f32_activations, "multiply quantised and BF16 weights with f32 activations (transformers' "
+               "arithmetic; slower) instead of int8 activation blocks and, where the CPU has a bf16 dot product, bf16 "
+               "activations (llama.cpp's)");
   app.add_option("--quality-tokens", quality_tokens, "most tokens of the quality text")->check(CLI::Range(2, 1 << 16));
   app.add_option("-m,--model", model, "GGUF file or Hugging Face checkpoint directory (default: $GEMMA4RT_MODEL or the fetched Gemma 3 270M)");
   app.add_option("-t,--threads", threads, "CPU threads (0 = all cores, the default)")->check(CLI::Range(0, 1024));
@@ -488,7 +489,7 @@ int BenchMain(int argc, char** argv) {
 
   const std::string weights_dtype = WeightsDescription(*loaded);
   char policy[512];
-  std::snprintf(policy, sizeof policy, "backend=cpu simd=%s compute=f32 activations=%s weights=%s threads=%d context=%d", cpu::SimdTargetName(), f32_activations ? "f32" : "int8-for-quantised-weights", weights_dtype.c_str(),
+  std::snprintf(policy, sizeof policy, "backend=cpu simd=%s compute=f32 activations=%s weights=%s threads=%d context=%d", cpu::SimdTargetName(), ActivationPolicy(CpuBackendOptionsFor(f32_activations)), weights_dtype.c_str(),
                 threads, context);
   std::fprintf(stderr, "gemma4rt: device policy: %s\n", policy);
   for (const std::string& n : clamp_notes) std::fprintf(stderr, "gemma4rt: bench: %s\n", n.c_str());
@@ -525,7 +526,7 @@ int BenchMain(int argc, char** argv) {
   opts.max_seqs = 1;
   opts.max_context = context;
   opts.prefill_chunk = ubatch;
-  auto engine_or = Engine::Create(std::move(loaded), MakeCpuBackend(threads, CpuBackendOptions{!f32_activations}), opts);
+  auto engine_or = Engine::Create(std::move(loaded), MakeCpuBackend(threads, CpuBackendOptionsFor(f32_activations)), opts);
   if (!engine_or.ok()) return Fail(engine_or.status());
   Engine& engine = **engine_or;
 

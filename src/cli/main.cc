@@ -102,7 +102,7 @@ g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int thr
   G4_ASSIGN_OR_RETURN(auto loaded, g4::LoadModel(model, lo));
   G4_ASSIGN_OR_RETURN(const int context, g4::ResolveContextSize(loaded->config, ctx));
   std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=%s compute=f32 activations=%s weights=%s threads=%d context=%d\n",
-               g4::cpu::SimdTargetName(), f32_activations ? "f32" : "int8-for-quantised-weights", g4::WeightsDescription(*loaded).c_str(), threads,
+               g4::cpu::SimdTargetName(), g4::ActivationPolicy(g4::CpuBackendOptionsFor(f32_activations)), g4::WeightsDescription(*loaded).c_str(), threads,
                context);
   if (loaded->weights.total_bytes > (size_t{128} << 20)) {  // progress for large models
     int last = -1;
@@ -122,7 +122,7 @@ g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int thr
   g4::EngineOptions o;
   o.max_context = context;
   o.prefill_chunk = chunk;
-  G4_ASSIGN_OR_RETURN(s.engine, g4::Engine::Create(std::move(loaded), g4::MakeCpuBackend(threads, g4::CpuBackendOptions{!f32_activations}), o));
+  G4_ASSIGN_OR_RETURN(s.engine, g4::Engine::Create(std::move(loaded), g4::MakeCpuBackend(threads, g4::CpuBackendOptionsFor(f32_activations)), o));
   return s;
 }
 
@@ -186,7 +186,7 @@ int main(int argc, char** argv) {
     c->add_option("--chunk", chunk, "prefill chunk size in tokens")->check(CLI::Range(1, 1 << 20));
     c->add_option("-c,--ctx-size", ctx, "context size in tokens (0 = model maximum, capped at 4096)")->check(CLI::NonNegativeNumber);
     c->add_option("-t,--threads", threads, "CPU threads (0 = all cores, the default)")->check(CLI::Range(0, 1024));
-    c->add_flag("--f32-activations", f32_activations, "multiply quantised weights with f32 activations (transformers' arithmetic; slower) instead of int8 activation blocks (llama.cpp's)");
+    c->add_flag("--f32-activations", f32_activations, "multiply quantised and BF16 weights with f32 activations (transformers' arithmetic; slower) instead of int8 activation blocks and, where the CPU has a bf16 dot product, bf16 activations (llama.cpp's)");
     return RunOptions{p, t};
   };
 

@@ -76,8 +76,9 @@ ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
       ->envname("GEMMA4RT_QUANTIZE")->check(CLI::IsMember({"q8_0", "q4_0", "w4a16"}));
   app.add_option("--ple-bits", o.ple_bits, "with --quantize: bits of the embedding and PLE tables (8 = Q8_0, 16 = as stored)")
       ->envname("GEMMA4RT_PLE_BITS")->check(CLI::IsMember({8, 16}));
-  app.add_flag("--f32-activations", o.f32_activations, "multiply quantised weights with f32 activations (transformers' "
-               "arithmetic; slower) instead of int8 activation blocks (llama.cpp's)")->envname("GEMMA4RT_F32_ACTIVATIONS");
+  app.add_flag("--f32-activations", o.f32_activations, "multiply quantised and BF16 weights with f32 activations (transformers' "
+               "arithmetic; slower) instead of int8 activation blocks and, where the CPU has a bf16 dot product, bf16 "
+               "activations (llama.cpp's)")->envname("GEMMA4RT_F32_ACTIVATIONS");
   app.add_option("--prefill-chunk", o.prefill_chunk, "prompt tokens per prefill step")->envname("GEMMA4RT_PREFILL_CHUNK")->check(CLI::Range(1, 1 << 16));
   // llama-server's two-letter short flag; CLI11 only has one-letter short names.
   std::vector<std::string> argv_s{"gemma4rt serve"};
@@ -123,10 +124,10 @@ StatusOr<std::unique_ptr<ServeInstance>> ServeInstance::Start(const ServeOptions
   s->opt_ = options;
   const int threads = ResolveThreadCount(options.threads);
   s->opt_.threads = threads;
-  s->backend_ = MakeCpuBackend(threads, CpuBackendOptions{!options.f32_activations});
+  s->backend_ = MakeCpuBackend(threads, CpuBackendOptionsFor(options.f32_activations));
   std::fprintf(stderr, "gemma4rt: device policy: backend=%s simd=%s compute=f32 activations=%s threads=%d slots=%d\n",
                s->backend_->Name().c_str(), cpu::SimdTargetName(),
-               options.f32_activations ? "f32" : "int8-for-quantised-weights", threads, options.parallel);
+               ActivationPolicy(CpuBackendOptionsFor(options.f32_activations)), threads, options.parallel);
   HttpOptions h;
   h.host = options.host;
   h.port = options.port;

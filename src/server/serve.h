@@ -44,7 +44,7 @@ struct ServeOptions {
   bool log_requests = true;
   std::string quantize;               // --quantize q8_0|q4_0|w4a16 ("" = as stored); see LoadOptions
   int ple_bits = 8;                   // --ple-bits 8|16
-  bool f32_activations = false;       // --f32-activations (CpuBackendOptions::int8_activations = false)
+  bool f32_activations = false;       // --f32-activations (CpuBackendOptionsFor: no int8 or bf16 activations)
 };
 
 // The default model path: $GEMMA4RT_DEFAULT_MODEL, else $GEMMA4RT_CACHE (or ~/.cache/gemma4rt)

@@ -10,6 +10,7 @@
 
 #include "backends/cpu/attention.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/kernels_bf16.h"
 #include "backends/cpu/kernels_q8.h"
 #include "base/check.h"
 #include "base/thread_pool.h"
@@ -85,7 +86,13 @@ class CpuExecutable : public Executable {
   bool UsesQ8(DType wt, int K) const { return opts_.int8_activations && K % 32 == 0 && cpu::MatMulQ8Supports(wt); }
   // True when a matmul with weights of type wt and inner size K reads f32 activations reordered
   // for its kernel (cpu::MatMulReordersActivations: BF16), prepared once into act_reordered.
-  bool Reorders(DType wt, int K) const { return !UsesQ8(wt, K) && cpu::MatMulReordersActivations(wt, K); }
+  // Also where the activations are rounded to bf16 for the bf16 dot product (UsesBf16), which
+  // the same buffer holds (rows x K bf16 in rows x K floats' room).
+  bool Reorders(DType wt, int K) const {
+    return UsesBf16(wt) || (!UsesQ8(wt, K) && cpu::MatMulReordersActivations(wt, K));
+  }
+  // True when a matmul with weights of type wt runs on bf16 activations (cpu::MatMulBf16Dot).
+  bool UsesBf16(DType wt) const { return opts_.bf16_activations && wt == DType::kBF16 && cpu::HasBf16Dot(); }
   // A matmul's input as its kernels read it: int8 blocks (xq, sums, group), reordered floats (xr),
   // or the f32 rows as they are (x).
   struct Activations {
@@ -93,6 +100,7 @@ class CpuExecutable : public Executable {
     const cpu::ActBlockQ8* xq = nullptr;
     const float* sums = nullptr;
     const float* xr = nullptr;
+    const uint16_t* xb = nullptr;
     int group = 0;
   };
   // Prepares x [rows, K] for weights of type wt once for every thread: quantised into xq/sums
@@ -480,6 +488,15 @@ CpuExecutable::Activations CpuExecutable::Prepare(const float* x, int rows, int 
     }
     a.xq = xq;
     a.sums = sums;
+  } else if (UsesBf16(wt)) {
+    G4_CHECK(xr != nullptr);  // Plan and RunMoE size the buffer wherever Reorders
+    auto* xb = reinterpret_cast<uint16_t*>(xr);
+    if (x != nullptr) {
+      ForRows(rows, [&](int64_t rb, int64_t re) {
+        cpu::ConvertRowsToBf16(x + rb * K, static_cast<int>(re - rb), K, xb + rb * K);
+      });
+    }
+    a.xb = xb;
   } else if (xr != nullptr && cpu::MatMulReordersActivations(wt, K)) {
     if (x != nullptr) {
       ForRows(rows, [&](int64_t rb, int64_t re) {
@@ -498,6 +515,8 @@ void CpuExecutable::MatMulPart(const Activations& a, int rows, int K, const uint
                                float* y, int ldy, int task) {
   if (a.xq != nullptr) {
     cpu::MatMulQ8(a.xq, a.sums, rows, K, w, wt, M, scale, y, ldy, a.group);
+  } else if (a.xb != nullptr) {
+    cpu::MatMulBf16Dot(a.xb, rows, K, w, M, scale, y, ldy);
   } else if (a.xr != nullptr) {
     cpu::MatMulReordered(a.xr, rows, K, w, wt, M, scale, y, ldy);
   } else {
@@ -664,6 +683,19 @@ class CpuBackend : public Backend {
 };
 
 }  // namespace
+
+CpuBackendOptions CpuBackendOptionsFor(bool f32_activations) {
+  CpuBackendOptions o;
+  o.int8_activations = o.bf16_activations = !f32_activations;
+  return o;
+}
+
+const char* ActivationPolicy(const CpuBackendOptions& options) {
+  if (!options.int8_activations && !(options.bf16_activations && cpu::HasBf16Dot())) return "f32";
+  if (!options.int8_activations) return "bf16-for-bf16-weights";
+  return options.bf16_activations && cpu::HasBf16Dot() ? "int8-for-quantised-weights,bf16-for-bf16-weights"
+                                                       : "int8-for-quantised-weights";
+}
 
 std::unique_ptr<Backend> MakeCpuBackend(int threads, const CpuBackendOptions& options) {
   return std::make_unique<CpuBackend>(std::max(1, threads), options);

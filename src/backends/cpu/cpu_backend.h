@@ -16,6 +16,12 @@ struct CpuBackendOptions {
   // Gemma 3 270M (tests/greedy_llamacpp_test.cc). false: f32 activations for every weight type
   // (what transformers computes; the parity tests use it). Float weights always use f32.
   bool int8_activations = true;
+  // BF16 weights are multiplied with activations rounded to bf16 on the CPU's bf16 dot-product
+  // instruction where it has one (cpu::HasBf16Dot: x86 AVX512_BF16), as llama.cpp does there:
+  // about twice the multiply-adds per cycle of widening the weights to f32. The activations of
+  // one input are rounded once for every thread and for the matmuls that share it (q/k/v,
+  // gate/up). false, or a CPU without the instruction: f32 activations (cpu::MatMul).
+  bool bf16_activations = true;
   // A gated MLP -- GeGlu(x W_gate^T, x W_up^T) where both matmuls read one x and feed only the
   // GeGlu -- runs as one op over blocks of 64 output columns: each thread writes a block's gate
   // outputs into the op's output, its up outputs into its own scratch [tokens, 64], then the
@@ -25,6 +31,13 @@ struct CpuBackendOptions {
   // false: three ops, for those tests.
   bool fuse_mlp = true;
 };
+
+// The options behind the CLI's --f32-activations: f32 activations for every weight type (what
+// transformers computes) when true, the defaults otherwise.
+CpuBackendOptions CpuBackendOptionsFor(bool f32_activations);
+// The activation policy the options give on this CPU, for the device-policy line: "f32",
+// "int8-for-quantised-weights" or "int8-for-quantised-weights,bf16-for-bf16-weights".
+const char* ActivationPolicy(const CpuBackendOptions& options);
 
 // threads: worker threads for matmuls and attention (>= 1; the caller's thread is one of them).
 std::unique_ptr<Backend> MakeCpuBackend(int threads = 1, const CpuBackendOptions& options = {});
