@@ -358,10 +358,13 @@ TEST(SamplerTest, SampleInPlaceChoosesAsSampleAndLeavesTheAdjustedRow) {
       ASSERT_EQ(*x, *y) << "top_k " << top_k << " step " << step;
       EXPECT_EQ(row[4], -std::numeric_limits<float>::infinity());
       EXPECT_EQ(row[17], -std::numeric_limits<float>::infinity());
-      if (std::find(out.begin(), out.end(), 40) == out.end()) EXPECT_EQ(row[40], logits[40] - 3.0f);
+      if (std::find(out.begin(), out.end(), 40) == out.end()) {
+        EXPECT_EQ(row[40], logits[40] - 3.0f);
+      }
       // id 9 while it is in the prompt only: the repetition penalty alone.
-      if (std::find(out.begin(), out.end(), 9) == out.end())
+      if (std::find(out.begin(), out.end(), 9) == out.end()) {
         EXPECT_EQ(row[9], logits[9] > 0 ? logits[9] / 1.3f : logits[9] * 1.3f);
+      }
       out.push_back(*x);
     }
   }
