@@ -225,6 +225,32 @@ TEST_P(KernelsQ8Test, EachRowIsIndependentOfTheBatch) {
   }
 }
 
+// AVX-512 VNNI (vpdpbusd, on the AVX3 target where the CPU has it) gives the bits of the byte
+// multiply-add sequence it replaces, for every format, activation group and row count.
+TEST_P(KernelsQ8Test, VnniGivesTheSameBitsAsByteMultiplyAdds) {
+  if (!cpu::HasInt8Vnni()) GTEST_SKIP() << "this CPU has no AVX-512 VNNI";
+  if (GetParam() != HWY_AVX3) GTEST_SKIP() << "VNNI tiles are built for the AVX3 target only";
+  std::mt19937 rng(17);
+  const int K = 512, M = 11;
+  for (int group : {32, 256})
+  for (DType t : kQ8Types) {
+    const std::vector<uint8_t> w = RandomWeights(t, M, K, rng);
+    for (int rows : {1, 3, 6, 7, 13}) {
+      const std::vector<float> x = RandomActs(rows, K, rng);
+      std::vector<cpu::ActBlockQ8> xq(static_cast<size_t>(rows) * K / 32);
+      std::vector<float> sums(static_cast<size_t>(rows) * K / 16);
+      cpu::QuantizeRowsQ8(x.data(), rows, K, xq.data(), sums.data(), group);
+      std::vector<float> with(static_cast<size_t>(rows) * M), without(with.size());
+      cpu::MatMulQ8(xq.data(), sums.data(), rows, K, w.data(), t, M, 1.0f, with.data(), M, group);
+      cpu::SetInt8VnniForTest(false);
+      cpu::MatMulQ8(xq.data(), sums.data(), rows, K, w.data(), t, M, 1.0f, without.data(), M, group);
+      cpu::SetInt8VnniForTest(true);
+      for (size_t i = 0; i < with.size(); ++i)
+        ASSERT_EQ(std::memcmp(&with[i], &without[i], 4), 0) << DTypeName(t) << " group=" << group << " rows=" << rows << " i=" << i;
+    }
+  }
+}
+
 TEST_P(KernelsQ8Test, CloseToTheF32ActivationProduct) {
   // The cost of quantising activations: against the exact product with f32 activations, the error
   // is bounded by sum_k |w_k| * d_block / 2 (each activation moves by at most half a step).

@@ -1,12 +1,29 @@
 // Scalar references of the activation quantiser and the int8-activation matmul (kernels_q8.h).
 #include "backends/cpu/kernels_q8.h"
 
+#include <atomic>
 #include <cmath>
 #include <vector>
 
 #include "base/check.h"
 
 namespace g4::cpu {
+namespace {
+std::atomic<bool> vnni_allowed{true};  // SetInt8VnniForTest
+}  // namespace
+
+bool HasInt8Vnni() {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool has = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
+  return has;
+#else
+  return false;
+#endif
+}
+
+bool UseInt8Vnni() { return vnni_allowed.load(std::memory_order_relaxed) && HasInt8Vnni(); }
+
+void SetInt8VnniForTest(bool enabled) { vnni_allowed.store(enabled, std::memory_order_relaxed); }
 
 bool MatMulQ8Supports(DType t) {
   switch (t) {

@@ -69,6 +69,15 @@ int PreferredActGroup(DType wt, int K);
 // applied by vpmaddwd) and convert once per superblock; every format is correct with either.
 void MatMulQ8(const ActBlockQ8* xq, const float* sums, int rows, int K, const uint8_t* w, DType wt, int M,
               float scale, float* y, int ldy, int act_group = 32);
+// Whether this CPU has AVX-512 VNNI (x86-64 with avx512vnni and avx512vl; false elsewhere). On
+// the AVX-512 target MatMulQ8 then multiplies the formats with one scale per unit (Q8_0, Q4_0,
+// Q4_1, Q5_0, Q5_1) with vpdpbusd, giving the same bits as without it.
+bool HasInt8Vnni();
+// HasInt8Vnni() unless a test turned it off. SetInt8VnniForTest(false): MatMulQ8 runs the byte
+// multiply-add sequence even where VNNI is present (so tests cover both); true restores it.
+bool UseInt8Vnni();
+void SetInt8VnniForTest(bool enabled);
+
 // Scalar reference: dequantises each weight row with ConvertToF32 and each activation block to
 // d * q_k, and sums the products in f64 (rounded to f32 at the end, then times scale).
 void MatMulQ8Reference(const ActBlockQ8* xq, int rows, int K, const uint8_t* w, DType wt, int M, float scale,

@@ -500,6 +500,20 @@ HWY_INLINE float DotF32(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b
 }
 
 #if G4_Q8_AVX2
+// AVX-512 VNNI (Ice Lake, Zen 4 and later; cpu::HasInt8Vnni): on the AVX3 target PairTile and
+// PairRowsTile are compiled with avx512vnni enabled and instantiated twice, kVnni = true using
+// vpdpbusd (u8 x i8 products summed in fours straight into i32 lanes) in place of vpmaddubsw +
+// vpmaddwd (+ vphaddw); MatMulFmt picks the instantiation at run time. Each i32 lane then holds the
+// same products as in the AVX2 sequence and integer sums are exact: the outputs are the same bits
+// (KernelsQ8Test runs both). Not Highway's AVX3_DL target: Highway 1.0.3 builds that one for
+// AVX-VNNI (the VEX form, which Zen 4 and Ice Lake lack), a SIGILL there.
+#if HWY_TARGET == HWY_AVX3
+#define G4_Q8_VNNI 1
+#pragma GCC push_options
+#pragma GCC target("avx512vnni")
+#else
+#define G4_Q8_VNNI 0
+#endif
 // Four weight rows at a time (formats with one scale and one offset per unit, kPaired): each
 // pair of rows' unit is decoded into two registers, lo = [elements 0-15 of row 0 | of row 1] and
 // hi = [elements 16-31 of row 0 | of row 1], multiplied with the activation's halves broadcast to
@@ -511,7 +525,7 @@ HWY_INLINE float DotF32(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b
 // shares the scale conversion, the multiply-add and the reduction among four rows and decodes
 // two rows' nibbles per 256-bit operation. Every lane does the same operations whichever tile
 // position its row has and whatever R is, so results stay batch-invariant.
-template <class Fmt, int R>
+template <class Fmt, int R, bool kVnni>
 HWY_INLINE void PairTile(const ActBlockQ8* const* x, const float* const* sums, const float* const* usums,
                          const uint8_t* const* w, size_t nb,
                          const uint8_t* prefetch, float (*out)[4]) {
@@ -542,6 +556,23 @@ HWY_INLINE void PairTile(const ActBlockQ8* const* x, const float* const* sums, c
         const __m256i xlo = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.q)));
         const __m256i xhi = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.q + 16)));
         __m256i p01;
+#if G4_Q8_VNNI
+        if constexpr (kVnni) {
+          // Row i's lane j of dpbusd(dpbusd(0, lo, xlo), hi, xhi): products 4j..4j+3 and
+          // 16+4j..19+4j; vphaddd then pairs lanes (0, 1) and (2, 3), as the sequence below does.
+          // Q8_0 (signed weights) multiplies |u| with sign(q, u), as below.
+          const auto dot2 = [&](__m256i lo, __m256i hi) {
+            if constexpr (Fmt::kSigned) {
+              const __m256i z =
+                  _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(lo, lo), _mm256_sign_epi8(xlo, lo));
+              return _mm256_dpbusd_epi32(z, _mm256_sign_epi8(hi, hi), _mm256_sign_epi8(xhi, hi));
+            } else {
+              return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), lo, xlo), hi, xhi);
+            }
+          };
+          p01 = _mm256_hadd_epi32(dot2(lo01, hi01), dot2(lo23, hi23));
+        } else
+#endif
         if constexpr (Fmt::kSigned) {
           const auto dot = [&](__m256i u, __m256i xq) {
             return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(u, u), _mm256_sign_epi8(xq, u)), ones);
@@ -579,7 +610,7 @@ HWY_INLINE void PairTile(const ActBlockQ8* const* x, const float* const* sums, c
 
 // Rows [0, R) of the activations against weight rows [m0, m1), four weight rows at a time (the
 // last group repeats row m1 - 1 to fill the tile; those results are dropped).
-template <class Fmt, int R, bool kShared>
+template <class Fmt, int R, bool kShared, bool kVnni>
 HWY_NOINLINE void PairRowsTile(const ActBlockQ8* xq, const float* sums, const float* usums, size_t units, int m0,
                                int m1, const uint8_t* w, size_t row_bytes, float scale, float* y, size_t ldy) {
   const ActBlockQ8* x[R];
@@ -601,7 +632,7 @@ HWY_NOINLINE void PairRowsTile(const ActBlockQ8* xq, const float* sums, const fl
     } else if constexpr (Fmt::kOwnTile) {
       Fmt::template Tile4<R>(x, us, rows, nb, prefetch, out);
     } else {
-      PairTile<Fmt, R>(x, s, us, rows, nb, prefetch, out);
+      PairTile<Fmt, R, kVnni>(x, s, us, rows, nb, prefetch, out);
     }
     const int n = std::min(4, m1 - m);
     for (int r = 0; r < R; ++r) {
@@ -609,6 +640,9 @@ HWY_NOINLINE void PairRowsTile(const ActBlockQ8* xq, const float* sums, const fl
     }
   }
 }
+#if G4_Q8_VNNI
+#pragma GCC pop_options
+#endif
 #endif  // G4_Q8_AVX2
 
 // Sum over 16 elements of u (i16) times q (i8), exact in i32.
@@ -700,25 +734,33 @@ void MatMulFmt(const ActBlockQ8* xq, const float* sums, int rows, int K, const u
         }
         const float* ur = usums.data();
         float* yr = y + static_cast<size_t>(r0) * ldy;
-        const auto tile = [&](auto shared) {
-          constexpr bool kShared = decltype(shared)::value;
+        const auto tile = [&](auto shared, auto vnni) {
+          constexpr bool kShared = decltype(shared)::value, kV = decltype(vnni)::value;
           switch (R) {
-            case 6: PairRowsTile<Fmt, 6, kShared>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
-            case 5: PairRowsTile<Fmt, 5, kShared>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
-            case 4: PairRowsTile<Fmt, 4, kShared>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
-            case 3: PairRowsTile<Fmt, 3, kShared>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
-            case 2: PairRowsTile<Fmt, 2, kShared>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
-            default: PairRowsTile<Fmt, 1, kShared>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
+            case 6: PairRowsTile<Fmt, 6, kShared, kV>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
+            case 5: PairRowsTile<Fmt, 5, kShared, kV>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
+            case 4: PairRowsTile<Fmt, 4, kShared, kV>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
+            case 3: PairRowsTile<Fmt, 3, kShared, kV>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
+            case 2: PairRowsTile<Fmt, 2, kShared, kV>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
+            default: PairRowsTile<Fmt, 1, kShared, kV>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
           }
         };
         if constexpr (Fmt::kSharedTile) {
           if (act_group == 256) {
-            tile(std::true_type());
+            tile(std::true_type(), std::false_type());  // Q4_K/Q5_K's own shared tile: no VNNI form
           } else {
-            tile(std::false_type());
+            tile(std::false_type(), std::false_type());
           }
         } else {
-          tile(std::false_type());
+#if G4_Q8_VNNI
+          if (!Fmt::kOwnTile && UseInt8Vnni()) {
+            tile(std::false_type(), std::true_type());
+          } else {
+            tile(std::false_type(), std::false_type());
+          }
+#else
+          tile(std::false_type(), std::false_type());
+#endif
         }
         r0 += R;
       }
