@@ -312,6 +312,35 @@ TEST(ServerHttpTinyTest, ApiKeyBodyLimitRoutesAndMetricsSwitch) {
   EXPECT_EQ(unknown.body["error"]["code"], "model_not_found");
 }
 
+// The body is JSON whatever the content type says: `curl -d @file` sends
+// application/x-www-form-urlencoded, which httplib itself would parse as a form and refuse over
+// 8 KiB (a 413 a fresh user hit with a 16 KB body). The --max-body-bytes limit still holds for
+// every content type; multipart bodies are 415.
+TEST(ServerHttpTinyTest, BodiesAreJsonWhateverTheContentTypeUpToTheLimit) {
+  ServeOptions o = Options(TinyModel(), 64, 1);
+  o.max_body_bytes = 30000;
+  auto srv = StartServer(o);
+  ASSERT_TRUE(srv);
+  const std::string body = R"({"prompt":[2,5],"max_tokens":2})" + std::string(20000, ' ');  // valid JSON, 20 KB
+  for (const char* type : {"application/x-www-form-urlencoded", "text/plain", "application/json"}) {
+    auto c = Client(srv->port());
+    auto r = c->Post("/v1/completions", body, type);
+    ASSERT_TRUE(r) << type;
+    EXPECT_EQ(r->status, 200) << type << ": " << r->body;
+    EXPECT_EQ(json::parse(r->body)["usage"]["completion_tokens"], 2) << type;
+    auto big = c->Post("/v1/completions", body + std::string(20000, ' '), type);
+    ASSERT_TRUE(big) << type;
+    EXPECT_EQ(big->status, 413) << type;
+    EXPECT_EQ(json::parse(big->body, nullptr, false)["error"]["code"], "request_too_large") << type;
+  }
+  auto c = Client(srv->port());
+  auto multipart = c->Post("/v1/completions", "--xx\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\n1\r\n--xx--\r\n",
+                           "multipart/form-data; boundary=xx");
+  ASSERT_TRUE(multipart);
+  EXPECT_EQ(multipart->status, 415);
+  EXPECT_EQ(json::parse(multipart->body, nullptr, false)["error"]["code"], "unsupported_media_type");
+}
+
 // GET on a POST-only endpoint (and POST/PUT/DELETE on GET-only ones) is 405 Method Not Allowed
 // with an Allow header and an OpenAI-shaped error, as OpenAI and vLLM answer; not 404.
 TEST(ServerHttpTinyTest, WrongMethodOnAKnownRouteIs405WithAllow) {

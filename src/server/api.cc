@@ -427,6 +427,7 @@ ApiError ErrorForStatus(int status, std::string message) {
     case 404: e.code = "not_found"; break;
     case 405: e.code = "method_not_allowed"; break;
     case 413: e.code = "request_too_large"; break;
+    case 415: e.code = "unsupported_media_type"; break;
     case 429: e.type = "rate_limit_error"; e.code = "queue_full"; break;
     case 503: e.type = "unavailable_error"; e.code = "unavailable"; break;
     default:

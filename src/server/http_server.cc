@@ -493,19 +493,41 @@ void HttpServer::Impl::Routes() {
     res.status = 200;
     res.set_content(RenderMetrics(scheduler->Stats(), &http), "text/plain; version=0.0.4; charset=utf-8");
   }));
-  auto chat = guard([this](const httplib::Request& req, httplib::Response& res) { Completion(req, res, Endpoint::kChat); });
-  auto completions = guard([this](const httplib::Request& req, httplib::Response& res) { Completion(req, res, Endpoint::kCompletion); });
+  // POST bodies are read by the handler, not parsed by httplib: httplib turns an
+  // application/x-www-form-urlencoded body (what `curl -d` sends without a content-type header)
+  // into form fields and refuses one over 8 KiB with a 413 before any handler runs. The API reads
+  // its JSON whatever the content type says, up to --max-body-bytes (set_payload_max_length,
+  // enforced while reading: 413). Multipart bodies are refused with 415.
+  auto with_body = [](httplib::Server::Handler h) {
+    return [h](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read) {
+      if (req.is_multipart_form_data())
+        return SetError(res, ErrorForStatus(415, "multipart/form-data bodies are not accepted; send the request as JSON"));
+      httplib::Request with = req;
+      const bool complete = read([&with](const char* data, size_t n) {
+        with.body.append(data, n);
+        return true;
+      });
+      if (!complete) {  // httplib sets 413 when the body passes the limit; else the read broke off
+        if (res.status == 413) return SetError(res, ErrorForStatus(413, "the request body is too large"));
+        return SetError(res, ErrorForStatus(400, "the request body could not be read in full"));
+      }
+      h(with, res);
+    };
+  };
+  auto chat = with_body(guard([this](const httplib::Request& req, httplib::Response& res) { Completion(req, res, Endpoint::kChat); }));
+  auto completions =
+      with_body(guard([this](const httplib::Request& req, httplib::Response& res) { Completion(req, res, Endpoint::kCompletion); }));
   svr.Post("/v1/chat/completions", chat);
   svr.Post("/chat/completions", chat);
   svr.Post("/v1/completions", completions);
   svr.Post("/completions", completions);
-  auto simple = [this, guard](ApiOr<json> (*fn)(std::string_view, const ModelInfo&)) {
-    return guard([this, fn](const httplib::Request& req, httplib::Response& res) {
+  auto simple = [this, guard, with_body](ApiOr<json> (*fn)(std::string_view, const ModelInfo&)) {
+    return with_body(guard([this, fn](const httplib::Request& req, httplib::Response& res) {
       if (!CheckReady(res)) return;
       auto r = fn(req.body, info);
       if (!r.ok()) return SetError(res, r.error());
       SetJson(res, r.value());
-    });
+    }));
   };
   svr.Post("/tokenize", simple(&HandleTokenize));
   svr.Post("/detokenize", simple(&HandleDetokenize));
