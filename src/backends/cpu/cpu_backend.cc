@@ -691,10 +691,9 @@ CpuBackendOptions CpuBackendOptionsFor(bool f32_activations) {
 }
 
 const char* ActivationPolicy(const CpuBackendOptions& options) {
-  if (!options.int8_activations && !(options.bf16_activations && cpu::HasBf16Dot())) return "f32";
-  if (!options.int8_activations) return "bf16-for-bf16-weights";
-  return options.bf16_activations && cpu::HasBf16Dot() ? "int8-for-quantised-weights,bf16-for-bf16-weights"
-                                                       : "int8-for-quantised-weights";
+  const bool int8 = options.int8_activations, bf16 = options.bf16_activations && cpu::HasBf16Dot();
+  if (int8) return bf16 ? "int8-for-quantised-weights,bf16-for-bf16-weights" : "int8-for-quantised-weights";
+  return bf16 ? "bf16-for-bf16-weights" : "f32";
 }
 
 std::unique_ptr<Backend> MakeCpuBackend(int threads, const CpuBackendOptions& options) {

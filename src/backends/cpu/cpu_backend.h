@@ -36,7 +36,7 @@ struct CpuBackendOptions {
 // transformers computes) when true, the defaults otherwise.
 CpuBackendOptions CpuBackendOptionsFor(bool f32_activations);
 // The activation policy the options give on this CPU, for the device-policy line: "f32",
-// "int8-for-quantised-weights" or "int8-for-quantised-weights,bf16-for-bf16-weights".
+// "int8-for-quantised-weights", "bf16-for-bf16-weights" or both joined by a comma.
 const char* ActivationPolicy(const CpuBackendOptions& options);
 
 // threads: worker threads for matmuls and attention (>= 1; the caller's thread is one of them).

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
-#include <cstring>
 
 #include "base/check.h"
+#include "tensor/dtype.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 // GCC 12's AVX-512 intrinsics leave an "undefined" operand that -Wuninitialized reports.
@@ -22,25 +22,14 @@
 namespace g4::cpu {
 namespace {
 
-inline uint16_t F32ToBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);  // quiet NaN
-  u += 0x7fffu + ((u >> 16) & 1);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-inline float Bf16ToF32Daz(uint16_t h) {
-  const uint32_t u = (h & 0x7f80u) == 0 ? (h & 0x8000u) << 16 : static_cast<uint32_t>(h) << 16;  // DAZ
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
+// bf16 -> f32 with denormals taken as (signed) zero, as the instruction reads its inputs.
+inline float Bf16ToF32Daz(uint16_t h) { return Bf16ToF32((h & 0x7f80u) == 0 ? (h & 0x8000u) : h); }
 
 inline float Ftz(float v) { return std::fpclassify(v) == FP_SUBNORMAL ? std::copysign(0.0f, v) : v; }
 
 #if G4_BF16_X86
 
+// F32ToBf16 (tensor/dtype.h) 16 lanes at a time: the same integer rounding, NaNs made quiet.
 G4_BF16_TARGET void ConvertRowsAvx512(const float* x, size_t n, uint16_t* xb) {
   const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff), quiet = _mm512_set1_epi32(0x40);
   size_t i = 0;

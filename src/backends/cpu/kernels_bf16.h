@@ -21,8 +21,9 @@ namespace g4::cpu {
 // Whether this build and this CPU run MatMulBf16Dot (x86-64 with AVX512_BF16; false elsewhere).
 bool HasBf16Dot();
 
-// xb [rows, K] = x [rows, K] rounded to bf16, round to nearest even (a NaN stays a quiet NaN;
-// infinities and overflow to infinity as in IEEE). Rows are independent. Any target.
+// xb [rows, K] = x [rows, K] rounded to bf16: F32ToBf16 (tensor/dtype.h) of every element, round
+// to nearest even (a NaN stays a quiet NaN; overflow rounds to infinity as in IEEE), SIMD where
+// HasBf16Dot(). Rows are independent. Any target.
 void ConvertRowsToBf16(const float* x, int rows, int K, uint16_t* xb);
 
 // y[r * ldy + m] = scale * sum_k xb[r, k] * W[m, k] for r < rows, m < M, by the arithmetic above.

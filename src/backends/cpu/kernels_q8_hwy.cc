@@ -846,6 +846,7 @@ void MatMulQ8Hwy(const ActBlockQ8* xq, const float* sums, int rows, int K, const
 }
 
 #undef G4_Q8_AVX2
+#undef G4_Q8_VNNI
 
 }  // namespace HWY_NAMESPACE
 }  // namespace cpu
