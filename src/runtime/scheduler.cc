@@ -56,8 +56,7 @@ struct Scheduler::Slot {
   std::optional<StopMatcher> stops;
   std::optional<IncrementalDetokenizer> detok;
   int prefilled = 0;                     // prompt tokens already in the cache
-  bool has_token = false;                // next_token is sampled and waits for a decode step
-  int32_t next_token = 0;
+  bool has_token = false;                // generated.back() is sampled and waits for a decode step
   std::vector<int32_t> generated;
   std::string degenerate;
   Clock::time_point admitted, first_token, last_token;
@@ -220,7 +219,6 @@ bool Scheduler::SampleNext(Slot& s, std::span<float> logits) {
     Finish(s, "stop");
     return false;
   }
-  s.next_token = tok;
   return true;
 }
 
@@ -308,7 +306,7 @@ void Scheduler::Loop() {
       if (!s.p || !s.has_token) continue;
       s.has_token = false;
       batch_seqs.push_back(s.seq);
-      batch_tokens.push_back(s.next_token);
+      batch_tokens.push_back(s.generated.back());
       batch_slots.push_back(&s);
     }
     if (!batch_seqs.empty()) {

@@ -126,8 +126,8 @@ class Scheduler {
   struct Slot;
   void Loop();
   // Samples slot's next token from `logits` ([V], the engine's step memory, overwritten), sends it
-  // and applies the stop rules. Returns true when the slot goes on (its token is then in
-  // slot.next_token, for the next decode step); false when it finished.
+  // and applies the stop rules. Returns true when the slot goes on (its token, the last of
+  // slot.generated, is then fed to the next decode step); false when it finished.
   bool SampleNext(Slot& slot, std::span<float> logits);
   void Finish(Slot& slot, const std::string& reason, const Status& error = OkStatus());
 
