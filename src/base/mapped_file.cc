@@ -9,9 +9,14 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <string>
 #include <sstream>
 
 namespace g4 {
+
+namespace {
+constexpr size_t kHugePage = size_t{2} << 20;
+}  // namespace
 
 StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -28,25 +33,73 @@ StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) 
   std::unique_ptr<MappedFile> f(new MappedFile());
   f->path_ = path;
   f->size_ = static_cast<size_t>(st.st_size);
+  f->in_memory_from_ = f->size_;
   if (f->size_ > 0) {
-    void* p = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
+    // Reserve 2 MiB more than needed, then map the file at the first 2 MiB boundary inside, so
+    // that ReadIntoMemory's copy can be backed by huge pages from the first aligned byte.
+    f->map_bytes_ = (f->size_ + kHugePage - 1) / kHugePage * kHugePage;
+    void* r = ::mmap(nullptr, f->map_bytes_ + kHugePage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED) {
       ::close(fd);
-      return DataLoss("cannot mmap " + path + ": " + std::strerror(errno));
+      return DataLoss("cannot reserve address space for " + path + ": " + std::strerror(errno));
+    }
+    const uintptr_t base = reinterpret_cast<uintptr_t>(r);
+    const uintptr_t aligned = (base + kHugePage - 1) / kHugePage * kHugePage;
+    if (aligned > base) ::munmap(r, aligned - base);
+    const uintptr_t end = base + f->map_bytes_ + kHugePage;
+    if (end > aligned + f->map_bytes_) ::munmap(reinterpret_cast<void*>(aligned + f->map_bytes_), end - (aligned + f->map_bytes_));
+    // The file over the start of the reservation (the rest up to map_bytes_ stays reserved,
+    // PROT_NONE, so that no other mapping lands there and munmap(map_bytes_) releases it all).
+    void* p = ::mmap(reinterpret_cast<void*>(aligned), f->size_, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0);
+    if (p == MAP_FAILED) {
+      const int err = errno;
+      ::munmap(reinterpret_cast<void*>(aligned), f->map_bytes_);
+      ::close(fd);
+      return DataLoss("cannot mmap " + path + ": " + std::strerror(err));
     }
     f->data_ = static_cast<const uint8_t*>(p);
   }
-  ::close(fd);
+  f->fd_ = fd;
   return f;
 }
 
 MappedFile::~MappedFile() {
-  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
+  if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), map_bytes_);
+  if (fd_ >= 0) ::close(fd_);
+}
+
+Status MappedFile::ReadIntoMemory(size_t offset) {
+  if (data_ == nullptr || offset >= size_ || offset >= in_memory_from_) return OkStatus();
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  const size_t from = (offset + page - 1) / page * page;
+  if (from >= in_memory_from_) return OkStatus();
+  // Up to what an earlier call copied (a page boundary), else the end of the file's last page.
+  const size_t want = in_memory_from_ - from;
+  const size_t len = (want + page - 1) / page * page;
+  uint8_t* dst = const_cast<uint8_t*>(data_) + from;
+  // MAP_FIXED replaces the file pages of the range in one step; the bytes before `from` stay
+  // mapped from the file.
+  void* p = ::mmap(dst, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  if (p == MAP_FAILED) return DataLoss("cannot map memory for " + path_ + ": " + std::strerror(errno));
+  in_memory_from_ = from;
+  ::madvise(dst, len, MADV_HUGEPAGE);  // a hint: without THP the copy is in 4 KiB pages
+  size_t done = 0;
+  while (done < want) {
+    const ssize_t n = ::pread(fd_, dst + done, std::min<size_t>(want - done, size_t{64} << 20), static_cast<off_t>(from + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      return DataLoss("cannot read " + path_ + " at byte " + std::to_string(from + done) + ": " +
+                      (n < 0 ? std::strerror(errno) : "the file is shorter than when it was opened"));
+    }
+    done += static_cast<size_t>(n);
+  }
+  ::mprotect(dst, len, PROT_READ);
+  return OkStatus();
 }
 
 void MappedFile::ReleasePages(size_t offset, size_t length) const {
-  if (data_ == nullptr || offset >= size_) return;
-  length = std::min(length, size_ - offset);
+  if (data_ == nullptr || offset >= in_memory_from_) return;
+  length = std::min(length, in_memory_from_ - offset);
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   const uintptr_t begin = (reinterpret_cast<uintptr_t>(data_) + offset + page - 1) / page * page;
   const uintptr_t end = (reinterpret_cast<uintptr_t>(data_) + offset + length) / page * page;

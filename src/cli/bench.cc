@@ -262,6 +262,14 @@ struct QualityResult {
 };
 
 // All-position logits of `path` loaded with `lo` for `ids`.
+// The reference model of --quality, and the tokenizer's load, used from the file mapping: one
+// pass each, not worth a copy of the weights.
+LoadOptions MappedOnly() {
+  LoadOptions lo;
+  lo.mmap = true;
+  return lo;
+}
+
 StatusOr<std::vector<float>> QualityLogits(const std::string& path, const LoadOptions& lo, int threads, int ubatch,
                                            const std::vector<int32_t>& ids, bool f32_activations) {
   G4_ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> m, LoadModel(path, lo));
@@ -297,7 +305,7 @@ StatusOr<QualityResult> MeasureQuality(const std::string& path, const LoadOption
   std::vector<int32_t> ids;
   int vocab = 0;
   {
-    G4_ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> m, LoadModel(path));
+    G4_ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> m, LoadModel(path, MappedOnly()));
     const ModelConfig& c = m->config;
     vocab = c.vocab;
     max_tokens = std::min(max_tokens, c.max_position);
@@ -316,7 +324,7 @@ StatusOr<QualityResult> MeasureQuality(const std::string& path, const LoadOption
     if (static_cast<int>(ids.size()) > max_tokens) ids.resize(max_tokens);
   }
   if (ids.size() < 2) return InvalidArgument("--quality: fewer than 2 tokens to compare");
-  G4_ASSIGN_OR_RETURN(std::vector<float> ref, QualityLogits(path, LoadOptions{}, threads, ubatch, ids, /*f32_activations=*/true));
+  G4_ASSIGN_OR_RETURN(std::vector<float> ref, QualityLogits(path, MappedOnly(), threads, ubatch, ids, /*f32_activations=*/true));
   G4_ASSIGN_OR_RETURN(std::vector<float> q, QualityLogits(path, quantized, threads, ubatch, ids, f32_activations));
   const int T = static_cast<int>(ids.size()) - 1;
   std::vector<double> lp, lq;
@@ -369,6 +377,8 @@ int BenchMain(int argc, char** argv) {
   int ple_bits = 8, quality_tokens = 256;
   app.add_option("--quantize", quantize, "quantise an F32/F16/BF16 checkpoint at load: q8_0, q4_0 or w4a16")
       ->check(CLI::IsMember({"q8_0", "q4_0", "w4a16"}));
+  bool mmap = false;
+  app.add_flag("--mmap,!--no-mmap", mmap, kMmapFlagHelp);
   app.add_option("--ple-bits", ple_bits, "with --quantize: bits of the embedding and PLE tables (8 = Q8_0, 16 = as stored)")
       ->check(CLI::IsMember({8, 16}));
   app.add_flag("--quality", quality, "compare the model as run (with --quantize, and int8 activations unless "
@@ -415,6 +425,7 @@ int BenchMain(int argc, char** argv) {
   if (n_prompt.empty() && n_gen.empty() && !quality) return Fail(InvalidArgument("nothing to measure: -p and -n are both 0"));
   LoadOptions load_options;
   load_options.ple_bits = ple_bits;
+  load_options.mmap = mmap;
   if (auto q = ParseQuantizeFlag(quantize); q.ok()) load_options.quantize = *q;
   else return Fail(q.status());
   if (quality && !load_options.quantize && f32_activations)

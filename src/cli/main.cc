@@ -169,12 +169,14 @@ int main(int argc, char** argv) {
   std::string quantize;
   int ple_bits = 8;
   bool f32_activations = false;
+  bool mmap = false;
   auto add_model = [&](CLI::App* c) {
     c->add_option("-m,--model", model, "GGUF file or Hugging Face checkpoint directory (default: $GEMMA4RT_MODEL or the fetched Gemma 3 270M)");
     c->add_option("--quantize", quantize, "quantise an F32/F16/BF16 checkpoint at load: q8_0, q4_0 or w4a16")
         ->check(CLI::IsMember({"q8_0", "q4_0", "w4a16"}));
     c->add_option("--ple-bits", ple_bits, "with --quantize: bits of the embedding and PLE tables (8 = Q8_0, 16 = as stored)")
         ->check(CLI::IsMember({8, 16}));
+    c->add_flag("--mmap,!--no-mmap", mmap, g4::kMmapFlagHelp);
   };
   struct RunOptions {
     CLI::Option* prompt;
@@ -241,6 +243,7 @@ int main(int argc, char** argv) {
   }
   g4::LoadOptions load_options;
   load_options.ple_bits = ple_bits;
+  load_options.mmap = mmap || info->parsed();  // info runs nothing: no copy of the weights
   if (auto q = g4::ParseQuantizeFlag(quantize); q.ok()) load_options.quantize = *q;
   else return Fail(q.status());
 

@@ -110,6 +110,10 @@ class GgufFile : public TensorStore {
   // reading large arrays (the tokenizer does). Never fails (madvise errors are ignored).
   void ReleaseMetadataPages() const;
 
+  // Copies the tensor data section into anonymous memory in 2 MiB pages at the same addresses
+  // (MappedFile::ReadIntoMemory; every Tensor stays valid). Errors: DataLoss naming the file.
+  Status ReadDataIntoMemory() { return file_ ? file_->ReadIntoMemory(static_cast<size_t>(data_start_)) : OkStatus(); }
+
   // TensorStore: tensors by their GGUF names ("blk.0.attn_q.weight").
   const Tensor* Find(std::string_view name) const override;
   std::vector<std::string> Names() const override;

@@ -48,6 +48,7 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::string& path, const 
   if (!fs::is_directory(path, ec)) {
     G4_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> gguf, GgufFile::Open(path));
     G4_ASSIGN_OR_RETURN(m->config, ConfigFromGguf(*gguf));
+    if (!options.mmap && !options.quantize) G4_RETURN_IF_ERROR(gguf->ReadDataIntoMemory());
     m->gguf = gguf.get();
     m->store = MakeHfNamedGgufStore(std::move(gguf));
     StatusOr<ModelWeights> w = BindWeights(m->config, *m->store);
@@ -60,6 +61,7 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::string& path, const 
   if (!fs::exists(config_path, ec)) return NotFound("no config.json in '" + path + "'");
   G4_ASSIGN_OR_RETURN(m->config, ParseHfConfigFile(config_path));
   G4_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsStore> store, SafetensorsStore::OpenDirectory(path));
+  SafetensorsStore* files = store.get();
   m->store = std::move(store);
   {
     G4_ASSIGN_OR_RETURN(std::string text, ReadTextFile(config_path));
@@ -69,6 +71,9 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::string& path, const 
       m->quantization = "w4a16-ct";
     }
   }
+  // Not for compressed-tensors checkpoints: their packed weights are repacked at load and the
+  // stored pages dropped (a copy would hold both at once).
+  if (!options.mmap && !options.quantize && m->quantization.empty()) G4_RETURN_IF_ERROR(files->ReadDataIntoMemory());
   StatusOr<ModelWeights> w = BindWeights(m->config, *m->store);
   if (!w.ok()) return Status(w.status().code(), path + ": " + w.status().message());
   m->weights = std::move(w).value();

@@ -32,7 +32,19 @@ struct LoadedModel {
 struct LoadOptions {
   std::optional<DType> quantize;
   int ple_bits = 8;
+  // false (the default): the tensor data is copied from the file into anonymous memory in 2 MiB
+  // pages (MappedFile::ReadIntoMemory; decode ~18% faster on full-size E2B Q4_0, see
+  // docs/PERFORMANCE.md); the metadata stays mapped. true (--mmap): the weights are used from the
+  // file mapping in place (faster start, pages shared with other processes through the page
+  // cache). With `quantize`, and for compressed-tensors checkpoints, the stored weights are always
+  // mapped (they are read once, converted, and their pages dropped).
+  bool mmap = false;
 };
+
+// The help text of the --mmap / --no-mmap flag (LoadOptions::mmap) every command shares.
+inline constexpr const char* kMmapFlagHelp =
+    "use the weights in place from the file mapping (llama.cpp's default: faster start, pages shared through the page "
+    "cache); --no-mmap, the default, copies them into memory in 2 MiB pages (faster decode)";
 
 // "q8_0" -> kQ8_0, "q4_0" -> kQ4_0, "w4a16" -> kW4G32 ("" / "none" -> nullopt). InvalidArgument otherwise.
 StatusOr<std::optional<DType>> ParseQuantizeFlag(const std::string& s);

@@ -329,6 +329,12 @@ Status SafetensorsStore::AddFile(const std::string& path) {
   tensors_.merge(tensors);
   for (auto& [k, v] : metadata) metadata_[k] = std::move(v);  // later files win
   files_.push_back(std::move(file));
+  data_offsets_.push_back(static_cast<size_t>(8 + header_len));
+  return OkStatus();
+}
+
+Status SafetensorsStore::ReadDataIntoMemory() {
+  for (size_t i = 0; i < files_.size(); ++i) G4_RETURN_IF_ERROR(files_[i]->ReadIntoMemory(data_offsets_[i]));
   return OkStatus();
 }
 

@@ -33,12 +33,17 @@ class SafetensorsStore : public TensorStore {
 
   const Tensor* Find(std::string_view name) const override;
   std::vector<std::string> Names() const override;
+  // Copies every file's tensor data (the bytes after its header) into anonymous memory in 2 MiB
+  // pages at the same addresses (MappedFile::ReadIntoMemory; every Tensor stays valid). Errors:
+  // DataLoss naming the file.
+  Status ReadDataIntoMemory();
   // The "__metadata__" entries of all files merged (later files win).
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
  private:
   Status AddFile(const std::string& path);
   std::vector<std::unique_ptr<MappedFile>> files_;
+  std::vector<size_t> data_offsets_;  // per file: where its tensor data starts (8 + header length)
   std::map<std::string, Tensor, std::less<>> tensors_;
   std::map<std::string, std::string> metadata_;
 };

@@ -77,6 +77,7 @@ ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
   app.add_flag("--no-degeneracy-check", no_degeneracy, "do not end generations that loop")->envname("GEMMA4RT_NO_DEGENERACY_CHECK");
   app.add_option("--quantize", o.quantize, "quantise an F32/F16/BF16 checkpoint at load: q8_0, q4_0 or w4a16")
       ->envname("GEMMA4RT_QUANTIZE")->check(CLI::IsMember({"q8_0", "q4_0", "w4a16"}));
+  app.add_flag("--mmap,!--no-mmap", o.mmap, kMmapFlagHelp)->envname("GEMMA4RT_MMAP");
   app.add_option("--ple-bits", o.ple_bits, "with --quantize: bits of the embedding and PLE tables (8 = Q8_0, 16 = as stored)")
       ->envname("GEMMA4RT_PLE_BITS")->check(CLI::IsMember({8, 16}));
   app.add_flag("--f32-activations", o.f32_activations, "multiply quantised and BF16 weights with f32 activations (transformers' "
@@ -161,6 +162,7 @@ void ServeInstance::Load(std::function<void()> before_load) {
   if (before_load) before_load();
   LoadOptions lo;
   lo.ple_bits = opt_.ple_bits;
+  lo.mmap = opt_.mmap;
   auto q = ParseQuantizeFlag(opt_.quantize);
   if (!q.ok()) return finish(q.status());
   lo.quantize = *q;

@@ -44,6 +44,7 @@ struct ServeOptions {
   bool log_requests = true;
   std::string quantize;               // --quantize q8_0|q4_0|w4a16 ("" = as stored); see LoadOptions
   int ple_bits = 8;                   // --ple-bits 8|16
+  bool mmap = false;                  // --mmap: weights used from the file mapping (LoadOptions::mmap)
   bool f32_activations = false;       // --f32-activations (CpuBackendOptionsFor: no int8 or bf16 activations)
 };
 

@@ -1,0 +1,127 @@
+// MappedFile: the 2 MiB-aligned mapping and ReadIntoMemory's anonymous copy of the weights (the
+// default load, LoadOptions::mmap = false), which must hold the file's bytes at the same
+// addresses whatever happens to the file afterwards.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "base/mapped_file.h"
+#include "model/model.h"
+
+namespace g4 {
+namespace {
+
+namespace fs = std::filesystem;
+
+uint8_t Pattern(size_t i) { return static_cast<uint8_t>((i * 2654435761u) >> 13); }
+
+std::string WritePatternFile(const std::string& name, size_t n) {
+  const std::string path = (fs::path(::testing::TempDir()) / name).string();
+  std::vector<uint8_t> bytes(n);
+  for (size_t i = 0; i < n; ++i) bytes[i] = Pattern(i);
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(n));
+  return path;
+}
+
+// Overwrites n bytes of the file at `offset` with 0xEE.
+void Scribble(const std::string& path, size_t offset, size_t n) {
+  const int fd = ::open(path.c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0);
+  const std::vector<uint8_t> junk(n, 0xEE);
+  ASSERT_EQ(::pwrite(fd, junk.data(), n, static_cast<off_t>(offset)), static_cast<ssize_t>(n));
+  ::close(fd);
+}
+
+TEST(MappedFileTest, ReadIntoMemoryKeepsTheBytesAndAddressesAndLeavesTheFileBehind) {
+  const size_t n = (size_t{5} << 20) + 12345;  // past two 2 MiB boundaries, a partial last page
+  const std::string path = WritePatternFile("g4_mapped_pattern.bin", n);
+  auto f = MappedFile::Open(path);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  const uint8_t* data = (*f)->data();
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(data) % (uintptr_t{2} << 20), 0u);
+  EXPECT_EQ((*f)->in_memory_from(), n);
+  ASSERT_TRUE((*f)->ReadIntoMemory(4097).ok());
+  EXPECT_EQ((*f)->data(), data);
+  EXPECT_EQ((*f)->in_memory_from(), 8192u);  // rounded up to the next page
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(data[i], Pattern(i)) << i;
+  // The copy no longer reads the file: bytes changed on disk after it show only in the part
+  // still mapped (a private mapping sees the file's unmodified pages).
+  Scribble(path, 100, 16);
+  Scribble(path, (size_t{3} << 20) + 7, 16);
+  EXPECT_EQ(data[100], 0xEE);
+  for (size_t i = 0; i < 16; ++i) EXPECT_EQ(data[(size_t{3} << 20) + 7 + i], Pattern((size_t{3} << 20) + 7 + i)) << i;
+  // ReleasePages keeps the copied pages (anonymous pages would come back as zeros).
+  (*f)->ReleasePages(0, n);
+  for (size_t i = 8192; i < n; ++i) ASSERT_EQ(data[i], Pattern(i)) << i;
+  // Offsets at or past the copy, or past the end, change nothing.
+  EXPECT_TRUE((*f)->ReadIntoMemory(8000).ok());
+  EXPECT_TRUE((*f)->ReadIntoMemory(n + 10).ok());
+  EXPECT_EQ((*f)->in_memory_from(), 8192u);
+  // A smaller offset copies only the bytes before the copy, as the file now has them.
+  ASSERT_TRUE((*f)->ReadIntoMemory(0).ok());
+  EXPECT_EQ((*f)->in_memory_from(), 0u);
+  EXPECT_EQ(data[100], 0xEE);
+  EXPECT_EQ(data[99], Pattern(99));
+  for (size_t i = 0; i < 16; ++i) EXPECT_EQ(data[(size_t{3} << 20) + 7 + i], Pattern((size_t{3} << 20) + 7 + i)) << i;
+  fs::remove(path);
+}
+
+TEST(MappedFileTest, ReadIntoMemoryOfAFileTruncatedSinceItOpenedIsDataLossNamingIt) {
+  const size_t n = size_t{3} << 20;
+  const std::string path = WritePatternFile("g4_mapped_truncated.bin", n);
+  auto f = MappedFile::Open(path);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  fs::resize_file(path, n / 2);
+  const Status st = (*f)->ReadIntoMemory(0);
+  EXPECT_EQ(st.code(), StatusCode::kDataLoss) << st.ToString();
+  EXPECT_NE(st.message().find("g4_mapped_truncated.bin"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("shorter"), std::string::npos) << st.message();
+  fs::remove(path);
+}
+
+TEST(MappedFileTest, EmptyFileMapsToNothingAndReadIntoMemoryIsANoOp) {
+  const std::string path = WritePatternFile("g4_mapped_empty.bin", 0);
+  auto f = MappedFile::Open(path);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_EQ((*f)->data(), nullptr);
+  EXPECT_TRUE((*f)->ReadIntoMemory(0).ok());
+  fs::remove(path);
+}
+
+// Every tensor holds the same bytes whether the weights are copied into memory (the default) or
+// used from the mapping (--mmap): a GGUF file (the fetched Gemma 3 270M) and a safetensors
+// checkpoint (a golden fixture).
+TEST(MappedFileTest, CopiedAndMappedWeightsAreTheSameBytes) {
+  const std::string fixture = std::string(GEMMA4RT_TEST_DATA_DIR) + "/golden/gemma4-e2b-tiny";
+  for (const std::string& path : {DefaultModelFile(), fixture}) {
+    SCOPED_TRACE(path);
+    LoadOptions mapped;
+    mapped.mmap = true;
+    auto a = LoadModel(path, mapped);
+    auto b = LoadModel(path);
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    ASSERT_TRUE(b.ok()) << b.status().ToString();
+    const std::vector<std::string> names = (*a)->store->Names();
+    ASSERT_EQ(names, (*b)->store->Names());
+    ASSERT_GT(names.size(), 10u);
+    for (const std::string& name : names) {
+      const Tensor* ta = (*a)->store->Find(name);
+      const Tensor* tb = (*b)->store->Find(name);
+      ASSERT_NE(ta, nullptr);
+      ASSERT_NE(tb, nullptr);
+      ASSERT_EQ(ta->nbytes, tb->nbytes) << name;
+      ASSERT_EQ(std::memcmp(ta->data, tb->data, ta->nbytes), 0) << name;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace g4
