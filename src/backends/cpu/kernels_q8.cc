@@ -40,7 +40,7 @@ bool MatMulQ8Supports(DType t) {
 }
 
 int PreferredActGroup(DType wt, int K) {
-  return (wt == DType::kQ4_K || wt == DType::kQ5_K) && K % 256 == 0 ? 256 : 32;
+  return (wt == DType::kQ4_K || wt == DType::kQ5_K || wt == DType::kQ6_K) && K % 256 == 0 ? 256 : 32;
 }
 
 void QuantizeRowsQ8Reference(const float* x, int rows, int K, ActBlockQ8* out, float* sums, int group) {

@@ -54,7 +54,8 @@ void QuantizeRowsQ8(const float* x, int rows, int K, ActBlockQ8* blocks, float* 
 void QuantizeRowsQ8Reference(const float* x, int rows, int K, ActBlockQ8* blocks, float* sums, int group = 32);
 
 // The activation group QuantizeRowsQ8 should use for weights of type `wt` with rows of K:
-// 256 for Q4_K and Q5_K when K % 256 == 0 (their fast tiles need it), else 32.
+// 256 for Q4_K, Q5_K and Q6_K when K % 256 == 0 (their fast tiles need it; llama.cpp's Q8_K
+// activations for these types), else 32.
 int PreferredActGroup(DType wt, int K);
 
 // y[n * ldy + m] = scale * sum_k W[m, k] * xq[n, k] for n < rows, m < M, with xq the activation
