@@ -298,6 +298,18 @@ TEST(CliTest, UnknownTopLevelOptionIsNamed) {
 
 // `bench --json` carries the llama-bench-style figures and the two bandwidth fractions, each equal
 // to (bytes read per token) * (tokens/s) / (that test's GB/s), and the peak-RSS budget check.
+// A one-token tg test (context 1) with the warm-up on: the warm-up decodes as many steps as
+// the context holds, not a fixed two (it used to fail with "sequence 0 is full").
+TEST(CliTest, BenchOfOneGeneratedTokenWarmsUpWithinItsContext) {
+  CliResult r = RunCli("bench -m " + Fixture("gemma4-e2b-tiny") + " -p 0 -n 1 -r 1 -t 1 --bw-mib 0 --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const size_t b = r.out.find("{\n");
+  ASSERT_NE(b, std::string::npos) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out.substr(b, r.out.rfind('}') - b + 1));
+  EXPECT_EQ(j.at("context").get<int>(), 1);
+  EXPECT_GT(j.at("tg1").get<double>(), 0.0);
+}
+
 TEST(CliTest, BenchJsonReportsSpeedsMemoryAndBothBandwidthFractions) {
   CliResult r = RunCli("bench -m " + Fixture("gemma4-e2b-tiny") + " -p 8 -n 4 -r 1 -t 1 --bw-mib 16 --json");
   ASSERT_EQ(r.status, 0) << r.out;

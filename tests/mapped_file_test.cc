@@ -2,6 +2,7 @@
 // default load, LoadOptions::mmap = false), which must hold the file's bytes at the same
 // addresses whatever happens to the file afterwards.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -50,21 +51,24 @@ TEST(MappedFileTest, ReadIntoMemoryKeepsTheBytesAndAddressesAndLeavesTheFileBehi
   EXPECT_EQ((*f)->in_memory_from(), n);
   ASSERT_TRUE((*f)->ReadIntoMemory(4097).ok());
   EXPECT_EQ((*f)->data(), data);
-  EXPECT_EQ((*f)->in_memory_from(), 8192u);  // rounded up to the next page
+  EXPECT_EQ((*f)->in_memory_from(), 4096u);  // the page holding the offset is copied whole
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(data[i], Pattern(i)) << i;
   // The copy no longer reads the file: bytes changed on disk after it show only in the part
-  // still mapped (a private mapping sees the file's unmodified pages).
+  // still mapped (a private mapping sees the file's unmodified pages), and nothing from the
+  // offset on (the bytes just after it included) is still mapped.
   Scribble(path, 100, 16);
+  Scribble(path, 4097, 16);
   Scribble(path, (size_t{3} << 20) + 7, 16);
   EXPECT_EQ(data[100], 0xEE);
+  for (size_t i = 0; i < 16; ++i) EXPECT_EQ(data[4097 + i], Pattern(4097 + i)) << i;
   for (size_t i = 0; i < 16; ++i) EXPECT_EQ(data[(size_t{3} << 20) + 7 + i], Pattern((size_t{3} << 20) + 7 + i)) << i;
   // ReleasePages keeps the copied pages (anonymous pages would come back as zeros).
   (*f)->ReleasePages(0, n);
-  for (size_t i = 8192; i < n; ++i) ASSERT_EQ(data[i], Pattern(i)) << i;
-  // Offsets at or past the copy, or past the end, change nothing.
+  for (size_t i = 4096; i < n; ++i) ASSERT_EQ(data[i], Pattern(i)) << i;
+  // Offsets in or past the copy, or past the end, change nothing.
   EXPECT_TRUE((*f)->ReadIntoMemory(8000).ok());
   EXPECT_TRUE((*f)->ReadIntoMemory(n + 10).ok());
-  EXPECT_EQ((*f)->in_memory_from(), 8192u);
+  EXPECT_EQ((*f)->in_memory_from(), 4096u);
   // A smaller offset copies only the bytes before the copy, as the file now has them.
   ASSERT_TRUE((*f)->ReadIntoMemory(0).ok());
   EXPECT_EQ((*f)->in_memory_from(), 0u);
@@ -85,6 +89,23 @@ TEST(MappedFileTest, ReadIntoMemoryOfAFileTruncatedSinceItOpenedIsDataLossNaming
   EXPECT_NE(st.message().find("g4_mapped_truncated.bin"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("shorter"), std::string::npos) << st.message();
   fs::remove(path);
+}
+
+// A FIFO (or another special file) is refused at once, never waited on for a writer: by
+// MappedFile, by ReadTextFile, and so by every command's -m.
+TEST(MappedFileTest, AFifoIsNotARegularFileAndDoesNotBlock) {
+  const std::string fifo = (fs::path(::testing::TempDir()) / "g4_mapped_fifo").string();
+  fs::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto f = MappedFile::Open(fifo);
+  EXPECT_EQ(f.status().code(), StatusCode::kInvalidArgument) << f.status().ToString();
+  EXPECT_NE(f.status().message().find("not a regular file"), std::string::npos) << f.status().message();
+  auto text = ReadTextFile(fifo);
+  EXPECT_EQ(text.status().code(), StatusCode::kInvalidArgument) << text.status().ToString();
+  auto model = LoadModel(fifo);
+  EXPECT_FALSE(model.ok());
+  EXPECT_NE(model.status().message().find("g4_mapped_fifo"), std::string::npos) << model.status().message();
+  fs::remove(fifo);
 }
 
 TEST(MappedFileTest, EmptyFileMapsToNothingAndReadIntoMemoryIsANoOp) {

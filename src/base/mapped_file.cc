@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <sstream>
@@ -19,7 +20,9 @@ constexpr size_t kHugePage = size_t{2} << 20;
 }  // namespace
 
 StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO (or another special file) must not wait for a writer; anything
+  // but a regular file is refused below, and reads of regular files ignore the flag.
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return NotFound("cannot open " + path + ": " + std::strerror(errno));
   struct stat st;
   if (::fstat(fd, &st) != 0) {
@@ -71,7 +74,9 @@ MappedFile::~MappedFile() {
 Status MappedFile::ReadIntoMemory(size_t offset) {
   if (data_ == nullptr || offset >= size_ || offset >= in_memory_from_) return OkStatus();
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-  const size_t from = (offset + page - 1) / page * page;
+  // From the page that holds `offset` (its bytes before `offset` are copied too: the same bytes),
+  // so that nothing at or after `offset` is still read from the file.
+  const size_t from = offset / page * page;
   if (from >= in_memory_from_) return OkStatus();
   // Up to what an earlier call copied (a page boundary), else the end of the file's last page.
   const size_t want = in_memory_from_ - from;
@@ -107,6 +112,9 @@ void MappedFile::ReleasePages(size_t offset, size_t length) const {
 }
 
 StatusOr<std::string> ReadTextFile(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
+    return InvalidArgument(path + " is not a regular file");  // a FIFO would block, a directory read as empty
   std::ifstream in(path, std::ios::binary);
   if (!in) return NotFound("cannot open " + path);
   std::ostringstream ss;

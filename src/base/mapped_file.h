@@ -14,8 +14,10 @@ namespace g4 {
 class MappedFile {
  public:
   // Maps `path` read-only, at an address that is a multiple of 2 MiB. Errors: NotFound if it
-  // cannot be opened, DataLoss if it cannot be stat'ed or mapped. An empty file maps to
-  // data()==nullptr, size()==0.
+  // cannot be opened, DataLoss if it cannot be stat'ed or mapped, InvalidArgument if it is not a
+  // regular file (a directory, a FIFO: opened without waiting for a writer). An empty file maps to
+  // data()==nullptr, size()==0. With the mapping (no ReadIntoMemory), truncating the file while
+  // its pages are in use is a SIGBUS, as with any mapped file (llama.cpp's --mmap too).
   static StatusOr<std::unique_ptr<MappedFile>> Open(const std::string& path);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
@@ -32,19 +34,21 @@ class MappedFile {
   // (madvise errors are ignored).
   void ReleasePages(size_t offset, size_t length) const;
 
-  // Replaces the mapping of bytes [offset rounded up to a page, size()) with an anonymous,
+  // Replaces the mapping of bytes [offset rounded down to a page, size()) with an anonymous,
   // read-only copy of the same bytes at the same addresses (data() and every pointer into it stay
   // valid), asking the kernel for transparent huge pages (madvise MADV_HUGEPAGE; 2 MiB on x86 and
   // on Arm with 4 KiB pages). Why: decode reads every weight once per token, and on 4 KiB file
   // pages each 4 KiB costs a TLB miss (under a hypervisor, a two-level page walk) that the
   // hardware prefetchers stop at. Full-size E2B Q4_0 decode, 2 threads, Zen 4 VM, 8 alternating
-  // runs: 18.9-19.5 -> 22.5-22.9 tokens/s (docs/PERFORMANCE.md). The resident set is the same as a
-  // mapping whose pages were all touched; the page cache keeps its own copy only while the kernel
-  // has no better use for it. Reads the file with pread (the copy is resident when this returns).
+  // runs: 18.9-19.5 -> 22.5-22.9 tokens/s (docs/PERFORMANCE.md, "weights in 2 MiB pages"; a
+  // fresh user's run measured 5-7%: this VM's decode swings with its memory bandwidth). The
+  // resident set is the same as a mapping whose pages were all touched; the page cache keeps its
+  // own copy only while the kernel has no better use for it, and each process holds its own copy.
+  // Reads the file with pread (the copy is resident when this returns).
   // Errors: DataLoss if the memory cannot be mapped or the file read fails or comes up short (the
   // range is then unusable: drop this MappedFile). A later call with a smaller offset copies only
-  // the bytes before the earlier copy; no-op when nothing new is asked for (offset at or past
-  // in_memory_from() rounded up to a page).
+  // the bytes before the earlier copy; no-op when nothing new is asked for (offset in or past the
+  // first copied page).
   Status ReadIntoMemory(size_t offset);
   // Bytes from `in_memory_from()` to size() are an anonymous copy (ReadIntoMemory); size() if none.
   size_t in_memory_from() const { return in_memory_from_; }
@@ -59,7 +63,8 @@ class MappedFile {
   std::string path_;
 };
 
-// Reads a whole (small) text file. Errors: NotFound.
+// Reads a whole (small) text file. Errors: NotFound; InvalidArgument for anything but a regular
+// file (a directory, a FIFO).
 StatusOr<std::string> ReadTextFile(const std::string& path);
 
 }  // namespace g4

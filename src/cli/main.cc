@@ -170,13 +170,13 @@ int main(int argc, char** argv) {
   int ple_bits = 8;
   bool f32_activations = false;
   bool mmap = false;
-  auto add_model = [&](CLI::App* c) {
+  auto add_model = [&](CLI::App* c, bool runs_model = true) {
     c->add_option("-m,--model", model, "GGUF file or Hugging Face checkpoint directory (default: $GEMMA4RT_MODEL or the fetched Gemma 3 270M)");
     c->add_option("--quantize", quantize, "quantise an F32/F16/BF16 checkpoint at load: q8_0, q4_0 or w4a16")
         ->check(CLI::IsMember({"q8_0", "q4_0", "w4a16"}));
     c->add_option("--ple-bits", ple_bits, "with --quantize: bits of the embedding and PLE tables (8 = Q8_0, 16 = as stored)")
         ->check(CLI::IsMember({8, 16}));
-    c->add_flag("--mmap,!--no-mmap", mmap, g4::kMmapFlagHelp);
+    if (runs_model) c->add_flag("--mmap,!--no-mmap", mmap, g4::kMmapFlagHelp);  // info always maps
   };
   struct RunOptions {
     CLI::Option* prompt;
@@ -193,7 +193,7 @@ int main(int argc, char** argv) {
   };
 
   auto* info = app.add_subcommand("info", "print the model's layer plan, parameter and memory counts");
-  add_model(info);
+  add_model(info, /*runs_model=*/false);
   info->add_option("-c,--ctx-size", ctx, "context size the KV cache figure is for (0 = model maximum, capped at 4096)")
       ->check(CLI::NonNegativeNumber);
 

@@ -33,7 +33,7 @@ struct LoadOptions {
   std::optional<DType> quantize;
   int ple_bits = 8;
   // false (the default): the tensor data is copied from the file into anonymous memory in 2 MiB
-  // pages (MappedFile::ReadIntoMemory; decode ~18% faster on full-size E2B Q4_0, see
+  // pages (MappedFile::ReadIntoMemory; full-size E2B Q4_0 decoded 5-18% faster, see
   // docs/PERFORMANCE.md); the metadata stays mapped. true (--mmap): the weights are used from the
   // file mapping in place (faster start, pages shared with other processes through the page
   // cache). With `quantize`, and for compressed-tensors checkpoints, the stored weights are always
