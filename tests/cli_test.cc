@@ -110,12 +110,12 @@ TEST(CliTest, InfoPrintsTheLayerPlan) {
   EXPECT_NE(r.out.find("layer 4"), std::string::npos) << r.out;  // shared full layer reads layer 4
 }
 
-// What a log line says after "weights=" (up to " threads=" or " context="), or "" if absent.
+// What a log line says after "weights=" (up to " memory=", " threads=" or " context="), or "" if absent.
 std::string WeightsField(const std::string& out) {
   const size_t b = out.find("weights=");
   if (b == std::string::npos) return "";
   const size_t from = b + 8;
-  const size_t e = std::min(out.find(" threads=", from), out.find(" context=", from));
+  const size_t e = std::min({out.find(" memory=", from), out.find(" threads=", from), out.find(" context=", from)});
   return out.substr(from, e == std::string::npos ? std::string::npos : e - from);
 }
 
@@ -146,6 +146,24 @@ TEST(CliTest, EveryCommandDescribesTheWeightsTheSameWay) {
   CliResult serve = ServeUntilLoaded(m + " -c 64 -np 1");
   ASSERT_NE(serve.out.find("model loaded"), std::string::npos) << serve.out;
   EXPECT_EQ(WeightsField(serve.out.substr(serve.out.find("model loaded"))), want) << serve.out;
+}
+
+// Every command's log says where the weights live: copied into memory by default, the file
+// mapping with --mmap (and always for info).
+TEST(CliTest, EveryCommandSaysWhetherTheWeightsAreCopiedOrMapped) {
+  const std::string m = "-m " + Fixture("gemma4-e2b-tiny");
+  for (const std::string& cmd : {std::string("generate --tokens 2,17 -n 1 --temp 0"), std::string("logits --tokens 2,17 --top 1"),
+                                 std::string("bench -p 4 -n 2 -r 1 --no-warmup --bw-mib 0")}) {
+    CliResult copied = RunCli(cmd + " " + m);
+    ASSERT_EQ(copied.status, 0) << copied.out;
+    EXPECT_NE(copied.out.find(" memory=copied "), std::string::npos) << copied.out;
+    CliResult mapped = RunCli(cmd + " " + m + " --mmap");
+    ASSERT_EQ(mapped.status, 0) << mapped.out;
+    EXPECT_NE(mapped.out.find(" memory=mapped "), std::string::npos) << mapped.out;
+  }
+  CliResult info = RunCli("info " + m);
+  ASSERT_EQ(info.status, 0) << info.out;
+  EXPECT_NE(info.out.find(" memory=mapped "), std::string::npos) << info.out;
 }
 
 // `info` reports the KV cache for the context the other commands use: -c when given, else the

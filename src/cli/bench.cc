@@ -500,8 +500,8 @@ int BenchMain(int argc, char** argv) {
 
   const std::string weights_dtype = WeightsDescription(*loaded);
   char policy[512];
-  std::snprintf(policy, sizeof policy, "backend=cpu simd=%s compute=f32 activations=%s weights=%s threads=%d context=%d", cpu::SimdTargetName(), ActivationPolicy(CpuBackendOptionsFor(f32_activations)), weights_dtype.c_str(),
-                threads, context);
+  std::snprintf(policy, sizeof policy, "backend=cpu simd=%s compute=f32 activations=%s weights=%s memory=%s threads=%d context=%d", cpu::SimdTargetName(), ActivationPolicy(CpuBackendOptionsFor(f32_activations)), weights_dtype.c_str(),
+                WeightsMemory(*loaded), threads, context);
   std::fprintf(stderr, "gemma4rt: device policy: %s\n", policy);
   for (const std::string& n : clamp_notes) std::fprintf(stderr, "gemma4rt: bench: %s\n", n.c_str());
 

@@ -101,8 +101,9 @@ g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int thr
                         (model == g4::DefaultModelPath() ? " (run scripts/fetch-default-model.sh to get the default model)" : ""));
   G4_ASSIGN_OR_RETURN(auto loaded, g4::LoadModel(model, lo));
   G4_ASSIGN_OR_RETURN(const int context, g4::ResolveContextSize(loaded->config, ctx));
-  std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=%s compute=f32 activations=%s weights=%s threads=%d context=%d\n",
-               g4::cpu::SimdTargetName(), g4::ActivationPolicy(g4::CpuBackendOptionsFor(f32_activations)), g4::WeightsDescription(*loaded).c_str(), threads,
+  std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=%s compute=f32 activations=%s weights=%s memory=%s threads=%d context=%d\n",
+               g4::cpu::SimdTargetName(), g4::ActivationPolicy(g4::CpuBackendOptionsFor(f32_activations)), g4::WeightsDescription(*loaded).c_str(),
+               g4::WeightsMemory(*loaded), threads,
                context);
   if (loaded->weights.total_bytes > (size_t{128} << 20)) {  // progress for large models
     int last = -1;
@@ -254,8 +255,9 @@ int main(int argc, char** argv) {
     const g4::ModelWeights& w = (*loaded)->weights;
     auto context = g4::ResolveContextSize(c, ctx);  // what generate, logits, serve and bench allocate
     if (!context.ok()) return Fail(context.status());
-    std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=%s compute=f32 weights=%s threads=%d context=%d\n",
-                 g4::cpu::SimdTargetName(), g4::WeightsDescription(**loaded).c_str(), threads, *context);
+    std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=%s compute=f32 weights=%s memory=%s threads=%d context=%d\n",
+                 g4::cpu::SimdTargetName(), g4::WeightsDescription(**loaded).c_str(), g4::WeightsMemory(**loaded), threads,
+                 *context);
     std::printf("model: %s (%s)\n", model.c_str(), c.architecture.c_str());
     std::printf("family: %s  hidden: %d  layers: %d  heads: %d  vocab: %d  window: %d  ple_dim: %d  experts: %d (top %d)\n",
                 c.family == g4::ModelFamily::kGemma4 ? "gemma4" : "gemma3", c.hidden, c.num_layers, c.num_heads, c.vocab,

@@ -48,7 +48,10 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::string& path, const 
   if (!fs::is_directory(path, ec)) {
     G4_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> gguf, GgufFile::Open(path));
     G4_ASSIGN_OR_RETURN(m->config, ConfigFromGguf(*gguf));
-    if (!options.mmap && !options.quantize) G4_RETURN_IF_ERROR(gguf->ReadDataIntoMemory());
+    if (!options.mmap && !options.quantize) {
+      G4_RETURN_IF_ERROR(gguf->ReadDataIntoMemory());
+      m->weights_copied = true;
+    }
     m->gguf = gguf.get();
     m->store = MakeHfNamedGgufStore(std::move(gguf));
     StatusOr<ModelWeights> w = BindWeights(m->config, *m->store);
@@ -73,7 +76,10 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::string& path, const 
   }
   // Not for compressed-tensors checkpoints: their packed weights are repacked at load and the
   // stored pages dropped (a copy would hold both at once).
-  if (!options.mmap && !options.quantize && m->quantization.empty()) G4_RETURN_IF_ERROR(files->ReadDataIntoMemory());
+  if (!options.mmap && !options.quantize && m->quantization.empty()) {
+    G4_RETURN_IF_ERROR(files->ReadDataIntoMemory());
+    m->weights_copied = true;
+  }
   StatusOr<ModelWeights> w = BindWeights(m->config, *m->store);
   if (!w.ok()) return Status(w.status().code(), path + ": " + w.status().message());
   m->weights = std::move(w).value();

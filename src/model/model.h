@@ -25,7 +25,13 @@ struct LoadedModel {
   std::string quantization;        // "" (as stored), "w4a16-ct" (compressed-tensors checkpoint), or the
                                    // --quantize target ("q8_0", "q4_0", "w4a16")
   QuantizeStats quantize_stats;    // what --quantize converted
+  bool weights_copied = false;     // the tensor data was copied into memory (LoadOptions::mmap false)
 };
+
+// Where the weights live, as every command's log names them ("memory=..."): "copied" (into
+// anonymous memory in 2 MiB pages, the default) or "mapped" (the file mapping: --mmap, info,
+// --quantize's and compressed-tensors' stored weights).
+inline const char* WeightsMemory(const LoadedModel& m) { return m.weights_copied ? "copied" : "mapped"; }
 
 // How to load: `quantize` converts a float checkpoint at load (see QuantizeWeights): kQ8_0,
 // kQ4_0 or kW4G32 (`--quantize q8_0|q4_0|w4a16`); ple_bits 8 or 16 (`--ple-bits`).

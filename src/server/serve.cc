@@ -189,6 +189,7 @@ void ServeInstance::Load(std::function<void()> before_load) {
   info.accepted_ids = {info.id, base, opt_.model, std::filesystem::absolute(opt_.model).string()};
   if (const std::string stem = std::filesystem::path(base).stem().string(); stem != base) info.accepted_ids.push_back(stem);
   const std::string weights = WeightsDescription(*model);
+  const char* memory = WeightsMemory(*model);
   const std::string arch = c.architecture;
   EngineOptions eo;
   eo.max_seqs = opt_.parallel;
@@ -203,8 +204,8 @@ void ServeInstance::Load(std::function<void()> before_load) {
   scheduler_ = std::make_unique<Scheduler>(*engine_, tokenizer_.get(), so);
   info.context_size = scheduler_->context_size();
   info.created = UnixNow();
-  std::fprintf(stderr, "gemma4rt: model loaded: %s (%s) weights=%s context=%d slots=%d tokenizer=%s in %.1f s; serving as '%s'\n",
-               opt_.model.c_str(), arch.c_str(), weights.c_str(), info.context_size, opt_.parallel, tokenizer_ ? "yes" : "no",
+  std::fprintf(stderr, "gemma4rt: model loaded: %s (%s) weights=%s memory=%s context=%d slots=%d tokenizer=%s in %.1f s; serving as '%s'\n",
+               opt_.model.c_str(), arch.c_str(), weights.c_str(), memory, info.context_size, opt_.parallel, tokenizer_ ? "yes" : "no",
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), info.id.c_str());
   http_->SetReady(std::move(info), scheduler_.get());
   finish(OkStatus());
