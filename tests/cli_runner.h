@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 namespace g4::test_util {
 
 struct CliResult {
@@ -25,6 +27,15 @@ inline CliResult RunCli(const std::string& args) {
   const int st = pclose(p);
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
+}
+
+// The JSON object `bench --json` printed in `r.out` (from the first line that is "{" to the last
+// "}"; logs may come before it), or a null value when there is none.
+inline nlohmann::json BenchJson(const CliResult& r) {
+  const size_t b = r.out.find("{\n");
+  const size_t e = r.out.rfind('}');
+  if (b == std::string::npos || e == std::string::npos || e < b) return nullptr;
+  return nlohmann::json::parse(r.out.substr(b, e - b + 1), nullptr, /*allow_exceptions=*/false);
 }
 
 }  // namespace g4::test_util

@@ -313,27 +313,24 @@ TEST(CliTest, UnknownTopLevelOptionIsNamed) {
   EXPECT_NE(help.out.find("generate"), std::string::npos) << help.out;
 }
 
-
-// `bench --json` carries the llama-bench-style figures and the two bandwidth fractions, each equal
-// to (bytes read per token) * (tokens/s) / (that test's GB/s), and the peak-RSS budget check.
 // A one-token tg test (context 1) with the warm-up on: the warm-up decodes as many steps as
 // the context holds, not a fixed two (it used to fail with "sequence 0 is full").
 TEST(CliTest, BenchOfOneGeneratedTokenWarmsUpWithinItsContext) {
   CliResult r = RunCli("bench -m " + Fixture("gemma4-e2b-tiny") + " -p 0 -n 1 -r 1 -t 1 --bw-mib 0 --json");
   ASSERT_EQ(r.status, 0) << r.out;
-  const size_t b = r.out.find("{\n");
-  ASSERT_NE(b, std::string::npos) << r.out;
-  const nlohmann::json j = nlohmann::json::parse(r.out.substr(b, r.out.rfind('}') - b + 1));
+  const nlohmann::json j = BenchJson(r);
+  ASSERT_TRUE(j.is_object()) << r.out;
   EXPECT_EQ(j.at("context").get<int>(), 1);
   EXPECT_GT(j.at("tg1").get<double>(), 0.0);
 }
 
+// `bench --json` carries the llama-bench-style figures and the two bandwidth fractions, each equal
+// to (bytes read per token) * (tokens/s) / (that test's GB/s), and the peak-RSS budget check.
 TEST(CliTest, BenchJsonReportsSpeedsMemoryAndBothBandwidthFractions) {
   CliResult r = RunCli("bench -m " + Fixture("gemma4-e2b-tiny") + " -p 8 -n 4 -r 1 -t 1 --bw-mib 16 --json");
   ASSERT_EQ(r.status, 0) << r.out;
-  const size_t b = r.out.find("{\n");
-  ASSERT_NE(b, std::string::npos) << r.out;
-  const nlohmann::json j = nlohmann::json::parse(r.out.substr(b, r.out.rfind('}') - b + 1));
+  const nlohmann::json j = BenchJson(r);
+  ASSERT_TRUE(j.is_object()) << r.out;
   EXPECT_GT(j.at("pp8").get<double>(), 0.0);
   const double tg = j.at("tg4").get<double>();
   EXPECT_GT(tg, 0.0);

@@ -539,9 +539,9 @@ TEST(CliQuantize, LogitsWithW4a16MatchTheCompressedTensorsReference) {
 nlohmann::json QualityJson(const std::string& args) {
   CliResult r = RunCli("bench -m " + Fixture("gemma4-e2b-tiny") + " -p 0 -n 0 -t 1 --json --quality " + args);
   EXPECT_EQ(r.status, 0) << r.out;
-  const size_t b = r.out.find("{\n");
-  if (b == std::string::npos) return nlohmann::json::object();
-  return nlohmann::json::parse(r.out.substr(b))["quality"];
+  const nlohmann::json j = BenchJson(r);
+  if (!j.is_object()) return nlohmann::json::object();
+  return j["quality"];
 }
 
 // bench --quality: both runs share the reference (same fixed ids, same as-stored perplexity), 8-bit

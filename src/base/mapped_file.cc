@@ -72,12 +72,13 @@ MappedFile::~MappedFile() {
 }
 
 Status MappedFile::ReadIntoMemory(size_t offset) {
-  if (data_ == nullptr || offset >= size_ || offset >= in_memory_from_) return OkStatus();
+  // in_memory_from_ <= size_ is size_ or a page boundary, so offset < in_memory_from_ puts the
+  // page that holds `offset` before it.
+  if (data_ == nullptr || offset >= in_memory_from_) return OkStatus();
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   // From the page that holds `offset` (its bytes before `offset` are copied too: the same bytes),
   // so that nothing at or after `offset` is still read from the file.
   const size_t from = offset / page * page;
-  if (from >= in_memory_from_) return OkStatus();
   // Up to what an earlier call copied (a page boundary), else the end of the file's last page.
   const size_t want = in_memory_from_ - from;
   const size_t len = (want + page - 1) / page * page;

@@ -261,14 +261,15 @@ struct QualityResult {
   double ppl_ref = 0, ppl_quant = 0;  // exp(mean NLL of the next token)
 };
 
-// All-position logits of `path` loaded with `lo` for `ids`.
-// The reference model of --quality, and the tokenizer's load, used from the file mapping: one
-// pass each, not worth a copy of the weights.
+// --quality's loads of the model as stored (for its fixed text's ids, and the reference logits):
+// one pass each, used from the file mapping rather than copied (LoadOptions::mmap).
 LoadOptions MappedOnly() {
   LoadOptions lo;
   lo.mmap = true;
   return lo;
 }
+
+// All-position logits of `path` loaded with `lo` for `ids`.
 
 StatusOr<std::vector<float>> QualityLogits(const std::string& path, const LoadOptions& lo, int threads, int ubatch,
                                            const std::vector<int32_t>& ids, bool f32_activations) {
