@@ -234,6 +234,7 @@ for f in formats:
     e = {"gemma4rt_pp": s.get(f"pp{P}", {}).get("gemma4rt"), "llama_pp": s.get(f"pp{P}", {}).get("llama.cpp"),
          "gemma4rt_tg": s.get(f"tg{N}", {}).get("gemma4rt"), "llama_tg": s.get(f"tg{N}", {}).get("llama.cpp"),
          "ratio_pp": s.get(f"pp{P}", {}).get("ratio"), "ratio_tg": s.get(f"tg{N}", {}).get("ratio"),
+         "paired_ratio_pp": s.get(f"pp{P}", {}).get("paired_ratio"), "paired_ratio_tg": s.get(f"tg{N}", {}).get("paired_ratio"),
          "bandwidth_fraction": frac, "bandwidth_gbps": statistics.median(j["bandwidth_gbps"] for j in runs) if runs else None,
          "read_bandwidth_fraction": rfrac,
          "read_bandwidth_gbps": statistics.median(j.get("read_bandwidth_gbps") or 0 for j in runs) if runs else None,
@@ -264,7 +265,8 @@ for name, e in rows:
     ok_ratio = e.get("ratio_tg") is not None and e["ratio_tg"] >= 1.0
     targets = f"bw {'met' if ok_bw else 'NOT met'}" + (f", ratio {'met' if ok_ratio else 'NOT met'}" if e.get("ratio_tg") is not None else "")
     lines.append(f"| {name} | {fmt(e['size_bytes'] and e['size_bytes'] / 1e9)} | {fmt(e['gemma4rt_pp'])} | {fmt(e.get('llama_pp'))} "
-                 f"| {fmt(e.get('ratio_pp'), '.3f')} | {fmt(e['gemma4rt_tg'])} | {fmt(e.get('llama_tg'))} | {fmt(e.get('ratio_tg'), '.3f')} "
+                 f"| {fmt(e.get('ratio_pp'), '.3f')} ({fmt(e.get('paired_ratio_pp'), '.3f')}) | {fmt(e['gemma4rt_tg'])} "
+                 f"| {fmt(e.get('llama_tg'))} | {fmt(e.get('ratio_tg'), '.3f')} ({fmt(e.get('paired_ratio_tg'), '.3f')}) "
                  f"| {fmt(e['bandwidth_fraction'] and 100 * e['bandwidth_fraction'], '.1f')}% "
                  f"| {fmt(e.get('llama_bandwidth_fraction') and 100 * e['llama_bandwidth_fraction'], '.1f')}% "
                  f"| {fmt(e.get('read_bandwidth_fraction') and 100 * e['read_bandwidth_fraction'], '.1f')}% | {targets} |")
@@ -273,8 +275,10 @@ rbw = [e["read_bandwidth_gbps"] for _, e in rows if e.get("read_bandwidth_gbps")
 lines += ["", f"Copy bandwidth (gemma4rt bench's memcpy test, read + written bytes, median): "
           f"{fmt(statistics.median(bw) if bw else None)} GB/s; read-only bandwidth (same threads): "
           f"{fmt(statistics.median(rbw) if rbw else None)} GB/s. The 80% target is against the copy figure. "
-          "Ratios are medians over all samples of both engines (compare-llamacpp.sh); llama.cpp's bandwidth "
-          "fraction is gemma4rt's scaled by the tg ratio (same bytes per token).", "", "Stage wall times:", ""]
+          "Ratios: the engines' medians over all samples (compare-llamacpp.sh), in brackets the median of "
+          "the per-round ratios (the two engines of a round ran back to back). gemma4rt's bandwidth fractions: "
+          "each tg repetition against the bandwidth measured right after it, median over repetitions and "
+          "rounds; llama.cpp's is gemma4rt's scaled by the tg ratio (same bytes per token).", "", "Stage wall times:", ""]
 lines += ["    " + l for l in open(os.path.join(out, "stages.tsv")).read().splitlines()]
 lines += ["", "Files:", ""] + ["    " + l for l in open(os.path.join(out, "sizes.tsv")).read().splitlines()]
 open(os.path.join(out, "summary.md"), "w").write("\n".join(lines) + "\n")

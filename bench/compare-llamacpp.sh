@@ -14,7 +14,9 @@
 # not favour one engine): `gemma4rt bench --json -p P -n N -t T -r REPS` and
 # `llama-bench -o json -p P -n N -t T -r REPS`. Each engine's figure is the median of all its
 # samples over the rounds. Prints ppP and tgN in tokens/s for both and the ratio
-# gemma4rt / llama.cpp; the raw JSON of every run is kept in $OUT_DIR (default a temp dir, printed).
+# gemma4rt / llama.cpp of those medians, and the per-round ratios (each round's two engines ran
+# back to back, so a ratio within a round is less moved by the machine's drift) with their
+# median; the raw JSON of every run is kept in $OUT_DIR (default a temp dir, printed).
 #
 # Environment: GEMMA4RT_BIN (default build/gemma4rt, built with scripts/build.sh when missing),
 # GEMMA4RT_MODEL (default model), GEMMA4RT_CACHE, LLAMA_CPP_PYTHON_VERSION (default 0.3.36),
@@ -31,7 +33,7 @@ N=128
 ROUNDS=2
 BUILD_ONLY=0
 
-usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
 while (($#)); do
   case "$1" in
     -m) MODEL="$2"; shift 2 ;;
@@ -151,18 +153,18 @@ python3 - "$OUT_DIR" "$P" "$N" "$THREADS" "$MODEL" "$VERSION" <<'PYEOF'
 import glob, json, statistics, sys, os
 out_dir, P, N, T, model, version = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
 
-def g4_samples(kind, n):
+def g4_samples(kind, n, pattern="gemma4rt.*.json"):
     s = []
-    for f in sorted(glob.glob(os.path.join(out_dir, "gemma4rt.*.json"))):
+    for f in sorted(glob.glob(os.path.join(out_dir, pattern))):
         j = json.load(open(f))
         for r in j["results"]:
             if r["test"].startswith(kind) and r["depth"] == 0 and r[("n_prompt" if kind == "pp" else "n_gen")] == n:
                 s += r["samples_ts"]
     return s
 
-def llama_samples(kind, n):
+def llama_samples(kind, n, pattern="llama.*.json"):
     s = []
-    for f in sorted(glob.glob(os.path.join(out_dir, "llama.*.json"))):
+    for f in sorted(glob.glob(os.path.join(out_dir, pattern))):
         for r in json.load(open(f)):
             if r.get("n_depth", 0) != 0:
                 continue
@@ -180,8 +182,9 @@ print(f"gemma4rt: {g4.get('device_policy', '')}")
 print(f"llama.cpp: llama-bench from llama-cpp-python {version} (vendor/llama.cpp, build {ll[0].get('build_commit', '?')}), "
       f"{ll[0].get('model_type', '')}, n_ubatch {ll[0].get('n_ubatch', '?')}, flash_attn {ll[0].get('flash_attn', '?')}")
 print()
-print(f"| test | gemma4rt t/s | llama.cpp t/s | gemma4rt / llama.cpp |")
-print(f"|---|---:|---:|---:|")
+rounds = sorted(int(os.path.basename(f).split(".")[1]) for f in glob.glob(os.path.join(out_dir, "gemma4rt.*.json")))
+print(f"| test | gemma4rt t/s | llama.cpp t/s | gemma4rt / llama.cpp | per-round ratios (median) |")
+print(f"|---|---:|---:|---:|---|")
 summary = {}
 for kind, n in (("pp", P), ("tg", N)):
     if n == 0:
@@ -191,14 +194,26 @@ for kind, n in (("pp", P), ("tg", N)):
         print(f"| {kind}{n} | missing | missing | |")
         continue
     ma, mb = statistics.median(a), statistics.median(b)
-    summary[f"{kind}{n}"] = {"gemma4rt": ma, "llama.cpp": mb, "ratio": ma / mb,
-                             "gemma4rt_samples": a, "llama.cpp_samples": b}
-    print(f"| {kind}{n} | {ma:.2f} (n={len(a)}) | {mb:.2f} (n={len(b)}) | {ma / mb:.3f} |")
+    per_round = []
+    for k in rounds:
+        ra, rb = g4_samples(kind, n, f"gemma4rt.{k}.json"), llama_samples(kind, n, f"llama.{k}.json")
+        if ra and rb:
+            per_round.append(statistics.median(ra) / statistics.median(rb))
+    paired = statistics.median(per_round) if per_round else None
+    summary[f"{kind}{n}"] = {"gemma4rt": ma, "llama.cpp": mb, "ratio": ma / mb, "round_ratios": per_round,
+                             "paired_ratio": paired, "gemma4rt_samples": a, "llama.cpp_samples": b}
+    rr = ", ".join(f"{x:.3f}" for x in per_round)
+    print(f"| {kind}{n} | {ma:.2f} (n={len(a)}) | {mb:.2f} (n={len(b)}) | {ma / mb:.3f} | {rr} ({paired:.3f}) |" if per_round else f"| {kind}{n} | {ma:.2f} (n={len(a)}) | {mb:.2f} (n={len(b)}) | {ma / mb:.3f} | - |")
 print()
-print(f"gemma4rt peak RSS {g4.get('peak_rss_bytes', 0) / 2**20:.1f} MiB, copy bandwidth {g4.get('bandwidth_gbps', 0):.2f} GB/s, "
-      f"decode at {100 * (g4.get('bandwidth_fraction') or 0):.1f}% of the bandwidth limit")
+g4_all = [json.load(open(f)) for f in sorted(glob.glob(os.path.join(out_dir, "gemma4rt.*.json")))]
+fr = [j["bandwidth_fraction"] for j in g4_all if j.get("bandwidth_fraction") is not None]
+rfr = [j["read_bandwidth_fraction"] for j in g4_all if j.get("read_bandwidth_fraction") is not None]
+print(f"gemma4rt peak RSS {max(j.get('peak_rss_bytes', 0) for j in g4_all) / 2**20:.1f} MiB, copy bandwidth "
+      f"{statistics.median(j.get('bandwidth_gbps', 0) for j in g4_all):.2f} GB/s, decode at "
+      f"{100 * (statistics.median(fr) if fr else 0):.1f}% of the bandwidth limit "
+      f"({100 * (statistics.median(rfr) if rfr else 0):.1f}% of the read bandwidth; medians over the rounds)")
 loads = open(os.path.join(out_dir, "load.txt")).read().split("\n")
 print("1-minute load average before each run: " + "; ".join(l for l in loads if l))
 json.dump(summary, open(os.path.join(out_dir, "summary.json"), "w"), indent=1)
-print(f"(medians over all samples; raw JSON and summary.json in {out_dir})")
+print(f"(t/s: medians over all samples; raw JSON and summary.json in {out_dir})")
 PYEOF

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -105,11 +106,21 @@ size_t PeakRssBytes() {
   return 0;
 }
 
-struct BandwidthResult {
-  double gbps = 0;       // (bytes read + bytes written) / best time
-  double best_seconds = 0;
-  size_t bytes = 0;      // buffer size (copied each iteration)
-  int iterations = 0;
+// One sample of the machine's memory bandwidth with `threads` threads, both tests on the same two
+// `bytes` buffers (anonymous memory in 2 MiB pages where the kernel gives them, MADV_HUGEPAGE, as
+// the copied weights are; written before timing so that page faults are not timed; unmapped on
+// return), each the best of `iterations`:
+//   copy: memcpy of one buffer into the other, split over the threads; GB/s counting the bytes
+//     read + the bytes written (STREAM's accounting of a copy);
+//   read: the threads sum the source buffer's 64-bit words (8 chains, which the compiler
+//     vectorises; each line prefetched 4 KiB ahead, as the matmul kernels prefetch their next
+//     tile); GB/s of bytes read: what a decode, which only reads its weights, can get.
+// On the 2-core Zen 4 VM of docs/PERFORMANCE.md the copy figure is 40-50 GB/s while reads alone
+// reach 30-47 GB/s, both moving from minute to minute; a vectorised 8-stream read test measured
+// the same as this one. Zero bytes: nothing measured (all zero).
+struct BandwidthSample {
+  double copy_gbps = 0, read_gbps = 0;
+  double copy_seconds = 0, read_seconds = 0;  // best times
 };
 
 // Runs part(0) .. part(threads - 1) at once (part(0) on the calling thread), `iterations` times;
@@ -134,56 +145,84 @@ std::pair<size_t, size_t> ThreadSlice(size_t n, int threads, size_t align, int t
   return {begin, std::min(n, begin + slice)};
 }
 
-// memcpy of a `bytes` buffer into another, split over `threads` threads, best of `iterations`.
-// Both buffers are touched first so that page faults are not timed.
-BandwidthResult MeasureCopyBandwidth(size_t bytes, int threads, int iterations) {
-  BandwidthResult r;
-  r.bytes = bytes;
-  r.iterations = iterations;
-  if (bytes == 0) return r;
-  std::unique_ptr<char[]> src(new char[bytes]), dst(new char[bytes]);
-  std::memset(src.get(), 1, bytes);
-  std::memset(dst.get(), 0, bytes);
-  r.best_seconds = BestParallelSeconds(threads, iterations, [&](int t) {
+// Anonymous read-write memory of `bytes` bytes, asked for in 2 MiB pages; unmapped on destruction.
+// Falls back to operator new where mmap fails.
+class TestBuffer {
+ public:
+  explicit TestBuffer(size_t bytes) : bytes_(bytes) {
+    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      heap_.reset(new char[bytes]);
+      p_ = heap_.get();
+    } else {
+      p_ = static_cast<char*>(p);
+      ::madvise(p_, bytes, MADV_HUGEPAGE);  // a hint: without it the pages are 4 KiB
+    }
+  }
+  ~TestBuffer() {
+    if (!heap_) ::munmap(p_, bytes_);
+  }
+  TestBuffer(const TestBuffer&) = delete;
+  TestBuffer& operator=(const TestBuffer&) = delete;
+  char* data() { return p_; }
+
+ private:
+  size_t bytes_;
+  char* p_ = nullptr;
+  std::unique_ptr<char[]> heap_;
+};
+
+BandwidthSample MeasureBandwidth(size_t bytes, int threads, int iterations) {
+  BandwidthSample r;
+  const size_t words = bytes / 8;
+  if (words == 0) return r;
+  bytes = words * 8;
+  TestBuffer src_buf(bytes), dst_buf(bytes);
+  char* src = src_buf.data();
+  char* dst = dst_buf.data();
+  uint64_t* w = reinterpret_cast<uint64_t*>(src);
+  for (size_t i = 0; i < words; ++i) w[i] = i;
+  std::memset(dst, 0, bytes);
+  r.copy_seconds = BestParallelSeconds(threads, iterations, [&](int t) {
     const auto [begin, end] = ThreadSlice(bytes, threads, 64, t);
-    std::memcpy(dst.get() + begin, src.get() + begin, end - begin);
+    std::memcpy(dst + begin, src + begin, end - begin);
   });
   volatile char sink = dst[bytes / 2];
   (void)sink;
-  r.gbps = 2.0 * static_cast<double>(bytes) / r.best_seconds / 1e9;
-  return r;
-}
-
-// Reads of a `bytes` buffer (64-bit words summed, which the compiler vectorises; each cache line
-// prefetched 4 KiB ahead, as the matmul kernels prefetch their next tile), split over `threads`
-// threads, best of `iterations`: what a decode, which only reads its weights, can get from memory
-// with these threads. Without the prefetch this VM's two threads read 23-27 GB/s, with it 27-34
-// (a decode of BF16 weights reached 32 GB/s). Returned as bytes read / best time (gbps); the
-// buffer is written first so that page faults are not timed.
-BandwidthResult MeasureReadBandwidth(size_t bytes, int threads, int iterations) {
-  BandwidthResult r;
-  r.bytes = bytes;
-  r.iterations = iterations;
-  const size_t words = bytes / 8;
-  if (words == 0) return r;
-  std::unique_ptr<uint64_t[]> buf(new uint64_t[words]);
-  for (size_t i = 0; i < words; ++i) buf[i] = i;
   std::vector<uint64_t> sums(threads, 0);
-  r.best_seconds = BestParallelSeconds(threads, iterations, [&](int t) {
+  r.read_seconds = BestParallelSeconds(threads, iterations, [&](int t) {
     const auto [begin, end] = ThreadSlice(words, threads, 8, t);
     uint64_t s[8] = {};
     size_t i = begin;
     for (; i + 8 <= end; i += 8) {
-      __builtin_prefetch(buf.get() + i + 512);  // a hint: past the end it is ignored
-      for (int k = 0; k < 8; ++k) s[k] += buf[i + k];
+      __builtin_prefetch(w + i + 512);  // a hint: past the end it is ignored
+      for (int k = 0; k < 8; ++k) s[k] += w[i + k];
     }
-    for (; i < end; ++i) s[0] += buf[i];
+    for (; i < end; ++i) s[0] += w[i];
     sums[t] = s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
   });
-  volatile uint64_t sink = std::accumulate(sums.begin(), sums.end(), uint64_t{0});
-  (void)sink;
-  r.gbps = static_cast<double>(words * 8) / r.best_seconds / 1e9;
+  volatile uint64_t sum_sink = std::accumulate(sums.begin(), sums.end(), uint64_t{0});
+  (void)sum_sink;
+  r.copy_gbps = 2.0 * static_cast<double>(bytes) / r.copy_seconds / 1e9;
+  r.read_gbps = static_cast<double>(bytes) / r.read_seconds / 1e9;
   return r;
+}
+
+// Resets the peak resident set (VmHWM) to the current resident set: Linux >= 4.0's
+// /proc/self/clear_refs "5". False where that is refused (then VmHWM keeps counting everything).
+bool ResetPeakRss() {
+  std::ofstream f("/proc/self/clear_refs");
+  if (!f) return false;
+  f << "5";
+  f.flush();
+  return static_cast<bool>(f);
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t k = v.size();
+  return k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
 }
 
 struct TestResult {
@@ -195,8 +234,14 @@ struct TestResult {
   double median_ts = 0, avg_ts = 0, stddev_ts = 0;
   // tg only
   size_t weight_bytes = 0, kv_bytes = 0;  // per token (KV: mean over the run's steps)
-  double bandwidth_fraction = -1;       // bytes per token * tokens/s / copy bandwidth
-  double read_bandwidth_fraction = -1;  // the same against the read-only bandwidth
+  // The bandwidth samples taken right after each repetition (empty when they are taken once at
+  // the end), and the fractions: bytes per token * tokens/s / copy (read) bandwidth, per
+  // repetition against its own sample and their median, else the median tokens/s against the
+  // one sample; -1 = not measured.
+  std::vector<BandwidthSample> bw_samples;
+  std::vector<double> fraction_samples, read_fraction_samples;
+  double bandwidth_fraction = -1;
+  double read_bandwidth_fraction = -1;
 };
 
 void Summarize(TestResult* r) {
@@ -403,8 +448,9 @@ int BenchMain(int argc, char** argv) {
   app.add_flag("--json", json_flag, "same as -o json: one JSON object on stdout");
   app.add_option("--seed", seed, "seed of the random token ids");
   app.add_flag("--no-warmup", no_warmup, "skip the warm-up run");
-  app.add_option("--bw-mib", bw_mib, "buffer size of the memory-bandwidth copy test in MiB (0 = skip)")->check(CLI::Range(0, 1 << 20));
-  app.add_option("--bw-iterations", bw_iters, "copies in the bandwidth test (the best is kept)")->check(CLI::Range(1, 100));
+  app.add_option("--bw-mib", bw_mib, "buffer size of the memory-bandwidth tests (copy and read) in MiB, run after each "
+                 "tg repetition (0 = skip)")->check(CLI::Range(0, 1 << 20));
+  app.add_option("--bw-iterations", bw_iters, "passes of each bandwidth test (the best is kept)")->check(CLI::Range(1, 100));
   try {
     app.parse(static_cast<int>(cargv.size()), cargv.data());
   } catch (const CLI::ParseError& e) {
@@ -412,6 +458,13 @@ int BenchMain(int argc, char** argv) {
   }
   threads = ResolveThreadCount(threads);
   const bool json = json_flag || output == "json";
+  // The bandwidth tests run right after each tg repetition, so that each repetition's fraction is
+  // taken against the bandwidth of the same moment (this VM's moves by a third from minute to
+  // minute), when their buffers can be left out of the peak RSS: VmHWM is read before each test
+  // and reset after it. Where the reset is refused, they run once, after the tests.
+  const size_t bw_bytes = static_cast<size_t>(bw_mib) << 20;
+  const bool bw_each_rep = bw_bytes > 0 && ResetPeakRss();
+  size_t peak_rss_seen = 0;  // the largest VmHWM read before a reset
 
   auto dedupe = [](std::vector<int>& v) {
     std::vector<int> out;
@@ -642,30 +695,56 @@ int BenchMain(int argc, char** argv) {
         if (!st.ok()) return Fail(st);
         r.samples_ns.push_back(ns);
         r.samples_ts.push_back(n / (ns * 1e-9));
+        if (bw_each_rep) {
+          peak_rss_seen = std::max(peak_rss_seen, PeakRssBytes());
+          r.bw_samples.push_back(MeasureBandwidth(bw_bytes, threads, bw_iters));
+          ResetPeakRss();
+        }
       }
       Summarize(&r);
       r.weight_bytes = weight_read;
       double kv = 0;
       for (int i = 0; i < n; ++i) kv += static_cast<double>(KvBytesRead(config, static_cast<int64_t>(depth) + i + 1));
       r.kv_bytes = static_cast<size_t>(kv / n);
+      const double bytes_per_token = static_cast<double>(r.weight_bytes + r.kv_bytes);
+      for (size_t i = 0; i < r.bw_samples.size(); ++i) {
+        r.fraction_samples.push_back(bytes_per_token * r.samples_ts[i] / (r.bw_samples[i].copy_gbps * 1e9));
+        r.read_fraction_samples.push_back(bytes_per_token * r.samples_ts[i] / (r.bw_samples[i].read_gbps * 1e9));
+      }
+      if (!r.bw_samples.empty()) {
+        r.bandwidth_fraction = Median(r.fraction_samples);
+        r.read_bandwidth_fraction = Median(r.read_fraction_samples);
+      }
       report(r);
       results.push_back(r);
     }
   }
   engine.ResetSequence(seq);
 
-  // Peak memory of the benchmark itself, before the bandwidth test allocates its buffers, and the
-  // budget it is held to: the weights as stored plus the KV cache this run allocated, plus 10%.
-  const size_t peak_rss = PeakRssBytes();
+  // Peak memory of the benchmark itself, without the bandwidth tests' buffers, and the budget it is
+  // held to: the weights as stored plus the KV cache this run allocated, plus 10%.
+  const size_t peak_rss = std::max(peak_rss_seen, PeakRssBytes());
   const size_t kv_cache_bytes = engine.cache().bytes();
   const size_t rss_budget = static_cast<size_t>(static_cast<double>(size_bytes + kv_cache_bytes) * 1.1);
-  const BandwidthResult bw = MeasureCopyBandwidth(static_cast<size_t>(bw_mib) << 20, threads, bw_iters);
-  const BandwidthResult rbw = MeasureReadBandwidth(static_cast<size_t>(bw_mib) << 20, threads, bw_iters);
-  for (TestResult& r : results) {
-    if (r.prompt || r.median_ts <= 0) continue;
-    const double bytes_per_s = static_cast<double>(r.weight_bytes + r.kv_bytes) * r.median_ts;
-    if (bw.gbps > 0) r.bandwidth_fraction = bytes_per_s / (bw.gbps * 1e9);
-    if (rbw.gbps > 0) r.read_bandwidth_fraction = bytes_per_s / (rbw.gbps * 1e9);
+  // The machine's bandwidth: the median of the samples taken after the tg repetitions, or one
+  // sample now (no tg test, or no VmHWM reset), against which every tg test's median is taken.
+  std::vector<BandwidthSample> all_samples;
+  for (const TestResult& r : results) all_samples.insert(all_samples.end(), r.bw_samples.begin(), r.bw_samples.end());
+  const bool bw_at_end = bw_bytes > 0 && all_samples.empty();
+  if (bw_at_end) all_samples.push_back(MeasureBandwidth(bw_bytes, threads, bw_iters));
+  std::vector<double> copy_gbps, read_gbps;
+  for (const BandwidthSample& b : all_samples) {
+    copy_gbps.push_back(b.copy_gbps);
+    read_gbps.push_back(b.read_gbps);
+  }
+  const double bw_gbps = Median(copy_gbps), read_bw_gbps = Median(read_gbps);
+  if (bw_at_end) {
+    for (TestResult& r : results) {
+      if (r.prompt || r.median_ts <= 0) continue;
+      const double bytes_per_s = static_cast<double>(r.weight_bytes + r.kv_bytes) * r.median_ts;
+      if (bw_gbps > 0) r.bandwidth_fraction = bytes_per_s / (bw_gbps * 1e9);
+      if (read_bw_gbps > 0) r.read_bandwidth_fraction = bytes_per_s / (read_bw_gbps * 1e9);
+    }
   }
 
   // The headline fraction: the first tg test at depth 0, else the first tg test.
@@ -705,6 +784,17 @@ int BenchMain(int argc, char** argv) {
         j["bandwidth_fraction"] = r.bandwidth_fraction >= 0 ? nlohmann::json(r.bandwidth_fraction) : nlohmann::json(nullptr);
         j["read_bandwidth_fraction"] =
             r.read_bandwidth_fraction >= 0 ? nlohmann::json(r.read_bandwidth_fraction) : nlohmann::json(nullptr);
+        if (!r.bw_samples.empty()) {
+          std::vector<double> c, rd;
+          for (const BandwidthSample& b : r.bw_samples) {
+            c.push_back(b.copy_gbps);
+            rd.push_back(b.read_gbps);
+          }
+          j["bandwidth_gbps_samples"] = c;
+          j["read_bandwidth_gbps_samples"] = rd;
+          j["bandwidth_fraction_samples"] = r.fraction_samples;
+          j["read_bandwidth_fraction_samples"] = r.read_fraction_samples;
+        }
       }
       out["results"].push_back(j);
       out["depths"][std::to_string(r.depth)][r.test] = r.median_ts;
@@ -715,16 +805,17 @@ int BenchMain(int argc, char** argv) {
     out["kv_cache_bytes"] = kv_cache_bytes;
     out["peak_rss_budget_bytes"] = rss_budget;
     out["peak_rss_within_budget"] = peak_rss > 0 && peak_rss <= rss_budget;
-    out["bandwidth_gbps"] = bw.gbps;
+    out["bandwidth_gbps"] = bw_gbps;
     // How a bandwidth figure was measured.
-    const auto test_json = [&](const char* method, const BandwidthResult& r) -> nlohmann::json {
-      return {{"method", method}, {"buffer_bytes", r.bytes}, {"threads", threads}, {"iterations", r.iterations},
-              {"best_seconds", r.best_seconds}};
+    const char* when = all_samples.empty() ? "not run" : bw_at_end ? "once, after the tests" : "after each tg repetition";
+    const auto test_json = [&](const char* method) -> nlohmann::json {
+      return {{"method", method}, {"buffer_bytes", bw_bytes}, {"threads", threads}, {"iterations", bw_iters},
+              {"samples", all_samples.size()}, {"when", when}, {"figure", "median of the samples, each the best pass"}};
     };
-    out["bandwidth_test"] = test_json("memcpy, (read + written bytes) / best time", bw);
+    out["bandwidth_test"] = test_json("memcpy, (read + written bytes) / best time");
     out["bandwidth_fraction"] = tg0 && tg0->bandwidth_fraction >= 0 ? nlohmann::json(tg0->bandwidth_fraction) : nlohmann::json(nullptr);
-    out["read_bandwidth_gbps"] = rbw.gbps;
-    out["read_bandwidth_test"] = test_json("sum of 64-bit words, prefetched 4 KiB ahead, bytes read / best time", rbw);
+    out["read_bandwidth_gbps"] = read_bw_gbps;
+    out["read_bandwidth_test"] = test_json("sum of 64-bit words, prefetched 4 KiB ahead, bytes read / best time");
     out["read_bandwidth_fraction"] = tg0 && tg0->read_bandwidth_fraction >= 0
                                          ? nlohmann::json(tg0->read_bandwidth_fraction)
                                          : nlohmann::json(nullptr);
@@ -737,10 +828,13 @@ int BenchMain(int argc, char** argv) {
                 HumanBytes(static_cast<double>(kv_cache_bytes)).c_str(), context,
                 HumanBytes(static_cast<double>(rss_budget)).c_str(),
                 peak_rss == 0 ? "not measured" : peak_rss <= rss_budget ? "within" : "OVER");
-    if (bw.gbps > 0)
-      std::printf("; memcpy bandwidth %.2f GB/s (%d threads, %s buffer, read + written bytes)", bw.gbps, threads,
-                  HumanBytes(static_cast<double>(bw.bytes)).c_str());
-    if (rbw.gbps > 0) std::printf("; read bandwidth %.2f GB/s (same threads and buffer size)", rbw.gbps);
+    if (bw_gbps > 0) {
+      std::printf("; memcpy bandwidth %.2f GB/s (%d threads, %s buffers, read + written bytes", bw_gbps, threads,
+                  HumanBytes(static_cast<double>(bw_bytes)).c_str());
+      if (all_samples.size() > 1) std::printf("; median of %zu tests, one after each tg repetition", all_samples.size());
+      std::printf(")");
+    }
+    if (read_bw_gbps > 0) std::printf("; read bandwidth %.2f GB/s (same threads and buffers)", read_bw_gbps);
     std::printf("\n");
     for (const TestResult& r : results) {
       if (r.prompt) continue;
@@ -748,6 +842,7 @@ int BenchMain(int argc, char** argv) {
                   (r.weight_bytes + r.kv_bytes) / 1048576.0, r.weight_bytes / 1048576.0, r.kv_bytes / 1048576.0);
       if (r.bandwidth_fraction >= 0) std::printf(", %.1f%% of the bandwidth limit", 100 * r.bandwidth_fraction);
       if (r.read_bandwidth_fraction >= 0) std::printf(" (%.1f%% of the read bandwidth)", 100 * r.read_bandwidth_fraction);
+      if (r.bw_samples.size() > 1) std::printf(", each repetition against the bandwidth measured right after it, median");
       std::printf("\n");
     }
     print_quality();

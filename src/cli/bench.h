@@ -5,10 +5,12 @@
 // pp<P>: P random tokens prefilled in one Prefill call (chunked by -ub) after `depth` tokens are
 // already in the KV cache, tokens/s. tg<N>: N single-token Decode steps after `depth` tokens,
 // tokens/s. Each figure is the median of -r repetitions (after one warm-up). Also reported: peak
-// resident memory (VmHWM, taken before the bandwidth test), a multi-threaded memcpy bandwidth test
-// in the same process (GB/s counting bytes read + written, best of a few) and decode's fraction
-// of the bandwidth limit, (weight bytes read per token + KV bytes read per token) / time per token
-// / bandwidth. -p, -n and -d take comma-separated lists.
+// resident memory (VmHWM, without the bandwidth tests' buffers), the machine's memory bandwidth
+// measured in the same process (a multi-threaded memcpy, GB/s counting bytes read + written, and
+// a read-only test; --bw-mib buffers, best of --bw-iterations passes) right after each tg
+// repetition, and decode's fraction of the bandwidth limit, (weight bytes read per token + KV
+// bytes read per token) / time per token / bandwidth, per repetition against the bandwidth
+// measured after it, median. -p, -n and -d take comma-separated lists.
 //
 // --quantize q8_0|q4_0|w4a16 [--ple-bits 8|16] benchmarks the model quantised at load. --quality
 // (with --quantize) first runs a fixed English text (or, when the model has no tokenizer, fixed
