@@ -6,9 +6,17 @@
 //
 // bytes_per_second is weight bytes read per second; BM_ReadBandwidth is the memory roofline for
 // the LM head's 178 MB (a plain sum over a buffer of the same size).
+//
+//   GEMMA4RT_BENCH_TARGET=SSE4 ./build/gemma4rt_bench --benchmark_filter=BM_Q8
+//
+// runs the kernels of one Highway target this CPU supports (its name as hwy::TargetName prints
+// it: AVX3, AVX2, SSE4, SSSE3, EMU128, SCALAR), e.g. the 128-bit code that NEON shares.
 #include <benchmark/benchmark.h>
+#include <hwy/targets.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -192,4 +200,22 @@ BENCHMARK(BM_Stream_BF16)->Unit(benchmark::kMillisecond);
 }  // namespace
 }  // namespace g4
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  if (const char* want = std::getenv("GEMMA4RT_BENCH_TARGET"); want != nullptr && *want != '\0') {
+    int64_t found = 0;
+    for (int64_t t : hwy::SupportedAndGeneratedTargets())
+      if (std::strcmp(hwy::TargetName(t), want) == 0) found = t;
+    if (found == 0) {
+      std::fprintf(stderr, "gemma4rt_bench: GEMMA4RT_BENCH_TARGET=%s is not a target this CPU runs; it runs:", want);
+      for (int64_t t : hwy::SupportedAndGeneratedTargets()) std::fprintf(stderr, " %s", hwy::TargetName(t));
+      std::fprintf(stderr, "\n");
+      return 2;
+    }
+    hwy::SetSupportedTargetsForTest(found);
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

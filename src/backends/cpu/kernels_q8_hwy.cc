@@ -7,8 +7,10 @@
 //   saturation since |u| <= 128 and |q| <= 127 give |pair| <= 32512), then vpmaddwd with ones
 //   (-> exact i32), converted to f32 and multiplied-added with a_h * dx (PairTile below). Signed
 //   Q8_0 weights use |u| and sign(q, u).
-// - Other targets (SSE4 and older, NEON, SVE, scalar): u decoded by scalar code into i16, i16 x i16
-//   -> i32 multiply-adds (ReorderWidenMulAccumulate), one reduction per half.
+// - Other targets (SSE4 and older, NEON, SVE, scalar): u decoded with vector operations into i16
+//   (UnitVec; scalar code on HWY_SCALAR), i16 x i16 -> i32 multiply-adds
+//   (ReorderWidenMulAccumulate) against activations widened to i16 once per call, f32 lanes
+//   accumulated per row and reduced once per weight row (DotTile).
 // Tiles (AVX2/AVX-512): four weight rows at a time (PairTile) by one activation row in decode and
 // six in prefill; two rows' units share each 256-bit decode, and the four rows share the scale
 // conversion, one vphaddd reduction and one f32 multiply-add per unit. The tile prefetches the
@@ -21,7 +23,8 @@
 // 6144 x 1536 Q6_K decode 619 -> 462 us, prefill of 64 rows 19.3 -> 16.1 ms (best of six
 // interleaved runs each, machine shared with a build). Q4_K's scales are decoded for the four rows
 // at once (FmtK4::BlockScales4): decode 374 -> 321 us.
-// Other targets: one activation row or eight by one weight row (DotTile).
+// Other targets: one activation row or eight by one weight row (DotTile). GEMMA4RT_BENCH_TARGET=SSE4
+// runs them here (the 128-bit code NEON shares, with the same vector lengths).
 // The offsets b_h * dx * sum(q over the half) use the sums stored in the activation block.
 #include <algorithm>
 #include <cstddef>
@@ -718,24 +721,111 @@ HWY_NOINLINE void PairRowsTile(const ActBlockQ8* xq, const float* sums, const fl
 #endif
 #endif  // G4_Q8_AVX2
 
-// Sum over 16 elements of u (i16) times q (i8), exact in i32.
-HWY_INLINE int32_t DotHalf(const int16_t* HWY_RESTRICT u, const int8_t* HWY_RESTRICT q) {
+#if HWY_TARGET != HWY_SCALAR
+// Fmt::Unit with vector operations: the same 32 integers, decoded 16 bytes at a time (a
+// CappedTag<uint8_t, 16> has 16 lanes on every target but HWY_SCALAR: NEON, SVE of any length,
+// SSE4, EMU128) and widened to i16 into u. The scalar Unit took most of the time of the one-row
+// tiles these targets run (SSE4, bench/kernels_bench.cc BM_Q8: see the file comment).
+template <int kShift>
+HWY_INLINE hn::Vec<hn::CappedTag<uint8_t, 16>> ShrU8(hn::Vec<hn::CappedTag<uint8_t, 16>> v) {
+  if constexpr (kShift == 0) return v;
+  else return hn::ShiftRight<kShift>(v);
+}
+// v >> (2 * f) for a run-time f in [0, 4) (after unrolling, a constant).
+HWY_INLINE hn::Vec<hn::CappedTag<uint8_t, 16>> ShrU8By2x(hn::Vec<hn::CappedTag<uint8_t, 16>> v, int f) {
+  switch (f) {
+    case 0: return v;
+    case 1: return ShrU8<2>(v);
+    case 2: return ShrU8<4>(v);
+    default: return ShrU8<6>(v);
+  }
+}
+// The 16 bytes v (lanes of d8, a CappedTag<uint8_t or int8_t, 16>; not DFromV, which on SVE is
+// the whole vector) widened to i16 at u.
+template <class D8, class V8>
+HWY_INLINE void WidenStore16(D8 d8, V8 v, int16_t* HWY_RESTRICT u) {
+  const hn::Half<D8> d8h;
+  const hn::Rebind<int16_t, decltype(d8h)> d16;
+  hn::StoreU(hn::PromoteTo(d16, hn::LowerHalf(d8h, v)), d16, u);
+  hn::StoreU(hn::PromoteTo(d16, hn::UpperHalf(d8h, v)), d16, u + 8);
+}
+template <class Fmt>
+HWY_INLINE void UnitVec(const uint8_t* HWY_RESTRICT b, int j, int16_t* HWY_RESTRICT u) {
+  const hn::CappedTag<uint8_t, 16> du8;
+  const hn::CappedTag<int8_t, 16> di8;
+  const auto m4 = hn::Set(du8, 0x0f);
+  if constexpr (std::is_same_v<Fmt, FmtQ8_0>) {
+    WidenStore16(di8, hn::LoadU(di8, reinterpret_cast<const int8_t*>(b + 2)), u);
+    WidenStore16(di8, hn::LoadU(di8, reinterpret_cast<const int8_t*>(b + 18)), u + 16);
+  } else if constexpr (std::is_same_v<Fmt, FmtQ6K>) {
+    const int h = j / 4, f = j % 4;
+    const uint8_t* ql = b + 64 * h + 32 * (f % 2);
+    const uint8_t* qh = b + 128 + 32 * h;
+    for (int half = 0; half < 2; ++half) {
+      auto lo = hn::LoadU(du8, ql + 16 * half);
+      lo = hn::And(f / 2 == 0 ? lo : ShrU8<4>(lo), m4);
+      const auto hi = hn::And(ShrU8By2x(hn::LoadU(du8, qh + 16 * half), f), hn::Set(du8, 3));
+      WidenStore16(du8, hn::Or(lo, hn::ShiftLeft<4>(hi)), u + 16 * half);
+    }
+  } else if constexpr (Fmt::kQK == 256) {  // FmtK4<kFive>
+    constexpr bool kFive = Fmt::kBytes == 176;
+    const uint8_t* qs = b + Fmt::kQs + 32 * (j / 2);
+    for (int half = 0; half < 2; ++half) {
+      auto v = hn::LoadU(du8, qs + 16 * half);
+      v = hn::And(j % 2 == 0 ? v : ShrU8<4>(v), m4);
+      if constexpr (kFive) {
+        const auto bit = hn::TestBit(hn::LoadU(du8, b + 16 + 16 * half), hn::Set(du8, static_cast<uint8_t>(1u << j)));
+        v = hn::Or(v, hn::IfThenElseZero(bit, hn::Set(du8, 0x10)));
+      }
+      WidenStore16(du8, v, u + 16 * half);
+    }
+  } else {  // FmtLegacy: Q4_0, Q4_1, Q5_0, Q5_1
+    const auto v = hn::LoadU(du8, b + Fmt::kQs);
+    auto lo = hn::And(v, m4), hi = ShrU8<4>(v);
+    if constexpr (Fmt::kQs != Fmt::kQh) {  // Q5_*: bit k of the 32-bit mask is element k's fifth bit
+      const auto five = hn::Set(du8, 0x10);
+      lo = hn::Or(lo, hn::IfThenElseZero(hn::LoadMaskBits(du8, b + Fmt::kQh), five));
+      hi = hn::Or(hi, hn::IfThenElseZero(hn::LoadMaskBits(du8, b + Fmt::kQh + 2), five));
+    }
+    WidenStore16(du8, lo, u);
+    WidenStore16(du8, hi, u + 16);
+  }
+}
+#endif
+
+// One weight row against R activation rows given as i16 (xw[r]: the row's K int8 values widened
+// once per RowsTile call, not once per weight row) and their blocks (x[r]: the scales dx): each
+// unit's 32 weights are decoded once (u, i16) and multiplied with every row by i16 x i16 -> i32
+// multiply-adds (ReorderWidenMulAccumulate: NEON smlal, SSE4 pmaddwd), exact per unit half; the
+// i32 lanes are converted to f32 and multiplied-added with dx * a_h into the row's f32 lanes,
+// which are summed once at the end (no reduction per unit). Every row gets the same operations
+// whatever R is, so results stay batch-invariant. SSE4, BM_Q8 6144 x 1536 decode, best of four
+// interleaved runs, against a scalar decode of each unit and two reductions per unit: Q8_0
+// 1173 -> 769 us, Q4_0 1328 -> 874, Q4_K 1741 -> 1073, Q6_K 3030 -> 1376; 64-row prefill
+// Q4_0 46.7 -> 37.0 ms. (Keeping the decoded row in memory and looping over rows first, which
+// SVE would allow without this accumulator array, measured 10-30% slower.)
+template <class Fmt, int R>
+HWY_INLINE void DotTile(const int16_t* const* xw, const ActBlockQ8* const* x, const float* const* sums,
+                        const uint8_t* HWY_RESTRICT w, size_t nb, float* HWY_RESTRICT ob, float* out) {
   const hn::CappedTag<int16_t, 16> d16;
   const hn::Repartition<int32_t, decltype(d16)> d32;
-  const hn::Rebind<int8_t, decltype(d16)> d8;
+  const hn::Repartition<float, decltype(d16)> df;
   const size_t N = hn::Lanes(d16);
-  auto s0 = hn::Zero(d32), s1 = hn::Zero(d32);
-  for (size_t e = 0; e < 16; e += N) {
-    s0 = hn::ReorderWidenMulAccumulate(d32, hn::LoadU(d16, u + e), hn::PromoteTo(d16, hn::LoadU(d8, q + e)), s0, s1);
-  }
-  return hn::GetLane(hn::SumOfLanes(d32, hn::Add(s0, s1)));
-}
-
-template <class Fmt, int R>
-HWY_INLINE void DotTile(const ActBlockQ8* const* x, const float* const* sums, const uint8_t* HWY_RESTRICT w, size_t nb,
-                        float* HWY_RESTRICT ob, float* out) {
+  // Q6_K's unit halves have their own scales; the other formats' two halves share one.
+  constexpr bool kHalfScales = std::is_same_v<Fmt, FmtQ6K>;
   const size_t units = nb * Fmt::kUnits;
-  float acc[R] = {};
+#if HWY_HAVE_SCALABLE
+  // SVE vectors cannot be array elements: the accumulators live in memory (at most 8 f32 lanes).
+  HWY_ALIGN float accm[R][16];
+  for (int r = 0; r < R; ++r) hn::Store(hn::Zero(df), df, accm[r]);
+#define G4_ACC_GET(r) hn::Load(df, accm[r])
+#define G4_ACC_SET(r, v) hn::Store((v), df, accm[r])
+#else
+  hn::Vec<decltype(df)> acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = hn::Zero(df);
+#define G4_ACC_GET(r) acc[r]
+#define G4_ACC_SET(r, v) acc[r] = (v)
+#endif
   HWY_ALIGN int16_t u[32];
   for (size_t ib = 0; ib < nb; ++ib) {
     const uint8_t* blk = w + ib * Fmt::kBytes;
@@ -745,32 +835,66 @@ HWY_INLINE void DotTile(const ActBlockQ8* const* x, const float* const* sums, co
       const size_t unit = ib * Fmt::kUnits + j;
       float a[2];
       Fmt::Scales(p, j, a, ob + 2 * unit);
+#if HWY_TARGET == HWY_SCALAR
       Fmt::Unit(blk, j, u);
+#else
+      UnitVec<Fmt>(blk, j, u);
+#endif
       for (int r = 0; r < R; ++r) {
-        const ActBlockQ8& xb = x[r][unit];
-        const float i0 = static_cast<float>(DotHalf(u, xb.q));
-        const float i1 = static_cast<float>(DotHalf(u + 16, xb.q + 16));
-        acc[r] += xb.d * (a[0] * i0 + a[1] * i1);
+        const int16_t* HWY_RESTRICT xr = xw[r] + unit * 32;
+        const float dx = x[r][unit].d;
+        auto s0 = hn::Zero(d32), s1 = hn::Zero(d32);
+        for (size_t e = 0; e < 16; e += N) {
+          s0 = hn::ReorderWidenMulAccumulate(d32, hn::Load(d16, u + e), hn::LoadU(d16, xr + e), s0, s1);
+        }
+        if constexpr (kHalfScales) {
+          G4_ACC_SET(r, hn::MulAdd(hn::ConvertTo(df, hn::Add(s0, s1)), hn::Set(df, dx * a[0]), G4_ACC_GET(r)));
+          s0 = hn::Zero(d32);
+          s1 = hn::Zero(d32);
+        }
+        for (size_t e = 16; e < 32; e += N) {
+          s0 = hn::ReorderWidenMulAccumulate(d32, hn::Load(d16, u + e), hn::LoadU(d16, xr + e), s0, s1);
+        }
+        G4_ACC_SET(r, hn::MulAdd(hn::ConvertTo(df, hn::Add(s0, s1)), hn::Set(df, dx * a[1]), G4_ACC_GET(r)));
       }
     }
   }
-  for (int r = 0; r < R; ++r) out[r] = Fmt::kOffset ? acc[r] + DotF32(ob, sums[r], 2 * units) : acc[r];
+  for (int r = 0; r < R; ++r) {
+    const float sum = hn::GetLane(hn::SumOfLanes(df, G4_ACC_GET(r)));
+    out[r] = Fmt::kOffset ? sum + DotF32(ob, sums[r], 2 * units) : sum;
+  }
+#undef G4_ACC_GET
+#undef G4_ACC_SET
 }
 
-// Rows [0, R) of the activations against weight rows [m0, m1), one weight row at a time.
+// Rows [0, R) of the activations against weight rows [m0, m1), one weight row at a time. The
+// activation rows are widened to i16 first (a thread-local R x K buffer, 2 bytes per element).
+// One buffer per thread for every format and R (not one per RowsTile instantiation).
+HWY_NOINLINE int16_t* WideScratch(size_t n) {
+  thread_local std::vector<int16_t> wide;
+  if (wide.size() < n) wide.resize(n);
+  return wide.data();
+}
+
 template <class Fmt, int R>
 HWY_NOINLINE void RowsTile(const ActBlockQ8* xq, const float* sums, size_t units, int m0, int m1, const uint8_t* w,
                            size_t row_bytes, float scale, float* ob, float* y, size_t ldy) {
+  int16_t* const wide = WideScratch(R * units * 32);
   const ActBlockQ8* x[R];
   const float* s[R];
+  const int16_t* xw[R];
   for (int r = 0; r < R; ++r) {
     x[r] = xq + r * units;
     s[r] = sums + r * 2 * units;
+    int16_t* dst = wide + r * units * 32;
+    for (size_t i = 0; i < units; ++i)
+      for (int k = 0; k < 32; ++k) dst[i * 32 + k] = x[r][i].q[k];
+    xw[r] = dst;
   }
   const size_t nb = units / Fmt::kUnits;
   float out[R];
   for (int m = m0; m < m1; ++m) {
-    DotTile<Fmt, R>(x, s, w + static_cast<size_t>(m) * row_bytes, nb, ob, out);
+    DotTile<Fmt, R>(xw, x, s, w + static_cast<size_t>(m) * row_bytes, nb, ob, out);
     for (int r = 0; r < R; ++r) y[r * ldy + m] = out[r] * scale;
   }
 }
