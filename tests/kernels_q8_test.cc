@@ -124,39 +124,51 @@ TEST(KernelsQ8Quantize, ErrorIsAtMostHalfAStep) {
   }
 }
 
+// On a CPU with Armv8.2's dot product (qemu -cpu max) the tests below run MatMulQ8 both with it
+// (SDOT) and without it (the widening path, as on a CPU without it, qemu -cpu cortex-a57).
+std::vector<bool> ArmDotprodModes() { return cpu::HasArmDotprod() ? std::vector<bool>{true, false} : std::vector<bool>{true}; }
+struct ArmDotprodRestorer {
+  ~ArmDotprodRestorer() { cpu::SetArmDotprodForTest(true); }
+};
+
 TEST_P(KernelsQ8Test, MatchesTheReferenceForEveryFormatAndRowCount) {
-  std::mt19937 rng(11);
-  // Activation groups 32 and 256 (the eight blocks of 256 elements share one scale: the K-quants'
-  // superblock tiles).
-  for (int group : {32, 256})
-  for (DType t : kQ8Types) {
-    ASSERT_TRUE(cpu::MatMulQ8Supports(t)) << DTypeName(t);
-    for (int K : {256, 512}) {
-      const int M = 13;
-      const std::vector<uint8_t> w = RandomWeights(t, M, K, rng);
-      std::vector<float> wf(static_cast<size_t>(M) * K);
-      ConvertToF32(t, w.data(), wf.data(), wf.size());
-      for (int rows : {1, 2, 3, 4, 5, 7, 9}) {
-        const std::vector<float> x = RandomActs(rows, K, rng);
-        std::vector<cpu::ActBlockQ8> xq(static_cast<size_t>(rows) * K / 32);
-        std::vector<float> sums(static_cast<size_t>(rows) * K / 16);
-        cpu::QuantizeRowsQ8(x.data(), rows, K, xq.data(), sums.data(), group);
-        const int ldy = M + 2;
-        std::vector<float> y(static_cast<size_t>(rows) * ldy, 777.0f), ref = y;
-        cpu::MatMulQ8(xq.data(), sums.data(), rows, K, w.data(), t, M, 0.5f, y.data(), ldy, group);
-        cpu::MatMulQ8Reference(xq.data(), rows, K, w.data(), t, M, 0.5f, ref.data(), ldy);
-        for (int r = 0; r < rows; ++r) {
-          for (int m = 0; m < M; ++m) {
-            double mag = 0;
-            for (int k = 0; k < K; ++k) {
-              const cpu::ActBlockQ8& b = xq[(static_cast<size_t>(r) * K + k) / 32];
-              mag += std::fabs(wf[static_cast<size_t>(m) * K + k] * b.d * b.q[k % 32]);
+  ArmDotprodRestorer restore;
+  for (bool dotprod : ArmDotprodModes()) {
+    SCOPED_TRACE(dotprod ? "Arm dot product (if any)" : "Arm dot product off");
+    cpu::SetArmDotprodForTest(dotprod);
+    std::mt19937 rng(11);
+    // Activation groups 32 and 256 (the eight blocks of 256 elements share one scale: the K-quants'
+    // superblock tiles).
+    for (int group : {32, 256})
+    for (DType t : kQ8Types) {
+      ASSERT_TRUE(cpu::MatMulQ8Supports(t)) << DTypeName(t);
+      for (int K : {256, 512}) {
+        const int M = 13;
+        const std::vector<uint8_t> w = RandomWeights(t, M, K, rng);
+        std::vector<float> wf(static_cast<size_t>(M) * K);
+        ConvertToF32(t, w.data(), wf.data(), wf.size());
+        for (int rows : {1, 2, 3, 4, 5, 7, 9}) {
+          const std::vector<float> x = RandomActs(rows, K, rng);
+          std::vector<cpu::ActBlockQ8> xq(static_cast<size_t>(rows) * K / 32);
+          std::vector<float> sums(static_cast<size_t>(rows) * K / 16);
+          cpu::QuantizeRowsQ8(x.data(), rows, K, xq.data(), sums.data(), group);
+          const int ldy = M + 2;
+          std::vector<float> y(static_cast<size_t>(rows) * ldy, 777.0f), ref = y;
+          cpu::MatMulQ8(xq.data(), sums.data(), rows, K, w.data(), t, M, 0.5f, y.data(), ldy, group);
+          cpu::MatMulQ8Reference(xq.data(), rows, K, w.data(), t, M, 0.5f, ref.data(), ldy);
+          for (int r = 0; r < rows; ++r) {
+            for (int m = 0; m < M; ++m) {
+              double mag = 0;
+              for (int k = 0; k < K; ++k) {
+                const cpu::ActBlockQ8& b = xq[(static_cast<size_t>(r) * K + k) / 32];
+                mag += std::fabs(wf[static_cast<size_t>(m) * K + k] * b.d * b.q[k % 32]);
+              }
+              const size_t i = static_cast<size_t>(r) * ldy + m;
+              EXPECT_NEAR(y[i], ref[i], 1e-4 * 0.5 * mag + 1e-30)
+                  << DTypeName(t) << " group=" << group << " K=" << K << " rows=" << rows << " r=" << r << " m=" << m;
             }
-            const size_t i = static_cast<size_t>(r) * ldy + m;
-            EXPECT_NEAR(y[i], ref[i], 1e-4 * 0.5 * mag + 1e-30)
-                << DTypeName(t) << " group=" << group << " K=" << K << " rows=" << rows << " r=" << r << " m=" << m;
+            EXPECT_EQ(y[static_cast<size_t>(r) * ldy + M], 777.0f) << "wrote past M";
           }
-          EXPECT_EQ(y[static_cast<size_t>(r) * ldy + M], 777.0f) << "wrote past M";
         }
       }
     }
@@ -189,36 +201,41 @@ TEST_P(KernelsQ8Test, QuantizerMatchesTheReferenceBitForBit) {
 
 TEST_P(KernelsQ8Test, EachRowIsIndependentOfTheBatch) {
   // A row's result must be bit-identical whether it is multiplied alone or inside a batch.
-  std::mt19937 rng(5);
-  const int K = 512, M = 9, rows = 7;
-  for (int group : {32, 256})
-  for (DType t : kQ8Types) {
-    const std::vector<uint8_t> w = RandomWeights(t, M, K, rng);
-    const std::vector<float> x = RandomActs(rows, K, rng);
-    std::vector<cpu::ActBlockQ8> xq(static_cast<size_t>(rows) * K / 32);
-    std::vector<float> sums(static_cast<size_t>(rows) * K / 16);
-    cpu::QuantizeRowsQ8(x.data(), rows, K, xq.data(), sums.data(), group);
-    std::vector<float> batch(static_cast<size_t>(rows) * M);
-    cpu::MatMulQ8(xq.data(), sums.data(), rows, K, w.data(), t, M, 1.0f, batch.data(), M, group);
-    for (int r = 0; r < rows; ++r) {
-      std::vector<float> solo(M);
-      cpu::MatMulQ8(xq.data() + static_cast<size_t>(r) * K / 32, sums.data() + static_cast<size_t>(r) * K / 16, 1, K,
-                    w.data(), t, M, 1.0f, solo.data(), M, group);
-      for (int m = 0; m < M; ++m) {
-        EXPECT_EQ(solo[m], batch[static_cast<size_t>(r) * M + m]) << DTypeName(t) << " group=" << group << " r=" << r;
-      }
-    }
-    // Nor on where its weight row falls in a tile: threads split the weight rows anywhere, and
-    // the SIMD kernel takes them four at a time from the start of its range.
-    const size_t row_bytes = DTypeRowBytes(t, K);
-    for (int m0 = 1; m0 < 4; ++m0) {
-      std::vector<float> part(static_cast<size_t>(rows) * M, 777.0f);
-      cpu::MatMulQ8(xq.data(), sums.data(), rows, K, w.data() + m0 * row_bytes, t, M - m0, 1.0f, part.data() + m0, M,
-                    group);
+  ArmDotprodRestorer restore;
+  for (bool dotprod : ArmDotprodModes()) {
+    SCOPED_TRACE(dotprod ? "Arm dot product (if any)" : "Arm dot product off");
+    cpu::SetArmDotprodForTest(dotprod);
+    std::mt19937 rng(5);
+    const int K = 512, M = 9, rows = 7;
+    for (int group : {32, 256})
+    for (DType t : kQ8Types) {
+      const std::vector<uint8_t> w = RandomWeights(t, M, K, rng);
+      const std::vector<float> x = RandomActs(rows, K, rng);
+      std::vector<cpu::ActBlockQ8> xq(static_cast<size_t>(rows) * K / 32);
+      std::vector<float> sums(static_cast<size_t>(rows) * K / 16);
+      cpu::QuantizeRowsQ8(x.data(), rows, K, xq.data(), sums.data(), group);
+      std::vector<float> batch(static_cast<size_t>(rows) * M);
+      cpu::MatMulQ8(xq.data(), sums.data(), rows, K, w.data(), t, M, 1.0f, batch.data(), M, group);
       for (int r = 0; r < rows; ++r) {
-        for (int m = m0; m < M; ++m) {
-          EXPECT_EQ(part[static_cast<size_t>(r) * M + m], batch[static_cast<size_t>(r) * M + m])
-              << DTypeName(t) << " group=" << group << " m0=" << m0 << " r=" << r << " m=" << m;
+        std::vector<float> solo(M);
+        cpu::MatMulQ8(xq.data() + static_cast<size_t>(r) * K / 32, sums.data() + static_cast<size_t>(r) * K / 16, 1, K,
+                      w.data(), t, M, 1.0f, solo.data(), M, group);
+        for (int m = 0; m < M; ++m) {
+          EXPECT_EQ(solo[m], batch[static_cast<size_t>(r) * M + m]) << DTypeName(t) << " group=" << group << " r=" << r;
+        }
+      }
+      // Nor on where its weight row falls in a tile: threads split the weight rows anywhere, and
+      // the SIMD kernel takes them four at a time from the start of its range.
+      const size_t row_bytes = DTypeRowBytes(t, K);
+      for (int m0 = 1; m0 < 4; ++m0) {
+        std::vector<float> part(static_cast<size_t>(rows) * M, 777.0f);
+        cpu::MatMulQ8(xq.data(), sums.data(), rows, K, w.data() + m0 * row_bytes, t, M - m0, 1.0f, part.data() + m0, M,
+                      group);
+        for (int r = 0; r < rows; ++r) {
+          for (int m = m0; m < M; ++m) {
+            EXPECT_EQ(part[static_cast<size_t>(r) * M + m], batch[static_cast<size_t>(r) * M + m])
+                << DTypeName(t) << " group=" << group << " m0=" << m0 << " r=" << r << " m=" << m;
+          }
         }
       }
     }

@@ -7,9 +7,15 @@
 
 #include "base/check.h"
 
+#if defined(__aarch64__) && defined(__linux__)
+#include <asm/hwcap.h>
+#include <sys/auxv.h>
+#endif
+
 namespace g4::cpu {
 namespace {
-std::atomic<bool> vnni_allowed{true};  // SetInt8VnniForTest
+std::atomic<bool> vnni_allowed{true};    // SetInt8VnniForTest
+std::atomic<bool> dotprod_allowed{true};  // SetArmDotprodForTest
 }  // namespace
 
 bool HasInt8Vnni() {
@@ -24,6 +30,19 @@ bool HasInt8Vnni() {
 bool UseInt8Vnni() { return vnni_allowed.load(std::memory_order_relaxed) && HasInt8Vnni(); }
 
 void SetInt8VnniForTest(bool enabled) { vnni_allowed.store(enabled, std::memory_order_relaxed); }
+
+bool HasArmDotprod() {
+#if defined(__aarch64__) && defined(__linux__)
+  static const bool has = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+  return has;
+#else
+  return false;
+#endif
+}
+
+bool UseArmDotprod() { return dotprod_allowed.load(std::memory_order_relaxed) && HasArmDotprod(); }
+
+void SetArmDotprodForTest(bool enabled) { dotprod_allowed.store(enabled, std::memory_order_relaxed); }
 
 bool MatMulQ8Supports(DType t) {
   switch (t) {

@@ -78,6 +78,14 @@ bool HasInt8Vnni();
 // multiply-add sequence even where VNNI is present (so tests cover both); true restores it.
 bool UseInt8Vnni();
 void SetInt8VnniForTest(bool enabled);
+// Whether this CPU has Armv8.2's int8 dot product (AArch64 Linux with HWCAP_ASIMDDP; false
+// elsewhere). On the NEON and SVE targets MatMulQ8 then multiplies each unit's bytes with SDOT
+// (see kernels_q8_hwy.cc: the same integer sums, the last f32 bits can differ from the path
+// without it). UseArmDotprod: HasArmDotprod() unless a test turned it off
+// (SetArmDotprodForTest(false) runs the widening path; true restores it).
+bool HasArmDotprod();
+bool UseArmDotprod();
+void SetArmDotprodForTest(bool enabled);
 
 // Scalar reference: dequantises each weight row with ConvertToF32 and each activation block to
 // d * q_k, and sums the products in f64 (rounded to f32 at the end, then times scale).

@@ -10,7 +10,8 @@
 // - Other targets (SSE4 and older, NEON, SVE, scalar): u decoded with vector operations into i16
 //   (UnitVec; scalar code on HWY_SCALAR), i16 x i16 -> i32 multiply-adds
 //   (ReorderWidenMulAccumulate) against activations widened to i16 once per call, f32 lanes
-//   accumulated per row and reduced once per weight row (DotTile).
+//   accumulated per row and reduced once per weight row (DotTile); on Arm CPUs with the
+//   Armv8.2 dot product, SDOT on the unit's bytes and the activation bytes (DotTileSdot).
 // Tiles (AVX2/AVX-512): four weight rows at a time (PairTile) by one activation row in decode and
 // six in prefill; two rows' units share each 256-bit decode, and the four rows share the scale
 // conversion, one vphaddd reduction and one f32 multiply-add per unit. The tile prefetches the
@@ -33,6 +34,10 @@
 #include <cstring>
 #include <type_traits>
 #include <vector>
+
+#if defined(__aarch64__)
+#include <arm_neon.h>  // the SDOT tiles use NEON intrinsics on every Arm target (NEON, SVE, SVE2)
+#endif
 
 #include "backends/cpu/kernels_q8.h"
 #include "base/check.h"
@@ -740,23 +745,30 @@ HWY_INLINE hn::Vec<hn::CappedTag<uint8_t, 16>> ShrU8By2x(hn::Vec<hn::CappedTag<u
     default: return ShrU8<6>(v);
   }
 }
-// The 16 bytes v (lanes of d8, a CappedTag<uint8_t or int8_t, 16>; not DFromV, which on SVE is
-// the whole vector) widened to i16 at u.
-template <class D8, class V8>
-HWY_INLINE void WidenStore16(D8 d8, V8 v, int16_t* HWY_RESTRICT u) {
-  const hn::Half<D8> d8h;
-  const hn::Rebind<int16_t, decltype(d8h)> d16;
-  hn::StoreU(hn::PromoteTo(d16, hn::LowerHalf(d8h, v)), d16, u);
-  hn::StoreU(hn::PromoteTo(d16, hn::UpperHalf(d8h, v)), d16, u + 8);
+// Stores the 16 bytes v (lanes of d8, a CappedTag<uint8_t or int8_t, 16>; not DFromV, which on
+// SVE is the whole vector) as elements 16 * half .. of a unit: widened to i16 at (int16_t*) u +
+// 16 * half (kWide), or as bytes at (int8_t*) u + 16 * half.
+template <bool kWide, class D8, class V8>
+HWY_INLINE void StoreUnitHalf(D8 d8, V8 v, void* HWY_RESTRICT u, int half) {
+  if constexpr (kWide) {
+    const hn::Half<D8> d8h;
+    const hn::Rebind<int16_t, decltype(d8h)> d16;
+    int16_t* p = static_cast<int16_t*>(u) + 16 * half;
+    hn::StoreU(hn::PromoteTo(d16, hn::LowerHalf(d8h, v)), d16, p);
+    hn::StoreU(hn::PromoteTo(d16, hn::UpperHalf(d8h, v)), d16, p + 8);
+  } else {
+    hn::StoreU(v, d8, reinterpret_cast<hn::TFromD<D8>*>(static_cast<int8_t*>(u) + 16 * half));
+  }
 }
-template <class Fmt>
-HWY_INLINE void UnitVec(const uint8_t* HWY_RESTRICT b, int j, int16_t* HWY_RESTRICT u) {
+// kWide: u is int16_t[32]; else int8_t[32] (every format's integers fit: 0..63, or Q8_0's bytes).
+template <class Fmt, bool kWide = true>
+HWY_INLINE void UnitVec(const uint8_t* HWY_RESTRICT b, int j, void* HWY_RESTRICT u) {
   const hn::CappedTag<uint8_t, 16> du8;
   const hn::CappedTag<int8_t, 16> di8;
   const auto m4 = hn::Set(du8, 0x0f);
   if constexpr (std::is_same_v<Fmt, FmtQ8_0>) {
-    WidenStore16(di8, hn::LoadU(di8, reinterpret_cast<const int8_t*>(b + 2)), u);
-    WidenStore16(di8, hn::LoadU(di8, reinterpret_cast<const int8_t*>(b + 18)), u + 16);
+    StoreUnitHalf<kWide>(di8, hn::LoadU(di8, reinterpret_cast<const int8_t*>(b + 2)), u, 0);
+    StoreUnitHalf<kWide>(di8, hn::LoadU(di8, reinterpret_cast<const int8_t*>(b + 18)), u, 1);
   } else if constexpr (std::is_same_v<Fmt, FmtQ6K>) {
     const int h = j / 4, f = j % 4;
     const uint8_t* ql = b + 64 * h + 32 * (f % 2);
@@ -765,7 +777,7 @@ HWY_INLINE void UnitVec(const uint8_t* HWY_RESTRICT b, int j, int16_t* HWY_RESTR
       auto lo = hn::LoadU(du8, ql + 16 * half);
       lo = hn::And(f / 2 == 0 ? lo : ShrU8<4>(lo), m4);
       const auto hi = hn::And(ShrU8By2x(hn::LoadU(du8, qh + 16 * half), f), hn::Set(du8, 3));
-      WidenStore16(du8, hn::Or(lo, hn::ShiftLeft<4>(hi)), u + 16 * half);
+      StoreUnitHalf<kWide>(du8, hn::Or(lo, hn::ShiftLeft<4>(hi)), u, half);
     }
   } else if constexpr (Fmt::kQK == 256) {  // FmtK4<kFive>
     constexpr bool kFive = Fmt::kBytes == 176;
@@ -777,7 +789,7 @@ HWY_INLINE void UnitVec(const uint8_t* HWY_RESTRICT b, int j, int16_t* HWY_RESTR
         const auto bit = hn::TestBit(hn::LoadU(du8, b + 16 + 16 * half), hn::Set(du8, static_cast<uint8_t>(1u << j)));
         v = hn::Or(v, hn::IfThenElseZero(bit, hn::Set(du8, 0x10)));
       }
-      WidenStore16(du8, v, u + 16 * half);
+      StoreUnitHalf<kWide>(du8, v, u, half);
     }
   } else {  // FmtLegacy: Q4_0, Q4_1, Q5_0, Q5_1
     const auto v = hn::LoadU(du8, b + Fmt::kQs);
@@ -787,8 +799,8 @@ HWY_INLINE void UnitVec(const uint8_t* HWY_RESTRICT b, int j, int16_t* HWY_RESTR
       lo = hn::Or(lo, hn::IfThenElseZero(hn::LoadMaskBits(du8, b + Fmt::kQh), five));
       hi = hn::Or(hi, hn::IfThenElseZero(hn::LoadMaskBits(du8, b + Fmt::kQh + 2), five));
     }
-    WidenStore16(du8, lo, u);
-    WidenStore16(du8, hi, u + 16);
+    StoreUnitHalf<kWide>(du8, lo, u, 0);
+    StoreUnitHalf<kWide>(du8, hi, u, 1);
   }
 }
 #endif
@@ -899,6 +911,87 @@ HWY_NOINLINE void RowsTile(const ActBlockQ8* xq, const float* sums, size_t units
   }
 }
 
+#if HWY_ARCH_ARM_A64 && HWY_TARGET != HWY_SCALAR
+// Armv8.2's dot product (SDOT: sixteen i8 x i8 products summed in fours into four i32 lanes, one
+// instruction), used where the CPU has it (UseArmDotprod): each unit's weights are decoded to
+// bytes (UnitVec<Fmt, false>) and multiplied with the activation block's bytes as they are, two
+// SDOTs per unit and activation row in place of widening both and four i16 multiply-adds.
+// The integer sums are exact as in DotTile and the f32 steps the same, but lane i of an SDOT holds
+// elements 4i..4i+3 where DotTile's lanes hold other partial sums, so the last bits can differ
+// from DotTile's (both are within the reference's tolerance; KernelsQ8Test runs both where the
+// CPU has the dot product, as under qemu -cpu max). Every row gets the same operations whatever R
+// is: batch-invariant.
+// The target's own options (Highway's pragma, e.g. +sve) plus the dot product, on Armv8.2 (GCC
+// 12 inlines vdotq_s32, defined for arch=armv8.2-a+dotprod, only into functions of that arch or
+// later: "+sve+dotprod" alone fails).
+#ifdef HWY_TARGET_STR
+#define G4_SDOT_ATTR __attribute__((target("arch=armv8.2-a" HWY_TARGET_STR "+dotprod")))
+#else
+#define G4_SDOT_ATTR __attribute__((target("arch=armv8.2-a+dotprod")))
+#endif
+template <class Fmt, int R>
+G4_SDOT_ATTR HWY_INLINE void DotTileSdot(const ActBlockQ8* const* x, const float* const* sums,
+                                                                const uint8_t* HWY_RESTRICT w, size_t nb,
+                                                                float* HWY_RESTRICT ob, float* out) {
+  constexpr bool kHalfScales = std::is_same_v<Fmt, FmtQ6K>;
+  const size_t units = nb * Fmt::kUnits;
+  float32x4_t acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = vdupq_n_f32(0.0f);
+  const int32x4_t zero = vdupq_n_s32(0);
+  HWY_ALIGN int8_t u[32];
+  for (size_t ib = 0; ib < nb; ++ib) {
+    const uint8_t* blk = w + ib * Fmt::kBytes;
+    typename Fmt::Params p;
+    Fmt::Prepare(blk, &p);
+    for (int j = 0; j < Fmt::kUnits; ++j) {
+      const size_t unit = ib * Fmt::kUnits + j;
+      float a[2];
+      Fmt::Scales(p, j, a, ob + 2 * unit);
+      UnitVec<Fmt, false>(blk, j, u);
+      const int8x16_t w0 = vld1q_s8(u), w1 = vld1q_s8(u + 16);
+      for (int r = 0; r < R; ++r) {
+        const ActBlockQ8& xb = x[r][unit];
+        const int8x16_t x0 = vld1q_s8(xb.q), x1 = vld1q_s8(xb.q + 16);
+        if constexpr (kHalfScales) {
+          acc[r] = vfmaq_f32(acc[r], vcvtq_f32_s32(vdotq_s32(zero, w0, x0)), vdupq_n_f32(xb.d * a[0]));
+          acc[r] = vfmaq_f32(acc[r], vcvtq_f32_s32(vdotq_s32(zero, w1, x1)), vdupq_n_f32(xb.d * a[1]));
+        } else {
+          const int32x4_t s = vdotq_s32(vdotq_s32(zero, w0, x0), w1, x1);
+          acc[r] = vfmaq_f32(acc[r], vcvtq_f32_s32(s), vdupq_n_f32(xb.d * a[1]));
+        }
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    const float sum = vaddvq_f32(acc[r]);
+    out[r] = Fmt::kOffset ? sum + DotF32(ob, sums[r], 2 * units) : sum;
+  }
+}
+
+template <class Fmt, int R>
+G4_SDOT_ATTR HWY_NOINLINE void RowsTileSdot(const ActBlockQ8* xq, const float* sums,
+                                                                   size_t units, int m0, int m1, const uint8_t* w,
+                                                                   size_t row_bytes, float scale, float* ob, float* y,
+                                                                   size_t ldy) {
+  const ActBlockQ8* x[R];
+  const float* s[R];
+  for (int r = 0; r < R; ++r) {
+    x[r] = xq + r * units;
+    s[r] = sums + r * 2 * units;
+  }
+  const size_t nb = units / Fmt::kUnits;
+  float out[R];
+  for (int m = m0; m < m1; ++m) {
+    DotTileSdot<Fmt, R>(x, s, w + static_cast<size_t>(m) * row_bytes, nb, ob, out);
+    for (int r = 0; r < R; ++r) y[r * ldy + m] = out[r] * scale;
+  }
+}
+#undef G4_SDOT_ATTR
+#define G4_Q8_SDOT 1
+#else
+#define G4_Q8_SDOT 0
+#endif
+
 // Decode (up to four rows): one pass over the weights. Prefill: groups of weight rows (~256 KiB,
 // which stay in L2) against tiles of eight activation rows (then 4, 3, 2, 1).
 constexpr int kPrefillRows = 8;
@@ -990,6 +1083,19 @@ void MatMulFmt(const ActBlockQ8* xq, const float* sums, int rows, int K, const u
       const ActBlockQ8* xr = xq + static_cast<size_t>(r0) * units;
       const float* sr = sums + static_cast<size_t>(r0) * 2 * units;
       float* yr = y + static_cast<size_t>(r0) * ldy;
+#if G4_Q8_SDOT
+      if (UseArmDotprod()) {
+        switch (R) {
+          case kPrefillRows: RowsTileSdot<Fmt, kPrefillRows>(xr, sr, units, m0, m1, w, row_bytes, scale, ob.data(), yr, ldy); break;
+          case 4: RowsTileSdot<Fmt, 4>(xr, sr, units, m0, m1, w, row_bytes, scale, ob.data(), yr, ldy); break;
+          case 3: RowsTileSdot<Fmt, 3>(xr, sr, units, m0, m1, w, row_bytes, scale, ob.data(), yr, ldy); break;
+          case 2: RowsTileSdot<Fmt, 2>(xr, sr, units, m0, m1, w, row_bytes, scale, ob.data(), yr, ldy); break;
+          default: RowsTileSdot<Fmt, 1>(xr, sr, units, m0, m1, w, row_bytes, scale, ob.data(), yr, ldy); break;
+        }
+        r0 += R;
+        continue;
+      }
+#endif
       switch (R) {
         case kPrefillRows: RowsTile<Fmt, kPrefillRows>(xr, sr, units, m0, m1, w, row_bytes, scale, ob.data(), yr, ldy); break;
         case 4: RowsTile<Fmt, 4>(xr, sr, units, m0, m1, w, row_bytes, scale, ob.data(), yr, ldy); break;
@@ -1060,6 +1166,7 @@ void MatMulQ8Hwy(const ActBlockQ8* xq, const float* sums, int rows, int K, const
 
 #undef G4_Q8_AVX2
 #undef G4_Q8_VNNI
+#undef G4_Q8_SDOT
 
 }  // namespace HWY_NAMESPACE
 }  // namespace cpu
