@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <new>
 #include <numeric>
 #include <optional>
 #include <span>
@@ -147,7 +148,8 @@ g4::StatusOr<std::vector<int32_t>> PromptIds(const Session& s, const std::string
 
 }  // namespace
 
-int main(int argc, char** argv) {
+namespace {
+int Main(int argc, char** argv) {
   // `serve` has its own flag set (llama-server's names, also from GEMMA4RT_* environment variables).
   if (argc >= 2 && std::string(argv[1]) == "serve") return g4::server::ServeMain(argc - 2, argv + 2);
   // `bench` takes llama-bench's flags (src/cli/bench.h).
@@ -373,4 +375,18 @@ int main(int argc, char** argv) {
                result.finish_reason.c_str(), result.prompt_tokens, result.prompt_tokens / std::max(1e-9, result.prefill_seconds),
                result.prefill_seconds, n, n > 1 ? (n - 1) / std::max(1e-9, result.decode_seconds) : 0.0);
   return 0;
+}
+}  // namespace
+
+// An allocation that fails on the main thread (a model larger than the memory or an address-space
+// limit such as `ulimit -v` allows) ends the command with an error message and exit code 1, not
+// with std::terminate's abort.
+int main(int argc, char** argv) {
+  try {
+    return Main(argc, argv);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "gemma4rt: error: RESOURCE_EXHAUSTED: out of memory (an allocation failed: the model, its "
+                         "KV cache (-c) and working memory need more than this process may use)\n");
+    return 1;
+  }
 }
