@@ -49,7 +49,12 @@ TEST(MappedFileTest, ReadIntoMemoryKeepsTheBytesAndAddressesAndLeavesTheFileBehi
   const uint8_t* data = (*f)->data();
   EXPECT_EQ(reinterpret_cast<uintptr_t>(data) % (uintptr_t{2} << 20), 0u);
   EXPECT_EQ((*f)->in_memory_from(), n);
-  ASSERT_TRUE((*f)->ReadIntoMemory(4097).ok());
+  EXPECT_EQ((*f)->BytesToCopy(4097), n - 4096);
+  size_t reported = 0;
+  ASSERT_TRUE((*f)->ReadIntoMemory(4097, [&](size_t k) { reported += k; }).ok());
+  EXPECT_EQ(reported, n - 4096) << "on_read sums to the bytes copied";
+  EXPECT_EQ((*f)->BytesToCopy(4097), 0u);
+  EXPECT_EQ((*f)->BytesToCopy(0), 4096u);
   EXPECT_EQ((*f)->data(), data);
   EXPECT_EQ((*f)->in_memory_from(), 4096u);  // the page holding the offset is copied whole
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(data[i], Pattern(i)) << i;
@@ -126,8 +131,22 @@ TEST(MappedFileTest, CopiedAndMappedWeightsAreTheSameBytes) {
     SCOPED_TRACE(path);
     LoadOptions mapped;
     mapped.mmap = true;
+    mapped.copy_progress = [](size_t, size_t) { ADD_FAILURE() << "a mapped load copies nothing"; };
     auto a = LoadModel(path, mapped);
-    auto b = LoadModel(path);
+    // The copy reports its progress: increasing running totals of one total, ending at it.
+    LoadOptions copied;
+    std::vector<std::pair<size_t, size_t>> calls;
+    copied.copy_progress = [&](size_t done, size_t total) { calls.emplace_back(done, total); };
+    auto b = LoadModel(path, copied);
+    ASSERT_FALSE(calls.empty());
+    for (size_t i = 0; i < calls.size(); ++i) {
+      EXPECT_EQ(calls[i].second, calls.back().second);
+      if (i > 0) {
+        EXPECT_GT(calls[i].first, calls[i - 1].first);
+      }
+      EXPECT_LE(calls[i].first - (i > 0 ? calls[i - 1].first : 0), size_t{64} << 20) << "reads of 64 MiB at most";
+    }
+    EXPECT_EQ(calls.back().first, calls.back().second);
     ASSERT_TRUE(a.ok()) << a.status().ToString();
     ASSERT_TRUE(b.ok()) << b.status().ToString();
     const std::vector<std::string> names = (*a)->store->Names();

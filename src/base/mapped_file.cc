@@ -71,7 +71,13 @@ MappedFile::~MappedFile() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-Status MappedFile::ReadIntoMemory(size_t offset) {
+size_t MappedFile::BytesToCopy(size_t offset) const {
+  if (data_ == nullptr || offset >= in_memory_from_) return 0;
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  return in_memory_from_ - offset / page * page;
+}
+
+Status MappedFile::ReadIntoMemory(size_t offset, const std::function<void(size_t)>& on_read) {
   // in_memory_from_ <= size_ is size_ or a page boundary, so offset < in_memory_from_ puts the
   // page that holds `offset` before it.
   if (data_ == nullptr || offset >= in_memory_from_) return OkStatus();
@@ -98,6 +104,7 @@ Status MappedFile::ReadIntoMemory(size_t offset) {
                       (n < 0 ? std::strerror(errno) : "the file is shorter than when it was opened"));
     }
     done += static_cast<size_t>(n);
+    if (on_read) on_read(static_cast<size_t>(n));
   }
   ::mprotect(dst, len, PROT_READ);
   return OkStatus();

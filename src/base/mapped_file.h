@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -48,8 +49,11 @@ class MappedFile {
   // Errors: DataLoss if the memory cannot be mapped or the file read fails or comes up short (the
   // range is then unusable: drop this MappedFile). A later call with a smaller offset copies only
   // the bytes before the earlier copy; no-op when nothing new is asked for (offset in or past the
-  // first copied page).
-  Status ReadIntoMemory(size_t offset);
+  // first copied page). `on_read(n)`, when given, is called after each read of n bytes (64 MiB at
+  // most), n summing to BytesToCopy(offset): for a progress display.
+  Status ReadIntoMemory(size_t offset, const std::function<void(size_t)>& on_read = {});
+  // The bytes ReadIntoMemory(offset) would read now (0 when it has nothing new to copy).
+  size_t BytesToCopy(size_t offset) const;
   // Bytes from `in_memory_from()` to size() are an anonymous copy (ReadIntoMemory); size() if none.
   size_t in_memory_from() const { return in_memory_from_; }
 

@@ -1,6 +1,7 @@
 // `gemma4rt bench`: see bench.h. Flag names follow llama-bench (-m -t -p -n -d -r -ub -o).
 #include "backends/cpu/kernels.h"
 #include "cli/bench.h"
+#include "cli/progress.h"
 
 #include <algorithm>
 #include <chrono>
@@ -481,6 +482,7 @@ int BenchMain(int argc, char** argv) {
   LoadOptions load_options;
   load_options.ple_bits = ple_bits;
   load_options.mmap = mmap;
+  load_options.copy_progress = TerminalCopyProgress("gemma4rt");
   if (auto q = ParseQuantizeFlag(quantize); q.ok()) load_options.quantize = *q;
   else return Fail(q.status());
   if (quality && !load_options.quantize && f32_activations)

@@ -31,6 +31,7 @@
 #include "runtime/engine.h"
 #include "runtime/generate.h"
 #include "cli/bench.h"
+#include "cli/progress.h"
 #include "server/serve.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -247,6 +248,7 @@ int Main(int argc, char** argv) {
   g4::LoadOptions load_options;
   load_options.ple_bits = ple_bits;
   load_options.mmap = mmap || info->parsed();  // info runs nothing: no copy of the weights
+  load_options.copy_progress = g4::cli::TerminalCopyProgress("gemma4rt");
   if (auto q = g4::ParseQuantizeFlag(quantize); q.ok()) load_options.quantize = *q;
   else return Fail(q.status());
 

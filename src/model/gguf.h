@@ -111,8 +111,12 @@ class GgufFile : public TensorStore {
   void ReleaseMetadataPages() const;
 
   // Copies the tensor data section into anonymous memory in 2 MiB pages at the same addresses
-  // (MappedFile::ReadIntoMemory; every Tensor stays valid). Errors: DataLoss naming the file.
-  Status ReadDataIntoMemory() { return file_ ? file_->ReadIntoMemory(static_cast<size_t>(data_start_)) : OkStatus(); }
+  // (MappedFile::ReadIntoMemory; every Tensor stays valid; on_read(n) after each read of n bytes,
+  // n summing to DataBytesToCopy()). Errors: DataLoss naming the file.
+  Status ReadDataIntoMemory(const std::function<void(size_t)>& on_read = {}) {
+    return file_ ? file_->ReadIntoMemory(static_cast<size_t>(data_start_), on_read) : OkStatus();
+  }
+  size_t DataBytesToCopy() const { return file_ ? file_->BytesToCopy(static_cast<size_t>(data_start_)) : 0; }
 
   // TensorStore: tensors by their GGUF names ("blk.0.attn_q.weight").
   const Tensor* Find(std::string_view name) const override;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
+#include <memory>
 
 #include <nlohmann/json.hpp>
 
@@ -37,6 +39,16 @@ Status ApplyLoadOptions(LoadedModel* m, const LoadOptions& o) {
   return OkStatus();
 }
 
+// The per-read callback that feeds options.copy_progress a running total out of `total` bytes.
+std::function<void(size_t)> CopyProgress(const LoadOptions& options, size_t total) {
+  if (!options.copy_progress) return {};
+  auto done = std::make_shared<size_t>(0);
+  return [done, total, &options](size_t n) {
+    *done += n;
+    options.copy_progress(*done, total);
+  };
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::string& path, const LoadOptions& options) {
@@ -49,7 +61,7 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::string& path, const 
     G4_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> gguf, GgufFile::Open(path));
     G4_ASSIGN_OR_RETURN(m->config, ConfigFromGguf(*gguf));
     if (!options.mmap && !options.quantize) {
-      G4_RETURN_IF_ERROR(gguf->ReadDataIntoMemory());
+      G4_RETURN_IF_ERROR(gguf->ReadDataIntoMemory(CopyProgress(options, gguf->DataBytesToCopy())));
       m->weights_copied = true;
     }
     m->gguf = gguf.get();
@@ -77,7 +89,7 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::string& path, const 
   // Not for compressed-tensors checkpoints: their packed weights are repacked at load and the
   // stored pages dropped (a copy would hold both at once).
   if (!options.mmap && !options.quantize && m->quantization.empty()) {
-    G4_RETURN_IF_ERROR(files->ReadDataIntoMemory());
+    G4_RETURN_IF_ERROR(files->ReadDataIntoMemory(CopyProgress(options, files->DataBytesToCopy())));
     m->weights_copied = true;
   }
   StatusOr<ModelWeights> w = BindWeights(m->config, *m->store);

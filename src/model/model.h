@@ -45,6 +45,9 @@ struct LoadOptions {
   // cache). With `quantize`, and for compressed-tensors checkpoints, the stored weights are always
   // mapped (they are read once, converted, and their pages dropped).
   bool mmap = false;
+  // Called while the weights are copied (not with mmap): copy_progress(done, total) in bytes, after
+  // each read of up to 64 MiB, the last call with done == total. For a progress display.
+  std::function<void(size_t done, size_t total)> copy_progress;
 };
 
 // The help text of the --mmap / --no-mmap flag (LoadOptions::mmap) every command shares.

@@ -333,8 +333,14 @@ Status SafetensorsStore::AddFile(const std::string& path) {
   return OkStatus();
 }
 
-Status SafetensorsStore::ReadDataIntoMemory() {
-  for (size_t i = 0; i < files_.size(); ++i) G4_RETURN_IF_ERROR(files_[i]->ReadIntoMemory(data_offsets_[i]));
+size_t SafetensorsStore::DataBytesToCopy() const {
+  size_t n = 0;
+  for (size_t i = 0; i < files_.size(); ++i) n += files_[i]->BytesToCopy(data_offsets_[i]);
+  return n;
+}
+
+Status SafetensorsStore::ReadDataIntoMemory(const std::function<void(size_t)>& on_read) {
+  for (size_t i = 0; i < files_.size(); ++i) G4_RETURN_IF_ERROR(files_[i]->ReadIntoMemory(data_offsets_[i], on_read));
   return OkStatus();
 }
 

@@ -6,6 +6,7 @@
 // Files are mmap'd; tensors are views into the mapping (no copies).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -35,8 +36,10 @@ class SafetensorsStore : public TensorStore {
   std::vector<std::string> Names() const override;
   // Copies every file's tensor data (the bytes after its header) into anonymous memory in 2 MiB
   // pages at the same addresses (MappedFile::ReadIntoMemory; every Tensor stays valid). Errors:
-  // DataLoss naming the file.
-  Status ReadDataIntoMemory();
+  // DataLoss naming the file. on_read(n) after each read of n bytes, n summing to
+  // DataBytesToCopy().
+  Status ReadDataIntoMemory(const std::function<void(size_t)>& on_read = {});
+  size_t DataBytesToCopy() const;
   // The "__metadata__" entries of all files merged (later files win).
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 

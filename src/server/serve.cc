@@ -17,6 +17,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "base/thread_pool.h"
+#include "cli/progress.h"
 #include "model/model.h"
 #include "runtime/generate.h"
 #include "server/api.h"
@@ -183,6 +184,7 @@ void ServeInstance::Load(std::function<void()> before_load) {
   LoadOptions lo;
   lo.ple_bits = opt_.ple_bits;
   lo.mmap = opt_.mmap;
+  lo.copy_progress = cli::TerminalCopyProgress("gemma4rt serve");
   auto q = ParseQuantizeFlag(opt_.quantize);
   if (!q.ok()) return finish(q.status());
   lo.quantize = *q;
