@@ -191,7 +191,7 @@ for kind, n in (("pp", P), ("tg", N)):
         continue
     a, b = g4_samples(kind, n), llama_samples(kind, n)
     if not a or not b:
-        print(f"| {kind}{n} | missing | missing | |")
+        print(f"| {kind}{n} | missing | missing | | |")
         continue
     ma, mb = statistics.median(a), statistics.median(b)
     per_round = []

@@ -9,8 +9,12 @@
 //
 //   GEMMA4RT_BENCH_TARGET=SSE4 ./build/gemma4rt_bench --benchmark_filter=BM_Q8
 //
-// runs the kernels of one Highway target this CPU supports (its name as hwy::TargetName prints
-// it: AVX3, AVX2, SSE4, SSSE3, EMU128, SCALAR), e.g. the 128-bit code that NEON shares.
+// BM_Q8 and BM_Layer name weight types by their DType number (src/tensor/dtype.h): 0 F32, 1 F16,
+// 2 BF16, 5 Q8_0, 6 Q4_0, 8 Q5_0, 10 Q4_K, 11 Q5_K, 12 Q6_K.
+//
+// GEMMA4RT_BENCH_TARGET runs the kernels of one Highway target this CPU supports (its name as
+// hwy::TargetName prints it: AVX3, AVX2, SSE4, SSSE3, EMU128, SCALAR), e.g. the 128-bit code that
+// NEON shares.
 #include <benchmark/benchmark.h>
 #include <hwy/targets.h>
 

@@ -148,21 +148,17 @@ std::pair<size_t, size_t> ThreadSlice(size_t n, int threads, size_t align, int t
 }
 
 // Anonymous read-write memory of `bytes` bytes, asked for in 2 MiB pages; unmapped on destruction.
-// Falls back to operator new where mmap fails.
+// data() == nullptr when the memory cannot be mapped.
 class TestBuffer {
  public:
   explicit TestBuffer(size_t bytes) : bytes_(bytes) {
     void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) {
-      heap_.reset(new char[bytes]);
-      p_ = heap_.get();
-    } else {
-      p_ = static_cast<char*>(p);
-      ::madvise(p_, bytes, MADV_HUGEPAGE);  // a hint: without it the pages are 4 KiB
-    }
+    if (p == MAP_FAILED) return;
+    p_ = static_cast<char*>(p);
+    ::madvise(p_, bytes, MADV_HUGEPAGE);  // a hint: without it the pages are 4 KiB
   }
   ~TestBuffer() {
-    if (!heap_) ::munmap(p_, bytes_);
+    if (p_ != nullptr) ::munmap(p_, bytes_);
   }
   TestBuffer(const TestBuffer&) = delete;
   TestBuffer& operator=(const TestBuffer&) = delete;
@@ -171,9 +167,9 @@ class TestBuffer {
  private:
   size_t bytes_;
   char* p_ = nullptr;
-  std::unique_ptr<char[]> heap_;
 };
 
+// All zero (not measured) when the buffers cannot be mapped.
 BandwidthSample MeasureBandwidth(size_t bytes, int threads, int iterations) {
   BandwidthSample r;
   const size_t words = bytes / 8;
@@ -182,6 +178,7 @@ BandwidthSample MeasureBandwidth(size_t bytes, int threads, int iterations) {
   TestBuffer src_buf(bytes), dst_buf(bytes);
   char* src = src_buf.data();
   char* dst = dst_buf.data();
+  if (src == nullptr || dst == nullptr) return r;
   uint64_t* w = reinterpret_cast<uint64_t*>(src);
   for (size_t i = 0; i < words; ++i) w[i] = i;
   std::memset(dst, 0, bytes);
@@ -210,8 +207,19 @@ BandwidthSample MeasureBandwidth(size_t bytes, int threads, int iterations) {
   return r;
 }
 
+// MemAvailable from /proc/meminfo in bytes; 0 when unknown.
+size_t MemAvailableBytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("MemAvailable:", 0) == 0) return static_cast<size_t>(std::strtoull(line.c_str() + 13, nullptr, 10)) * 1024;
+  return 0;
+}
+
 // Resets the peak resident set (VmHWM) to the current resident set: Linux >= 4.0's
 // /proc/self/clear_refs "5". False where that is refused (then VmHWM keeps counting everything).
+// Process-wide: getrusage's ru_maxrss (what `/usr/bin/time -v` prints) is reset with it, so
+// outside tools see bench's peak without the bandwidth tests too.
 bool ResetPeakRss() {
   std::ofstream f("/proc/self/clear_refs");
   if (!f) return false;
@@ -220,7 +228,9 @@ bool ResetPeakRss() {
   return static_cast<bool>(f);
 }
 
+// The median of the finite values of v (NaN marks a sample not measured); 0 when there are none.
 double Median(std::vector<double> v) {
+  v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return !std::isfinite(x); }), v.end());
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
   const size_t k = v.size();
@@ -451,7 +461,8 @@ int BenchMain(int argc, char** argv) {
   app.add_option("--seed", seed, "seed of the random token ids");
   app.add_flag("--no-warmup", no_warmup, "skip the warm-up run");
   app.add_option("--bw-mib", bw_mib, "buffer size of the memory-bandwidth tests (copy and read) in MiB, run after each "
-                 "tg repetition (0 = skip)")->check(CLI::Range(0, 1 << 20));
+                 "tg repetition with two such buffers; the peak RSS (VmHWM, and getrusage's ru_maxrss with it) is reset "
+                 "around them so that they are not counted (0 = skip)")->check(CLI::Range(0, 1 << 20));
   app.add_option("--bw-iterations", bw_iters, "passes of each bandwidth test (the best is kept)")->check(CLI::Range(1, 100));
   try {
     app.parse(static_cast<int>(cargv.size()), cargv.data());
@@ -465,6 +476,15 @@ int BenchMain(int argc, char** argv) {
   // minute), when their buffers can be left out of the peak RSS: VmHWM is read before each test
   // and reset after it. Where the reset is refused, they run once, after the tests.
   const size_t bw_bytes = static_cast<size_t>(bw_mib) << 20;
+  if (const size_t avail = MemAvailableBytes(); bw_bytes > 0 && avail > 0 && 2 * bw_bytes > avail) {
+    return Fail(InvalidArgument("--bw-mib " + std::to_string(bw_mib) + " needs two buffers of " + std::to_string(bw_mib) +
+                                " MiB, more than the " + std::to_string(avail >> 20) +
+                                " MiB of memory available (MemAvailable); 1024, the default, or 0 to skip"));
+  }
+  if (bw_mib > 0 && bw_mib < 256) {
+    std::fprintf(stderr, "gemma4rt: note: --bw-mib %d: buffers this small are partly served from the caches, so the "
+                 "bandwidth figures overstate memory's (256 or more measure memory)\n", bw_mib);
+  }
   const bool bw_each_rep = bw_bytes > 0 && ResetPeakRss();
   size_t peak_rss_seen = 0;  // the largest VmHWM read before a reset
 
@@ -710,11 +730,12 @@ int BenchMain(int argc, char** argv) {
       for (int i = 0; i < n; ++i) kv += static_cast<double>(KvBytesRead(config, static_cast<int64_t>(depth) + i + 1));
       r.kv_bytes = static_cast<size_t>(kv / n);
       const double bytes_per_token = static_cast<double>(r.weight_bytes + r.kv_bytes);
-      for (size_t i = 0; i < r.bw_samples.size(); ++i) {
-        r.fraction_samples.push_back(bytes_per_token * r.samples_ts[i] / (r.bw_samples[i].copy_gbps * 1e9));
-        r.read_fraction_samples.push_back(bytes_per_token * r.samples_ts[i] / (r.bw_samples[i].read_gbps * 1e9));
+      for (size_t i = 0; i < r.bw_samples.size(); ++i) {  // NaN (null in --json): the test could not run
+        const BandwidthSample& b = r.bw_samples[i];
+        r.fraction_samples.push_back(b.copy_gbps > 0 ? bytes_per_token * r.samples_ts[i] / (b.copy_gbps * 1e9) : NAN);
+        r.read_fraction_samples.push_back(b.read_gbps > 0 ? bytes_per_token * r.samples_ts[i] / (b.read_gbps * 1e9) : NAN);
       }
-      if (!r.bw_samples.empty()) {
+      if (Median(r.fraction_samples) > 0) {
         r.bandwidth_fraction = Median(r.fraction_samples);
         r.read_bandwidth_fraction = Median(r.read_fraction_samples);
       }
@@ -737,8 +758,8 @@ int BenchMain(int argc, char** argv) {
   if (bw_at_end) all_samples.push_back(MeasureBandwidth(bw_bytes, threads, bw_iters));
   std::vector<double> copy_gbps, read_gbps;
   for (const BandwidthSample& b : all_samples) {
-    copy_gbps.push_back(b.copy_gbps);
-    read_gbps.push_back(b.read_gbps);
+    copy_gbps.push_back(b.copy_gbps > 0 ? b.copy_gbps : NAN);
+    read_gbps.push_back(b.read_gbps > 0 ? b.read_gbps : NAN);
   }
   const double bw_gbps = Median(copy_gbps), read_bw_gbps = Median(read_gbps);
   if (bw_at_end) {

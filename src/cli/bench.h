@@ -5,7 +5,8 @@
 // pp<P>: P random tokens prefilled in one Prefill call (chunked by -ub) after `depth` tokens are
 // already in the KV cache, tokens/s. tg<N>: N single-token Decode steps after `depth` tokens,
 // tokens/s. Each figure is the median of -r repetitions (after one warm-up). Also reported: peak
-// resident memory (VmHWM, without the bandwidth tests' buffers), the machine's memory bandwidth
+// resident memory (VmHWM, without the bandwidth tests' buffers: the process's peak counter is reset
+// around them, which outside tools such as `/usr/bin/time -v` then see too), the machine's memory bandwidth
 // measured in the same process (a multi-threaded memcpy, GB/s counting bytes read + written, and
 // a read-only test; --bw-mib buffers, best of --bw-iterations passes) right after each tg
 // repetition, and decode's fraction of the bandwidth limit, (weight bytes read per token + KV

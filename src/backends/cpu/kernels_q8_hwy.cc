@@ -826,8 +826,11 @@ HWY_INLINE void DotTile(const int16_t* const* xw, const ActBlockQ8* const* x, co
   // Q6_K's unit halves have their own scales; the other formats' two halves share one.
   constexpr bool kHalfScales = std::is_same_v<Fmt, FmtQ6K>;
   const size_t units = nb * Fmt::kUnits;
-#if HWY_HAVE_SCALABLE
+#if HWY_HAVE_SCALABLE || HWY_TARGET == HWY_SVE || HWY_TARGET == HWY_SVE2 || HWY_TARGET == HWY_SVE_256 || \
+    HWY_TARGET == HWY_SVE2_128
   // SVE vectors cannot be array elements: the accumulators live in memory (at most 8 f32 lanes).
+  // (Not HWY_HAVE_SCALABLE alone: Highway 1.0.7 and later set it to 0 for SVE_256 and SVE2_128,
+  // whose vectors are still sizeless SVE types.)
   HWY_ALIGN float accm[R][16];
   for (int r = 0; r < R; ++r) hn::Store(hn::Zero(df), df, accm[r]);
 #define G4_ACC_GET(r) hn::Load(df, accm[r])
