@@ -187,7 +187,8 @@ TEST(StopMatcherTest, Utf8ContentAndStops) {
 TEST(StopMatcherTest, IncompleteUtf8IsHeldUntilComplete) {
   StopMatcher m = Make({});
   const std::string smile = "\xF0\x9F\x99\x82";  // U+1F642
-  EXPECT_EQ(m.Feed("a" + smile.substr(0, 1)).text, "a");
+  const std::string a_and_first_byte = std::string("a") + smile[0];  // (not "a" + substr: GCC 12 -Wrestrict false positive)
+  EXPECT_EQ(m.Feed(a_and_first_byte).text, "a");
   EXPECT_EQ(m.Feed(smile.substr(1, 2)).text, "");
   EXPECT_EQ(m.Feed(smile.substr(3)).text, smile);
   // Truncated at the end of generation: the bytes are passed on by Flush.
