@@ -813,8 +813,8 @@ HWY_INLINE void UnitVec(const uint8_t* HWY_RESTRICT b, int j, void* HWY_RESTRICT
 // which are summed once at the end (no reduction per unit). Every row gets the same operations
 // whatever R is, so results stay batch-invariant. SSE4, BM_Q8 6144 x 1536 decode, best of four
 // interleaved runs, against a scalar decode of each unit and two reductions per unit: Q8_0
-// 1173 -> 769 us, Q4_0 1328 -> 874, Q4_K 1741 -> 1073, Q6_K 3030 -> 1376; 64-row prefill
-// Q4_0 46.7 -> 37.0 ms. (Keeping the decoded row in memory and looping over rows first, which
+// 1149 -> 684 us, Q4_0 1320 -> 866, Q5_0 6196 -> 1247, Q4_K 1719 -> 1072, Q6_K 2943 -> 1332;
+// 64-row prefill Q4_0 46.1 -> 36.3 ms (docs/PERFORMANCE.md). (Keeping the decoded row in memory and looping over rows first, which
 // SVE would allow without this accumulator array, measured 10-30% slower.)
 template <class Fmt, int R>
 HWY_INLINE void DotTile(const int16_t* const* xw, const ActBlockQ8* const* x, const float* const* sums,
