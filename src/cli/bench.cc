@@ -98,14 +98,19 @@ size_t KvBytesRead(const ModelConfig& c, int64_t context) {
   return b;
 }
 
-// Peak resident set (VmHWM) in bytes; 0 when /proc is unavailable.
-size_t PeakRssBytes() {
-  std::ifstream f("/proc/self/status");
+// The "<key>: N kB" line of a /proc file (/proc/self/status, /proc/meminfo) in bytes; 0 when the
+// file or the key is missing.
+size_t ProcKibField(const char* path, const std::string& key) {
+  std::ifstream f(path);
   std::string line;
   while (std::getline(f, line))
-    if (line.rfind("VmHWM:", 0) == 0) return static_cast<size_t>(std::strtoull(line.c_str() + 6, nullptr, 10)) * 1024;
+    if (line.rfind(key + ":", 0) == 0)
+      return static_cast<size_t>(std::strtoull(line.c_str() + key.size() + 1, nullptr, 10)) * 1024;
   return 0;
 }
+
+// Peak resident set (VmHWM) in bytes; 0 when /proc is unavailable.
+size_t PeakRssBytes() { return ProcKibField("/proc/self/status", "VmHWM"); }
 
 // One sample of the machine's memory bandwidth with `threads` threads, both tests on the same two
 // `bytes` buffers (anonymous memory in 2 MiB pages where the kernel gives them, MADV_HUGEPAGE, as
@@ -208,13 +213,7 @@ BandwidthSample MeasureBandwidth(size_t bytes, int threads, int iterations) {
 }
 
 // MemAvailable from /proc/meminfo in bytes; 0 when unknown.
-size_t MemAvailableBytes() {
-  std::ifstream f("/proc/meminfo");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("MemAvailable:", 0) == 0) return static_cast<size_t>(std::strtoull(line.c_str() + 13, nullptr, 10)) * 1024;
-  return 0;
-}
+size_t MemAvailableBytes() { return ProcKibField("/proc/meminfo", "MemAvailable"); }
 
 // Resets the peak resident set (VmHWM) to the current resident set: Linux >= 4.0's
 // /proc/self/clear_refs "5". False where that is refused (then VmHWM keeps counting everything).
@@ -237,6 +236,12 @@ double Median(std::vector<double> v) {
   return k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
 }
 
+// Decode's fraction of a bandwidth: bytes read per token * tokens/s / (gbps * 1e9); NaN when the
+// bandwidth was not measured (gbps <= 0).
+double BandwidthFraction(double bytes_per_token, double tokens_per_s, double gbps) {
+  return gbps > 0 ? bytes_per_token * tokens_per_s / (gbps * 1e9) : NAN;
+}
+
 struct TestResult {
   std::string test;  // "pp512", "tg128"
   bool prompt = true;
@@ -257,10 +262,9 @@ struct TestResult {
 };
 
 void Summarize(TestResult* r) {
-  std::vector<double> s = r->samples_ts;
-  std::sort(s.begin(), s.end());
+  const std::vector<double>& s = r->samples_ts;
   const size_t k = s.size();
-  r->median_ts = k == 0 ? 0 : (k % 2 ? s[k / 2] : 0.5 * (s[k / 2 - 1] + s[k / 2]));
+  r->median_ts = Median(s);
   double sum = 0, sq = 0;
   for (double v : s) sum += v;
   r->avg_ts = k ? sum / k : 0;
@@ -731,12 +735,11 @@ int BenchMain(int argc, char** argv) {
       r.kv_bytes = static_cast<size_t>(kv / n);
       const double bytes_per_token = static_cast<double>(r.weight_bytes + r.kv_bytes);
       for (size_t i = 0; i < r.bw_samples.size(); ++i) {  // NaN (null in --json): the test could not run
-        const BandwidthSample& b = r.bw_samples[i];
-        r.fraction_samples.push_back(b.copy_gbps > 0 ? bytes_per_token * r.samples_ts[i] / (b.copy_gbps * 1e9) : NAN);
-        r.read_fraction_samples.push_back(b.read_gbps > 0 ? bytes_per_token * r.samples_ts[i] / (b.read_gbps * 1e9) : NAN);
+        r.fraction_samples.push_back(BandwidthFraction(bytes_per_token, r.samples_ts[i], r.bw_samples[i].copy_gbps));
+        r.read_fraction_samples.push_back(BandwidthFraction(bytes_per_token, r.samples_ts[i], r.bw_samples[i].read_gbps));
       }
-      if (Median(r.fraction_samples) > 0) {
-        r.bandwidth_fraction = Median(r.fraction_samples);
+      if (const double f = Median(r.fraction_samples); f > 0) {
+        r.bandwidth_fraction = f;
         r.read_bandwidth_fraction = Median(r.read_fraction_samples);
       }
       report(r);
@@ -765,9 +768,9 @@ int BenchMain(int argc, char** argv) {
   if (bw_at_end) {
     for (TestResult& r : results) {
       if (r.prompt || r.median_ts <= 0) continue;
-      const double bytes_per_s = static_cast<double>(r.weight_bytes + r.kv_bytes) * r.median_ts;
-      if (bw_gbps > 0) r.bandwidth_fraction = bytes_per_s / (bw_gbps * 1e9);
-      if (read_bw_gbps > 0) r.read_bandwidth_fraction = bytes_per_s / (read_bw_gbps * 1e9);
+      const double bytes_per_token = static_cast<double>(r.weight_bytes + r.kv_bytes);
+      if (bw_gbps > 0) r.bandwidth_fraction = BandwidthFraction(bytes_per_token, r.median_ts, bw_gbps);
+      if (read_bw_gbps > 0) r.read_bandwidth_fraction = BandwidthFraction(bytes_per_token, r.median_ts, read_bw_gbps);
     }
   }
 

@@ -4,7 +4,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
-#include <memory>
 
 #include <nlohmann/json.hpp>
 
@@ -42,10 +41,9 @@ Status ApplyLoadOptions(LoadedModel* m, const LoadOptions& o) {
 // The per-read callback that feeds options.copy_progress a running total out of `total` bytes.
 std::function<void(size_t)> CopyProgress(const LoadOptions& options, size_t total) {
   if (!options.copy_progress) return {};
-  auto done = std::make_shared<size_t>(0);
-  return [done, total, &options](size_t n) {
-    *done += n;
-    options.copy_progress(*done, total);
+  return [done = size_t{0}, total, &options](size_t n) mutable {
+    done += n;
+    options.copy_progress(done, total);
   };
 }
 

@@ -100,10 +100,13 @@ ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
     const int code = app.exit(e);
     // A bad value from a GEMMA4RT_* variable reads like a bad flag ("--threads: Value abc not in
     // range 0 to 1024"): name the variable when the flag was not on the command line.
+    const std::string what = e.what();
     for (const CLI::Option* opt : app.get_options()) {
       const std::string& env = opt->get_envname();
       const char* value = env.empty() ? nullptr : std::getenv(env.c_str());
-      if (value == nullptr) continue;
+      if (value == nullptr || opt->get_lnames().empty()) continue;
+      const std::string flag = "--" + opt->get_lnames()[0];
+      if (what.rfind(flag + ":", 0) != 0) continue;  // the error is another option's
       bool on_command_line = false;
       for (const std::string& a : argv_s) {
         for (const std::string& n : opt->get_lnames())
@@ -111,9 +114,7 @@ ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
         for (const std::string& n : opt->get_snames())
           if (a.rfind("-" + n, 0) == 0) on_command_line = true;
       }
-      const std::string what = e.what();
-      const std::string flag = opt->get_lnames().empty() ? "" : "--" + opt->get_lnames()[0];
-      if (!on_command_line && !flag.empty() && what.rfind(flag + ":", 0) == 0)
+      if (!on_command_line)
         std::fprintf(stderr, "gemma4rt serve: %s was read from the environment variable %s='%s'\n", flag.c_str(),
                      env.c_str(), value);
     }

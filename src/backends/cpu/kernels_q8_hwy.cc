@@ -971,6 +971,9 @@ G4_SDOT_ATTR HWY_INLINE void DotTileSdot(const ActBlockQ8* const* x, const float
   }
 }
 
+// RowsTile for DotTileSdot (no widened activations). A function of its own rather than a
+// parameter of RowsTile: the dot-product intrinsics inline only into functions carrying
+// G4_SDOT_ATTR, and lambdas or shared helpers would not inherit it.
 template <class Fmt, int R>
 G4_SDOT_ATTR HWY_NOINLINE void RowsTileSdot(const ActBlockQ8* xq, const float* sums,
                                                                    size_t units, int m0, int m1, const uint8_t* w,
