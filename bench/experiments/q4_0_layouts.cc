@@ -11,7 +11,8 @@
 //              row 1 block b, ...), one sequential stream; the same kernel with another stride.
 //   packed   : per group of four rows, all their scales (4 x f16 per block) then all nibbles
 //              (64 bytes per block: row i's 16 bytes at 16 i), so a block of four rows is one
-//              aligned 512-bit load and one 8-byte scale load.
+//              512-bit load (64-byte aligned only if the buffer is; std::vector's here is not)
+//              and one 8-byte scale load. No software prefetch.
 // Every kernel: i32 lane 4i + j = row i's products of elements 4j..4j+3 and 16+4j..19+4j
 // (vpdpbusd twice), the -8 offset folded into the integer sum (lanes start at -2 * sum of the
 // activation block), then f32 lanes scaled by d_row * d_x and reduced once per row.
@@ -20,7 +21,7 @@
 //   g++ -O2 -march=x86-64-v3 -Isrc bench/experiments/q4_0_layouts.cc build/libgemma4rt_core.a -lhwy -lpthread
 //     -o /tmp/q4_0_layouts && /tmp/q4_0_layouts   (one command line)
 // Prints each kernel's largest relative error against a double-precision reference, the best
-// time of 2000 single-threaded runs on a 6144 x 1536 matrix (5.3 MB: in the caches), then four
+// time (and GB/s of weights) of 2000 single-threaded runs on a 6144 x 1536 matrix (5.3 MB: in the caches), then four
 // rounds of 2-thread streaming over a 393216 x 1536 matrix (340 MB) with a 2-thread memcpy of
 // the same size (bytes read + written) for scale.
 #include <immintrin.h>
