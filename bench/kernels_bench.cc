@@ -29,6 +29,7 @@
 #include "backends/cpu/kernels_q8.h"
 #include "base/thread_pool.h"
 #include "tensor/dtype.h"
+#include "tensor/quantize.h"
 
 namespace g4 {
 namespace {
@@ -164,7 +165,9 @@ void BM_Q8(benchmark::State& state) {
   const DType t = static_cast<DType>(state.range(0));
   const int M = static_cast<int>(state.range(1)), K = static_cast<int>(state.range(2)),
             rows = static_cast<int>(state.range(3)), group = static_cast<int>(state.range(4));
-  const std::vector<uint8_t> w = RandomWeights(t, M, K, 1);
+  // kQ4_0x4: the same random Q4_0 weights, packed as the loader does (LoadOptions::pack_q4_0).
+  std::vector<uint8_t> w = RandomWeights(t == DType::kQ4_0x4 ? DType::kQ4_0 : t, M, K, 1);
+  if (t == DType::kQ4_0x4) PackQ4_0x4InPlace(w.data(), M, K);
   const std::vector<float> x = RandomActs(static_cast<size_t>(rows) * K, 2);
   std::vector<cpu::ActBlockQ8> xq(static_cast<size_t>(rows) * K / 32);
   std::vector<float> sums(static_cast<size_t>(rows) * K / 16), y(static_cast<size_t>(rows) * M);
@@ -181,7 +184,7 @@ void BM_Q8(benchmark::State& state) {
 void Q8Args(benchmark::internal::Benchmark* b) {
   // group: the activation group (kernels_q8.h); 256 is what the engine uses for Q4_K/Q5_K.
   b->ArgNames({"dtype", "M", "K", "rows", "group"});
-  for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kQ5_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+  for (DType t : {DType::kQ4_0, DType::kQ4_0x4, DType::kQ8_0, DType::kQ5_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     for (int rows : {1, 64}) {
       for (int group : {32, 256}) {
         if (group == 256 && DTypeBlockElems(t) != 256) continue;

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
+#include <iterator>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -18,6 +19,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "tensor/quantize.h"
 
 namespace g4 {
 namespace {
@@ -459,6 +462,45 @@ TEST(GgufTest, TensorsEveryTypeShapeAndBytes) {
   // Names() is sorted.
   auto names = g.Names();
   EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
+}
+
+// LoadOptions::pack_q4_0 through GgufFile::PackQ4_0x4: only bytes copied into memory are
+// rewritten (MappedFile::Rewrite), never the file mapping; only 2-D Q4_0 with rows % 4 == 0.
+TEST(GgufTest, PacksQ4_0OnlyInTheCopiedData) {
+  const int M = 8, K = 64;
+  const std::string q = Pattern(static_cast<size_t>(M) * 2 * 18, 3);
+  Spec s;
+  s.tensors.push_back({"w", {static_cast<uint64_t>(K), static_cast<uint64_t>(M)}, kGgmlQ4_0, q});
+  s.tensors.push_back({"odd", {static_cast<uint64_t>(K), 6}, kGgmlQ4_0, Pattern(6 * 2 * 18, 4)});
+  s.tensors.push_back({"f", {4}, kGgmlF32, F32Bytes({1, 2, 3, 4})});
+  const std::string path = WriteFile(Serialize(s));
+  {
+    auto g = GgufFile::Open(path);
+    ASSERT_TRUE(g.ok()) << g.status().ToString();
+    const Tensor* w = (*g)->Find("w");
+    EXPECT_FALSE((*g)->PackQ4_0x4(*w)) << "mapped from the file";
+    EXPECT_EQ(w->dtype, DType::kQ4_0);
+    EXPECT_EQ(std::memcmp(w->data, q.data(), q.size()), 0);
+  }
+  auto g = GgufFile::Open(path);
+  ASSERT_TRUE(g.ok());
+  ASSERT_TRUE((*g)->ReadDataIntoMemory().ok());
+  const Tensor* w = (*g)->Find("w");
+  ASSERT_TRUE((*g)->PackQ4_0x4(*w));
+  EXPECT_EQ(w->dtype, DType::kQ4_0x4);
+  std::string want = q;
+  PackQ4_0x4InPlace(reinterpret_cast<uint8_t*>(want.data()), M, K);
+  EXPECT_NE(want, q);
+  EXPECT_EQ(std::memcmp(w->data, want.data(), want.size()), 0);
+  EXPECT_FALSE((*g)->PackQ4_0x4(*w)) << "already packed";
+  EXPECT_FALSE((*g)->PackQ4_0x4(*(*g)->Find("odd"))) << "6 rows";
+  EXPECT_FALSE((*g)->PackQ4_0x4(*(*g)->Find("f"))) << "F32";
+  Tensor copy = *w;  // not the file's own tensor
+  EXPECT_FALSE((*g)->PackQ4_0x4(copy));
+  // The file itself is unchanged.
+  std::ifstream in(path, std::ios::binary);
+  const std::string file((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(file.find(q), std::string::npos);
 }
 
 TEST(GgufTest, CustomAlignment) {

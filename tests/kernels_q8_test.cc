@@ -26,6 +26,7 @@
 #include "hwy/highway.h"
 #include "hwy/targets.h"
 #include "tensor/dtype.h"
+#include "tensor/quantize.h"
 
 namespace g4 {
 namespace {
@@ -264,6 +265,91 @@ TEST_P(KernelsQ8Test, VnniGivesTheSameBitsAsByteMultiplyAdds) {
       cpu::SetInt8VnniForTest(true);
       for (size_t i = 0; i < with.size(); ++i)
         ASSERT_EQ(std::memcmp(&with[i], &without[i], 4), 0) << DTypeName(t) << " group=" << group << " rows=" << rows << " i=" << i;
+    }
+  }
+}
+
+// kQ4_0x4 (dtype.h): per group of four rows the scales, then the nibbles, block by block.
+TEST(KernelsQ8Pack, Q4_0x4HasTheDocumentedLayoutAndUnpacksToTheRows) {
+  std::mt19937 rng(31);
+  const int M = 8, K = 96, nb = K / 32;
+  const size_t row = DTypeRowBytes(DType::kQ4_0, K);
+  const std::vector<uint8_t> w = RandomWeights(DType::kQ4_0, M, K, rng);
+  std::vector<uint8_t> p = w;
+  PackQ4_0x4InPlace(p.data(), M, K);
+  for (int g = 0; g < M / 4; ++g) {
+    const uint8_t* group = p.data() + g * 4 * row;
+    for (int b = 0; b < nb; ++b) {
+      for (int i = 0; i < 4; ++i) {
+        const uint8_t* blk = w.data() + (4 * g + i) * row + b * 18;
+        EXPECT_EQ(std::memcmp(group + 8 * b + 2 * i, blk, 2), 0) << g << " " << b << " " << i;
+        EXPECT_EQ(std::memcmp(group + 8 * nb + 64 * b + 16 * i, blk + 2, 16), 0) << g << " " << b << " " << i;
+      }
+    }
+    std::vector<uint8_t> rows(4 * row);
+    UnpackQ4_0x4Group(group, K, rows.data());
+    EXPECT_EQ(std::memcmp(rows.data(), w.data() + g * 4 * row, 4 * row), 0) << g;
+  }
+}
+
+// MatMulQ8 on kQ4_0x4 weights: against the reference on the Q4_0 rows they were packed from
+// (the tolerance of MatchesTheReferenceForEveryFormatAndRowCount), the same bits for a row alone
+// or in a batch and for a range starting at any group, and with or without VNNI. M = 916 at K =
+// 512 gives prefill two groups of weight rows (~256 KiB each).
+TEST_P(KernelsQ8Test, Q4_0x4MatchesTheQ4_0Reference) {
+  std::mt19937 rng(37);
+  for (const auto& [M, K] : std::vector<std::pair<int, int>>{{12, 256}, {8, 1536}, {916, 512}}) {
+    const size_t row = DTypeRowBytes(DType::kQ4_0, K);
+    const std::vector<uint8_t> w = RandomWeights(DType::kQ4_0, M, K, rng);
+    std::vector<uint8_t> p = w;
+    PackQ4_0x4InPlace(p.data(), M, K);
+    std::vector<float> wf(static_cast<size_t>(M) * K);
+    ConvertToF32(DType::kQ4_0, w.data(), wf.data(), wf.size());
+    for (int rows : {1, 2, 3, 4, 5, 9, 13}) {
+      if (M > 100 && rows != 9) continue;
+      SCOPED_TRACE("M=" + std::to_string(M) + " K=" + std::to_string(K) + " rows=" + std::to_string(rows));
+      const std::vector<float> x = RandomActs(rows, K, rng);
+      std::vector<cpu::ActBlockQ8> xq(static_cast<size_t>(rows) * K / 32);
+      std::vector<float> sums(static_cast<size_t>(rows) * K / 16);
+      cpu::QuantizeRowsQ8(x.data(), rows, K, xq.data(), sums.data());
+      const int ldy = M + 2;
+      std::vector<float> y(static_cast<size_t>(rows) * ldy, 777.0f), ref = y;
+      cpu::MatMulQ8(xq.data(), sums.data(), rows, K, p.data(), DType::kQ4_0x4, M, 0.5f, y.data(), ldy);
+      cpu::MatMulQ8Reference(xq.data(), rows, K, w.data(), DType::kQ4_0, M, 0.5f, ref.data(), ldy);
+      for (int r = 0; r < rows; ++r) {
+        for (int m = 0; m < M; ++m) {
+          double mag = 0;
+          for (int k = 0; k < K; ++k) {
+            const cpu::ActBlockQ8& b = xq[(static_cast<size_t>(r) * K + k) / 32];
+            mag += std::fabs(wf[static_cast<size_t>(m) * K + k] * b.d * b.q[k % 32]);
+          }
+          const size_t i = static_cast<size_t>(r) * ldy + m;
+          ASSERT_NEAR(y[i], ref[i], 1e-4 * 0.5 * mag + 1e-30) << "r=" << r << " m=" << m;
+        }
+        EXPECT_EQ(y[static_cast<size_t>(r) * ldy + M], 777.0f) << "wrote past M";
+      }
+      // The packed reference (unpacking each group) gives the reference's bits.
+      std::vector<float> ref_packed(ref.size(), 777.0f);
+      cpu::MatMulQ8Reference(xq.data(), rows, K, p.data(), DType::kQ4_0x4, M, 0.5f, ref_packed.data(), ldy);
+      EXPECT_EQ(ref_packed, ref);
+      for (int r = 0; r < rows; ++r) {
+        std::vector<float> solo(M);
+        cpu::MatMulQ8(xq.data() + static_cast<size_t>(r) * K / 32, sums.data() + static_cast<size_t>(r) * K / 16, 1, K,
+                      p.data(), DType::kQ4_0x4, M, 0.5f, solo.data(), M);
+        for (int m = 0; m < M; ++m) ASSERT_EQ(solo[m], y[static_cast<size_t>(r) * ldy + m]) << "alone: r=" << r << " m=" << m;
+      }
+      // A range from the second group (threads split packed weights in fours).
+      std::vector<float> part(static_cast<size_t>(rows) * ldy, 777.0f);
+      cpu::MatMulQ8(xq.data(), sums.data(), rows, K, p.data() + 4 * row, DType::kQ4_0x4, M - 4, 0.5f, part.data() + 4, ldy);
+      for (int r = 0; r < rows; ++r)
+        for (int m = 4; m < M; ++m) ASSERT_EQ(part[r * ldy + m], y[r * ldy + m]) << "range: r=" << r << " m=" << m;
+      if (cpu::HasInt8Vnni() && GetParam() == HWY_AVX3) {
+        std::vector<float> without(y.size(), 777.0f);
+        cpu::SetInt8VnniForTest(false);
+        cpu::MatMulQ8(xq.data(), sums.data(), rows, K, p.data(), DType::kQ4_0x4, M, 0.5f, without.data(), ldy);
+        cpu::SetInt8VnniForTest(true);
+        for (size_t i = 0; i < y.size(); ++i) ASSERT_EQ(std::memcmp(&y[i], &without[i], 4), 0) << "VNNI off: i=" << i;
+      }
     }
   }
 }

@@ -110,6 +110,19 @@ Status MappedFile::ReadIntoMemory(size_t offset, const std::function<void(size_t
   return OkStatus();
 }
 
+bool MappedFile::Rewrite(size_t offset, size_t length, const std::function<void(uint8_t*)>& rewrite) {
+  if (data_ == nullptr || offset < in_memory_from_ || offset > size_ || length > size_ - offset) return false;
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  uint8_t* p = const_cast<uint8_t*>(data_) + offset;
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(p) / page * page;
+  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + length + page - 1) / page * page;
+  void* range = reinterpret_cast<void*>(begin);
+  if (::mprotect(range, end - begin, PROT_READ | PROT_WRITE) != 0) return false;
+  rewrite(p);
+  ::mprotect(range, end - begin, PROT_READ);
+  return true;
+}
+
 void MappedFile::ReleasePages(size_t offset, size_t length) const {
   if (data_ == nullptr || offset >= in_memory_from_) return;
   length = std::min(length, in_memory_from_ - offset);

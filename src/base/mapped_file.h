@@ -54,6 +54,11 @@ class MappedFile {
   Status ReadIntoMemory(size_t offset, const std::function<void(size_t)>& on_read = {});
   // The bytes ReadIntoMemory(offset) would read now (0 when it has nothing new to copy).
   size_t BytesToCopy(size_t offset) const;
+  // Lets `rewrite` change the bytes [offset, offset + length) in place, where they are the
+  // anonymous copy of ReadIntoMemory (offset >= in_memory_from()): their pages are made writable
+  // for the call and read-only again after it. false, calling nothing, for bytes still mapped
+  // from the file (writing those would give each page a private copy) or out of range.
+  bool Rewrite(size_t offset, size_t length, const std::function<void(uint8_t*)>& rewrite);
   // Bytes from `in_memory_from()` to size() are an anonymous copy (ReadIntoMemory); size() if none.
   size_t in_memory_from() const { return in_memory_from_; }
 

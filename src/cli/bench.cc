@@ -441,6 +441,8 @@ int BenchMain(int argc, char** argv) {
       ->check(CLI::IsMember({"q8_0", "q4_0", "w4a16"}));
   bool mmap = false;
   app.add_flag("--mmap,!--no-mmap", mmap, kMmapFlagHelp);
+  bool no_repack = false;
+  app.add_flag("--no-repack", no_repack, kNoRepackFlagHelp);
   app.add_option("--ple-bits", ple_bits, "with --quantize: bits of the embedding and PLE tables (8 = Q8_0, 16 = as stored)")
       ->check(CLI::IsMember({8, 16}));
   app.add_flag("--quality", quality, "compare the model as run (with --quantize, and int8 activations unless "
@@ -509,6 +511,7 @@ int BenchMain(int argc, char** argv) {
   load_options.copy_progress = TerminalCopyProgress("gemma4rt");
   if (auto q = ParseQuantizeFlag(quantize); q.ok()) load_options.quantize = *q;
   else return Fail(q.status());
+  load_options.pack_q4_0 = PackQ4_0ForCpu(f32_activations, no_repack);
   if (quality && !load_options.quantize && f32_activations)
     return Fail(InvalidArgument("--quality compares with the model as stored in f32 activations: give --quantize "
                                 "q8_0|q4_0|w4a16, or leave out --f32-activations to measure int8 activations alone"));

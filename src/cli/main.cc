@@ -174,6 +174,7 @@ int Main(int argc, char** argv) {
   int ple_bits = 8;
   bool f32_activations = false;
   bool mmap = false;
+  bool no_repack = false;
   auto add_model = [&](CLI::App* c, bool runs_model = true) {
     c->add_option("-m,--model", model, "GGUF file or Hugging Face checkpoint directory (default: $GEMMA4RT_MODEL or the fetched Gemma 3 270M)");
     c->add_option("--quantize", quantize, "quantise an F32/F16/BF16 checkpoint at load: q8_0, q4_0 or w4a16")
@@ -181,6 +182,7 @@ int Main(int argc, char** argv) {
     c->add_option("--ple-bits", ple_bits, "with --quantize: bits of the embedding and PLE tables (8 = Q8_0, 16 = as stored)")
         ->check(CLI::IsMember({8, 16}));
     if (runs_model) c->add_flag("--mmap,!--no-mmap", mmap, g4::kMmapFlagHelp);  // info always maps
+    if (runs_model) c->add_flag("--no-repack", no_repack, g4::kNoRepackFlagHelp);
   };
   struct RunOptions {
     CLI::Option* prompt;
@@ -251,6 +253,7 @@ int Main(int argc, char** argv) {
   load_options.copy_progress = g4::cli::TerminalCopyProgress("gemma4rt");
   if (auto q = g4::ParseQuantizeFlag(quantize); q.ok()) load_options.quantize = *q;
   else return Fail(q.status());
+  load_options.pack_q4_0 = !info->parsed() && g4::PackQ4_0ForCpu(f32_activations, no_repack);
 
   if (info->parsed()) {
     auto loaded = g4::LoadModel(model, load_options);

@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "base/check.h"
+#include "tensor/quantize.h"
 
 namespace g4 {
 
@@ -723,6 +724,18 @@ std::vector<std::string> GgufFile::Names() const {
   names.reserve(tensors_.size());
   for (const auto& [name, t] : tensors_) names.push_back(name);
   return names;
+}
+
+bool GgufFile::PackQ4_0x4(const Tensor& t) {
+  auto it = tensors_.find(t.name);
+  if (!file_ || it == tensors_.end() || &it->second != &t) return false;
+  Tensor& mine = it->second;
+  if (mine.dtype != DType::kQ4_0 || mine.shape.size() != 2 || mine.shape[0] % 4 != 0) return false;
+  const int64_t M = mine.shape[0], K = mine.shape[1];
+  const size_t offset = static_cast<size_t>(mine.data - file_->data());
+  if (!file_->Rewrite(offset, mine.nbytes, [&](uint8_t* p) { PackQ4_0x4InPlace(p, M, K); })) return false;
+  mine.dtype = DType::kQ4_0x4;
+  return true;
 }
 
 }  // namespace g4

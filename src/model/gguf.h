@@ -121,6 +121,8 @@ class GgufFile : public TensorStore {
   // TensorStore: tensors by their GGUF names ("blk.0.attn_q.weight").
   const Tensor* Find(std::string_view name) const override;
   std::vector<std::string> Names() const override;
+  // Only for tensors in the part copied by ReadDataIntoMemory (MappedFile::Rewrite).
+  bool PackQ4_0x4(const Tensor& t) override;
 
  private:
   std::unique_ptr<MappedFile> file_;

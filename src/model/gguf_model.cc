@@ -238,6 +238,7 @@ class HfNamedGgufStore : public TensorStore {
     for (const auto& [k, v] : by_hf_) out.push_back(k);
     return out;
   }
+  bool PackQ4_0x4(const Tensor& t) override { return file_->PackQ4_0x4(t); }
 
  private:
   std::unique_ptr<GgufFile> file_;

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <set>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -38,6 +40,24 @@ Status ApplyLoadOptions(LoadedModel* m, const LoadOptions& o) {
   return OkStatus();
 }
 
+// LoadOptions::pack_q4_0: the Q4_0 tensors only matmuls read, each once.
+void PackQ4_0Weights(LoadedModel* m) {
+  const ModelWeights& w = m->weights;
+  std::vector<const Tensor*> mats = {w.ple_model_proj};
+  if (w.lm_head != w.embed) mats.push_back(w.lm_head);
+  for (const LayerWeights& l : w.layers) {
+    for (const Tensor* t : {l.q_proj, l.k_proj, l.v_proj, l.o_proj, l.gate_proj, l.up_proj, l.down_proj, l.ple_gate, l.ple_proj})
+      mats.push_back(t);
+  }
+  std::set<const Tensor*> done;
+  for (const Tensor* t : mats) {
+    if (t == nullptr || t == w.embed || t == w.ple_embed || t->dtype != DType::kQ4_0 || t->shape.size() != 2 ||
+        t->shape[0] % 4 != 0 || !done.insert(t).second)
+      continue;
+    if (m->store->PackQ4_0x4(*t)) ++m->packed_q4_0;
+  }
+}
+
 // The per-read callback that feeds options.copy_progress a running total out of `total` bytes.
 std::function<void(size_t)> CopyProgress(const LoadOptions& options, size_t total) {
   if (!options.copy_progress) return {};
@@ -68,6 +88,7 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::string& path, const 
     if (!w.ok()) return Status(w.status().code(), path + ": " + w.status().message());
     m->weights = std::move(w).value();
     G4_RETURN_IF_ERROR(ApplyLoadOptions(m.get(), options));
+    if (options.pack_q4_0) PackQ4_0Weights(m.get());
     return m;
   }
   const std::string config_path = (fs::path(path) / "config.json").string();
@@ -94,6 +115,7 @@ StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::string& path, const 
   if (!w.ok()) return Status(w.status().code(), path + ": " + w.status().message());
   m->weights = std::move(w).value();
   G4_RETURN_IF_ERROR(ApplyLoadOptions(m.get(), options));
+  if (options.pack_q4_0) PackQ4_0Weights(m.get());
   return m;
 }
 

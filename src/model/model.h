@@ -26,6 +26,7 @@ struct LoadedModel {
                                    // --quantize target ("q8_0", "q4_0", "w4a16")
   QuantizeStats quantize_stats;    // what --quantize converted
   bool weights_copied = false;     // the tensor data was copied into memory (LoadOptions::mmap false)
+  int packed_q4_0 = 0;             // Q4_0 matmul weights rewritten as kQ4_0x4 (LoadOptions::pack_q4_0)
 };
 
 // Where the weights live, as every command's log names them ("memory=..."): "copied" (into
@@ -48,12 +49,27 @@ struct LoadOptions {
   // Called while the weights are copied (not with mmap): copy_progress(done, total) in bytes, after
   // each read of up to 64 MiB, the last call with done == total. For a progress display.
   std::function<void(size_t done, size_t total)> copy_progress;
+  // Rewrites the Q4_0 weights that only matmuls read (attention and MLP projections, the PLE
+  // projections, an untied LM head; 2-D with a multiple of 4 rows) in place as kQ4_0x4
+  // (tensor/dtype.h), the layout of the CPU's AVX-512 Q4_0 kernel: E2B Q4_0 decode and prefill
+  // figures in docs/PERFORMANCE.md. Only where the bytes are the process's own (copied into memory,
+  // or made by --quantize q4_0); weights used from the file mapping (--mmap) stay as stored. The
+  // token embedding and the PLE table are never packed (rows are looked up one by one). The
+  // commands set it where cpu::Q4_0x4KernelAvailable() and int8 activations are used, unless
+  // --no-repack (llama.cpp's flag for its own repacking).
+  bool pack_q4_0 = false;
 };
 
 // The help text of the --mmap / --no-mmap flag (LoadOptions::mmap) every command shares.
 inline constexpr const char* kMmapFlagHelp =
     "use the weights in place from the file mapping (llama.cpp's default: faster start, pages shared through the page "
     "cache); --no-mmap, the default, copies them into memory in 2 MiB pages (faster decode)";
+
+// The help text of the --no-repack flag (LoadOptions::pack_q4_0 off) every command that runs a
+// model shares.
+inline constexpr const char* kNoRepackFlagHelp =
+    "keep Q4_0 weights in their stored layout (llama.cpp's flag); by default, with int8 activations on an AVX-512 "
+    "CPU, the Q4_0 matmul weights are rearranged in memory at load for the CPU's kernel (faster decode and prefill)";
 
 // "q8_0" -> kQ8_0, "q4_0" -> kQ4_0, "w4a16" -> kW4G32 ("" / "none" -> nullopt). InvalidArgument otherwise.
 StatusOr<std::optional<DType>> ParseQuantizeFlag(const std::string& s);

@@ -28,6 +28,16 @@ std::vector<std::string> OverlayStore::Names() const {
   return {names.begin(), names.end()};
 }
 
+bool OverlayStore::PackQ4_0x4(const Tensor& t) {
+  auto it = owned_.find(t.name);
+  if (it == owned_.end() || &it->second.tensor != &t) return base_->PackQ4_0x4(t);
+  Tensor& mine = it->second.tensor;
+  if (mine.dtype != DType::kQ4_0 || mine.shape.size() != 2 || mine.shape[0] % 4 != 0) return false;
+  PackQ4_0x4InPlace(it->second.bytes.data(), mine.shape[0], mine.shape[1]);
+  mine.dtype = DType::kQ4_0x4;
+  return true;
+}
+
 void OverlayStore::Put(Tensor t, std::vector<uint8_t> bytes) {
   const std::string name = t.name;
   Owned& o = owned_[name];

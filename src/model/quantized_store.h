@@ -25,6 +25,8 @@ class OverlayStore : public TensorStore {
   std::vector<std::string> Names() const override;
   // Adds `t` (its data pointer is replaced by `bytes`, which the store keeps).
   void Put(Tensor t, std::vector<uint8_t> bytes);
+  // A tensor put here is packed in its own bytes; any other goes to the base store.
+  bool PackQ4_0x4(const Tensor& t) override;
   void Hide(const std::string& name) { hidden_.insert(name); }
   const TensorStore& base() const { return *base_; }
 

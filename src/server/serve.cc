@@ -79,6 +79,7 @@ ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
   app.add_option("--quantize", o.quantize, "quantise an F32/F16/BF16 checkpoint at load: q8_0, q4_0 or w4a16")
       ->envname("GEMMA4RT_QUANTIZE")->check(CLI::IsMember({"q8_0", "q4_0", "w4a16"}));
   app.add_flag("--mmap,!--no-mmap", o.mmap, kMmapFlagHelp)->envname("GEMMA4RT_MMAP");
+  app.add_flag("--no-repack", o.no_repack, kNoRepackFlagHelp)->envname("GEMMA4RT_NO_REPACK");
   app.add_option("--ple-bits", o.ple_bits, "with --quantize: bits of the embedding and PLE tables (8 = Q8_0, 16 = as stored)")
       ->envname("GEMMA4RT_PLE_BITS")->check(CLI::IsMember({8, 16}));
   app.add_flag("--f32-activations", o.f32_activations, "multiply quantised and BF16 weights with f32 activations (transformers' "
@@ -186,6 +187,7 @@ void ServeInstance::Load(std::function<void()> before_load) {
   lo.ple_bits = opt_.ple_bits;
   lo.mmap = opt_.mmap;
   lo.copy_progress = cli::TerminalCopyProgress("gemma4rt serve");
+  lo.pack_q4_0 = PackQ4_0ForCpu(opt_.f32_activations, opt_.no_repack);
   auto q = ParseQuantizeFlag(opt_.quantize);
   if (!q.ok()) return finish(q.status());
   lo.quantize = *q;

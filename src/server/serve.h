@@ -46,6 +46,7 @@ struct ServeOptions {
   int ple_bits = 8;                   // --ple-bits 8|16
   bool mmap = false;                  // --mmap: weights used from the file mapping (LoadOptions::mmap)
   bool f32_activations = false;       // --f32-activations (CpuBackendOptionsFor: no int8 or bf16 activations)
+  bool no_repack = false;             // --no-repack: Q4_0 weights stay as stored (LoadOptions::pack_q4_0)
 };
 
 // The default model path: $GEMMA4RT_DEFAULT_MODEL, else $GEMMA4RT_CACHE (or ~/.cache/gemma4rt)

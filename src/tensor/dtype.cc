@@ -23,7 +23,7 @@ size_t DTypeSize(DType t) {
 int DTypeBlockElems(DType t) {
   switch (t) {
     case DType::kQ8_0: case DType::kQ4_0: case DType::kQ4_1: case DType::kQ5_0: case DType::kQ5_1:
-    case DType::kW4G32: return 32;
+    case DType::kW4G32: case DType::kQ4_0x4: return 32;
     case DType::kQ4_K: case DType::kQ5_K: case DType::kQ6_K: return 256;
     default: return 1;
   }
@@ -40,6 +40,7 @@ size_t DTypeBlockBytes(DType t) {
     case DType::kQ5_K: return 176;
     case DType::kQ6_K: return 210;
     case DType::kW4G32: return 18;
+    case DType::kQ4_0x4: return 18;
     default: return DTypeSize(t);
   }
 }
@@ -60,6 +61,7 @@ std::string_view DTypeName(DType t) {
     case DType::kQ5_K: return "Q5_K";
     case DType::kQ6_K: return "Q6_K";
     case DType::kW4G32: return "W4G32";
+    case DType::kQ4_0x4: return "Q4_0x4";
   }
   return "?";
 }

@@ -22,14 +22,21 @@ namespace g4 {
 // A row of n elements is n / 32 blocks; a checkpoint group of G = 32k elements becomes k blocks
 // with the same scale. The loader repacks weight_packed (element 8c + i in bits 4i..4i+3 of int32
 // word c, stored as q + 8) into this order; see src/model/compressed_tensors.h.
-enum class DType { kF32, kF16, kBF16, kI32, kI64, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K, kW4G32 };
+// kQ4_0x4: Q4_0 weights rewritten at load for the CPU's four-row kernels (PackQ4_0x4): the same
+// bytes per row (DTypeRowBytes as Q4_0), but rows come in groups of four that only exist whole (a
+// tensor of this type has a multiple of 4 rows, and a row range must start at a multiple of 4).
+// Group g of a [M, K] matrix, nb = K / 32 blocks per row, at byte 4 g * DTypeRowBytes(K): first
+// the four rows' fp16 scales block by block (nb x 8 bytes: block b, row i at 8 b + 2 i), then their
+// nibbles block by block (nb x 64 bytes: block b, row i's 16 bytes at 8 nb + 64 b + 16 i), each
+// block's bytes as in Q4_0. Never in a file.
+enum class DType { kF32, kF16, kBF16, kI32, kI64, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K, kW4G32, kQ4_0x4 };
 
 // Bytes per element for plain types (F32 4, F16/BF16 2, I32 4, I64 8); 0 for block types.
 size_t DTypeSize(DType t);
-// Elements per block: 1 for plain types, 32 for Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/W4G32, 256 for *_K.
+// Elements per block: 1 for plain types, 32 for Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/W4G32/Q4_0x4, 256 for *_K.
 int DTypeBlockElems(DType t);
 // Bytes per block: DTypeSize for plain types; Q8_0 34, Q4_0 18, Q4_1 20, Q5_0 22, Q5_1 24,
-// Q4_K 144, Q5_K 176, Q6_K 210, W4G32 18.
+// Q4_K 144, Q5_K 176, Q6_K 210, W4G32 18, Q4_0x4 18 (per row: a group of four rows holds four blocks).
 size_t DTypeBlockBytes(DType t);
 // Bytes of a row of n elements (n must be a multiple of DTypeBlockElems).
 inline size_t DTypeRowBytes(DType t, int64_t n) { return static_cast<size_t>(n / DTypeBlockElems(t)) * DTypeBlockBytes(t); }

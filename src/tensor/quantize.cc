@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "base/check.h"
 
@@ -76,6 +77,33 @@ bool QuantizeRow(DType t, const float* x, uint8_t* out, size_t n) {
   const size_t bytes = DTypeBlockBytes(t);
   for (size_t i = 0; i < n / 32; ++i) fn(x + 32 * i, out + i * bytes);
   return true;
+}
+
+void PackQ4_0x4InPlace(uint8_t* data, int64_t M, int64_t K) {
+  const size_t nb = static_cast<size_t>(K / 32), row = nb * 18;
+  std::vector<uint8_t> rows(4 * row);
+  for (int64_t g = 0; g < M / 4; ++g) {
+    uint8_t* group = data + static_cast<size_t>(g) * 4 * row;
+    std::memcpy(rows.data(), group, 4 * row);
+    for (size_t b = 0; b < nb; ++b) {
+      for (size_t i = 0; i < 4; ++i) {
+        const uint8_t* blk = rows.data() + i * row + b * 18;
+        std::memcpy(group + 8 * b + 2 * i, blk, 2);
+        std::memcpy(group + 8 * nb + 64 * b + 16 * i, blk + 2, 16);
+      }
+    }
+  }
+}
+
+void UnpackQ4_0x4Group(const uint8_t* group, int64_t K, uint8_t* rows) {
+  const size_t nb = static_cast<size_t>(K / 32), row = nb * 18;
+  for (size_t b = 0; b < nb; ++b) {
+    for (size_t i = 0; i < 4; ++i) {
+      uint8_t* blk = rows + i * row + b * 18;
+      std::memcpy(blk, group + 8 * b + 2 * i, 2);
+      std::memcpy(blk + 2, group + 8 * nb + 64 * b + 16 * i, 16);
+    }
+  }
 }
 
 }  // namespace g4

@@ -22,4 +22,12 @@ namespace g4 {
 // All arithmetic is f32 without contraction, as in those references.
 bool QuantizeRow(DType t, const float* x, uint8_t* out, size_t n);
 
+// Q4_0 [M, K] at `data` rewritten in place as kQ4_0x4 (dtype.h: per group of four rows, the
+// scales, then the nibbles, block by block); the same bytes, only moved. M % 4 == 0, K % 32 == 0.
+// Uses a buffer of one group (4 * DTypeRowBytes(kQ4_0, K) bytes).
+void PackQ4_0x4InPlace(uint8_t* data, int64_t M, int64_t K);
+// One kQ4_0x4 group (four rows of K elements at `group`) back as four Q4_0 rows at `rows`
+// (4 * DTypeRowBytes(kQ4_0, K) bytes, row i at i * DTypeRowBytes(kQ4_0, K)).
+void UnpackQ4_0x4Group(const uint8_t* group, int64_t K, uint8_t* rows);
+
 }  // namespace g4

@@ -41,6 +41,14 @@ class TensorStore {
   virtual const Tensor* Find(std::string_view name) const = 0;
   // All tensor names, sorted.
   virtual std::vector<std::string> Names() const = 0;
+  // Rewrites `t`, a 2-D Q4_0 tensor of this store with a multiple of 4 rows, in place as kQ4_0x4
+  // (PackQ4_0x4InPlace) and changes its dtype; every pointer to it sees the new layout. false
+  // (nothing changed) where its bytes cannot be written: mapped from a file (not copied into
+  // memory), or a store that does not own them. For the loader (LoadOptions::pack_q4_0) only.
+  virtual bool PackQ4_0x4(const Tensor& t) {
+    (void)t;
+    return false;
+  }
 };
 
 }  // namespace g4

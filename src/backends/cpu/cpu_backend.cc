@@ -83,7 +83,11 @@ class CpuExecutable : public Executable {
   void RunMoE(const MoEOp& op, const float* y, const float* r, float* out, int rows);
   // True when a matmul with weights `w` and inner size K runs on int8 activation blocks.
   bool UsesQ8(const Tensor& w, int K) const { return UsesQ8(w.dtype, K); }
-  bool UsesQ8(DType wt, int K) const { return opts_.int8_activations && K % 32 == 0 && cpu::MatMulQ8Supports(wt); }
+  // kQ4_0x4 weights (packed at load, LoadOptions::pack_q4_0) have no f32-activation kernel: they
+  // always take int8 activations (the commands pack only when int8 activations are on).
+  bool UsesQ8(DType wt, int K) const {
+    return (opts_.int8_activations || wt == DType::kQ4_0x4) && K % 32 == 0 && cpu::MatMulQ8Supports(wt);
+  }
   // True when a matmul with weights of type wt and inner size K reads f32 activations reordered
   // for its kernel (cpu::MatMulReordersActivations: BF16), prepared once into act_reordered.
   // Also where the activations are rounded to bf16 for the bf16 dot product (UsesBf16), which
@@ -92,6 +96,9 @@ class CpuExecutable : public Executable {
     return UsesBf16(wt) || (!UsesQ8(wt, K) && cpu::MatMulReordersActivations(wt, K));
   }
   // True when a matmul with weights of type wt runs on bf16 activations (cpu::MatMulBf16Dot).
+  // Weight rows a thread's range must start at a multiple of: 4 for kQ4_0x4 (groups of four rows,
+  // whose row counts are multiples of 4), else 1.
+  static int RowGrain(DType wt) { return wt == DType::kQ4_0x4 ? 4 : 1; }
   bool UsesBf16(DType wt) const { return opts_.bf16_activations && wt == DType::kBF16 && cpu::HasBf16Dot(); }
   // A matmul's input as its kernels read it: int8 blocks (xq, sums, group), reordered floats (xr),
   // or the f32 rows as they are (x).
@@ -115,6 +122,7 @@ class CpuExecutable : public Executable {
   // mlp_width] = GeGlu(gate, up), in blocks of kMlpCols output columns per thread.
   void RunFusedMlp(int node, int rows, float* out);
   static constexpr int kMlpCols = 64;
+  static_assert(kMlpCols % 4 == 0, "fused MLP blocks must hold whole kQ4_0x4 groups");
   // Splits the output columns (weight rows) of a matmul across the pool. The activations are
   // prepared once for all threads (int8 blocks, or reordered floats for BF16) in the workspace;
   // x == nullptr (int8 or reordered activations only): reuse what the previous matmul of the same
@@ -528,7 +536,9 @@ void CpuExecutable::ParallelMatMulRaw(const float* x, int rows, int K, const uin
                                       float* y, int ldy, cpu::ActBlockQ8* xq, float* sums, float* xr) {
   const size_t row_bytes = DTypeRowBytes(wt, K);
   const Activations a = Prepare(x, rows, K, wt, xq, sums, xr);
-  pool_->ParallelFor(M, [&](int task, int64_t mb, int64_t me) {
+  const int g = RowGrain(wt);
+  pool_->ParallelFor(M / g, [&](int task, int64_t gb, int64_t ge) {
+    const int64_t mb = gb * g, me = ge * g;
     MatMulPart(a, rows, K, w + mb * row_bytes, wt, static_cast<int>(me - mb), scale, y + mb, ldy, task);
   });
 }
@@ -547,7 +557,9 @@ void CpuExecutable::RunFusedMlp(int node, int rows, float* out) {
                                 ws_->act_sums.data(), ws_->act_reordered.data());
   // Per block of columns: the first matmul straight into out, the second into the thread's
   // scratch, then GeGlu in place over out.
-  pool_->ParallelFor(M, [&](int task, int64_t mb, int64_t me) {
+  const int g = RowGrain(wt);  // kMlpCols is a multiple of it
+  pool_->ParallelFor(M / g, [&](int task, int64_t gb, int64_t ge) {
+    const int64_t mb = gb * g, me = ge * g;
     float* y2 = ws_->mlp[task].data();
     for (int64_t c0 = mb; c0 < me; c0 += kMlpCols) {
       const int c = static_cast<int>(std::min<int64_t>(kMlpCols, me - c0));
@@ -694,6 +706,10 @@ const char* ActivationPolicy(const CpuBackendOptions& options) {
   const bool int8 = options.int8_activations, bf16 = options.bf16_activations && cpu::HasBf16Dot();
   if (int8) return bf16 ? "int8-for-quantised-weights,bf16-for-bf16-weights" : "int8-for-quantised-weights";
   return bf16 ? "bf16-for-bf16-weights" : "f32";
+}
+
+bool PackQ4_0ForCpu(bool f32_activations, bool no_repack) {
+  return !f32_activations && !no_repack && cpu::Q4_0x4KernelAvailable();
 }
 
 std::unique_ptr<Backend> MakeCpuBackend(int threads, const CpuBackendOptions& options) {

@@ -39,6 +39,11 @@ CpuBackendOptions CpuBackendOptionsFor(bool f32_activations);
 // "int8-for-quantised-weights", "bf16-for-bf16-weights" or both joined by a comma.
 const char* ActivationPolicy(const CpuBackendOptions& options);
 
+// Whether a command should load with LoadOptions::pack_q4_0: the CPU kernel for kQ4_0x4 exists here
+// (cpu::Q4_0x4KernelAvailable), the run uses int8 activations (f32_activations false) and the user
+// did not pass --no-repack.
+bool PackQ4_0ForCpu(bool f32_activations, bool no_repack);
+
 // threads: worker threads for matmuls and attention (>= 1; the caller's thread is one of them).
 std::unique_ptr<Backend> MakeCpuBackend(int threads = 1, const CpuBackendOptions& options = {});
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "base/check.h"
+#include "tensor/quantize.h"
 
 #if defined(__aarch64__) && defined(__linux__)
 #include <asm/hwcap.h>
@@ -53,7 +54,8 @@ bool MatMulQ8Supports(DType t) {
     case DType::kQ5_1:
     case DType::kQ4_K:
     case DType::kQ5_K:
-    case DType::kQ6_K: return true;
+    case DType::kQ6_K:
+    case DType::kQ4_0x4: return true;
     default: return false;
   }
 }
@@ -95,8 +97,15 @@ void MatMulQ8Reference(const ActBlockQ8* xq, int rows, int K, const uint8_t* w, 
   G4_CHECK(K % 32 == 0 && MatMulQ8Supports(wt));
   const size_t row_bytes = DTypeRowBytes(wt, K);
   std::vector<float> wf(K);
+  std::vector<uint8_t> rows4(wt == DType::kQ4_0x4 ? 4 * row_bytes : 0);  // a kQ4_0x4 group as Q4_0 rows
+  if (wt == DType::kQ4_0x4) G4_CHECK(M % 4 == 0);
   for (int m = 0; m < M; ++m) {
-    ConvertToF32(wt, w + m * row_bytes, wf.data(), K);
+    if (wt == DType::kQ4_0x4) {
+      if (m % 4 == 0) UnpackQ4_0x4Group(w + m * row_bytes, K, rows4.data());
+      ConvertToF32(DType::kQ4_0, rows4.data() + (m % 4) * row_bytes, wf.data(), K);
+    } else {
+      ConvertToF32(wt, w + m * row_bytes, wf.data(), K);
+    }
     for (int n = 0; n < rows; ++n) {
       const ActBlockQ8* xb = xq + static_cast<size_t>(n) * (K / 32);
       double s = 0;

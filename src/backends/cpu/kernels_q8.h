@@ -38,7 +38,8 @@ struct ActBlockQ8 {
 };
 static_assert(sizeof(ActBlockQ8) == 36);
 
-// True when MatMulQ8 handles weights of type `t`: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K.
+// True when MatMulQ8 handles weights of type `t`: Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K,
+// Q4_0x4 (M a multiple of 4, and w at the start of a group of four rows).
 bool MatMulQ8Supports(DType t);
 
 // Quantises x [rows, K] (K % group == 0) into rows * K / 32 blocks (row after row), one scale
@@ -86,6 +87,11 @@ void SetInt8VnniForTest(bool enabled);
 bool HasArmDotprod();
 bool UseArmDotprod();
 void SetArmDotprodForTest(bool enabled);
+
+// Whether MatMulQ8 has a kernel of its own for kQ4_0x4 weights on this CPU (the AVX-512 target;
+// elsewhere it unpacks each group of four rows and runs the Q4_0 kernel, correct but slower).
+// The loader packs Q4_0 weights into kQ4_0x4 only where this is true (LoadOptions::pack_q4_0).
+bool Q4_0x4KernelAvailable();
 
 // Scalar reference: dequantises each weight row with ConvertToF32 and each activation block to
 // d * q_k, and sums the products in f64 (rounded to f32 at the end, then times scale).

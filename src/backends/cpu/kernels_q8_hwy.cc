@@ -43,6 +43,7 @@
 #include "base/check.h"
 #include "tensor/block_fields.h"
 #include "tensor/dtype.h"
+#include "tensor/quantize.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backends/cpu/kernels_q8_hwy.cc"
@@ -721,6 +722,105 @@ HWY_NOINLINE void PairRowsTile(const ActBlockQ8* xq, const float* sums, const fl
     }
   }
 }
+#if HWY_TARGET == HWY_AVX3
+// kQ4_0x4 weights (dtype.h: per group of four rows the scales, then the nibbles, block by block)
+// on AVX-512. Per block of a group: its four rows' nibbles are one 512-bit load, v = [row 0 |
+// row 1 | row 2 | row 3] (16 bytes each), lo = v & 15 (elements 0-15), hi = (v >> 4) & 15
+// (elements 16-31), and its four scales one 8-byte load, converted and spread to
+// d16 = [d_0 x4 | d_1 x4 | d_2 x4 | d_3 x4]. Per activation row r: i32 lane 4i + j = row i's
+// products of elements 4j..4j+3 and 16+4j..19+4j, started at neg = -2 * (the block's sum of q),
+// so the four lanes of a row add up to sum (u - 8) q exactly: vpdpbusd twice with VNNI, else
+// vpmaddubsw twice, vpaddw (|i16| <= 4 * 15 * 127), vpmaddwd with ones and vpaddd (the same
+// integers, so the same bits). Converted and multiplied-added with d16 * dx into one f32
+// accumulator per activation row; each row's four lanes are added once, at the end of the row.
+// Every row gets the same operations whatever R is and wherever its group is (batch-invariant).
+// Against PairTile on Q4_0 (four 128-bit loads and inserts, four 2-byte scale loads and inserts,
+// a vphaddd and a float offset per unit) the in-cache decode of 6144 x 1536 takes ~2/3 of the
+// time, and streamed it reads faster: docs/PERFORMANCE.md.
+template <int R, bool kVnni>
+HWY_NOINLINE void Q4_0x4Rows(const ActBlockQ8* xq, const int32_t* neg, size_t nb, int m0, int m1, const uint8_t* w,
+                             size_t row_bytes, float scale, float* y, size_t ldy) {
+  const __m512i m15 = _mm512_set1_epi8(15);
+  const __m512i ones = _mm512_set1_epi16(1);
+  const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  for (int m = m0; m < m1; m += 4) {
+    const uint8_t* sc = w + static_cast<size_t>(m) * row_bytes;
+    const uint8_t* qs = sc + 8 * nb;
+    // The group kPrefetchTiles groups ahead, into L2, as many bytes per block as are read.
+    const char* next = reinterpret_cast<const char*>(sc + static_cast<size_t>(kPrefetchTiles) * 4 * row_bytes);
+    __m512 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+    for (size_t b = 0; b < nb; ++b) {
+      for (size_t q = 72 * b; q < 72 * (b + 1); q += 64) _mm_prefetch(next + q, _MM_HINT_T1);
+      const __m512i v = _mm512_loadu_si512(qs + 64 * b);
+      const __m512i lo = _mm512_and_si512(v, m15), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m15);
+      const __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc + 8 * b)));
+      const __m512 d16 = _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(d4));
+      for (int r = 0; r < R; ++r) {
+        const ActBlockQ8& xb = xq[r * nb + b];
+        const __m512i xl = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.q)));
+        const __m512i xh = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(xb.q + 16)));
+        const __m512i n = _mm512_set1_epi32(neg[r * nb + b]);
+        __m512i p;
+        if constexpr (kVnni) {
+          p = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(n, lo, xl), hi, xh);
+        } else {
+          p = _mm512_add_epi32(
+              _mm512_madd_epi16(_mm512_add_epi16(_mm512_maddubs_epi16(lo, xl), _mm512_maddubs_epi16(hi, xh)), ones), n);
+        }
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(p), _mm512_mul_ps(d16, _mm512_set1_ps(xb.d)), acc[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      HWY_ALIGN float t[16];
+      _mm512_store_ps(t, acc[r]);
+      for (int i = 0; i < 4; ++i) {
+        y[r * ldy + m + i] = ((t[4 * i] + t[4 * i + 1]) + (t[4 * i + 2] + t[4 * i + 3])) * scale;
+      }
+    }
+  }
+}
+
+template <bool kVnni>
+void MatMulQ4_0x4Native(const ActBlockQ8* xq, int rows, int K, const uint8_t* w, int M, float scale, float* y,
+                        int ldy) {
+  const size_t nb = static_cast<size_t>(K) / 32;
+  const size_t row_bytes = nb * 18;
+  // neg[r * nb + b] = -2 * (sum of block b's 32 q of activation row r): each of a row's four
+  // lanes starts at it, so the four add the -8 offset's -8 * sum q.
+  thread_local std::vector<int32_t> neg;
+  if (neg.size() < static_cast<size_t>(rows) * nb) neg.resize(static_cast<size_t>(rows) * nb);
+  const __m256i ones8 = _mm256_set1_epi8(1), ones16 = _mm256_set1_epi16(1);
+  for (size_t i = 0; i < static_cast<size_t>(rows) * nb; ++i) {
+    // 1 x q summed in pairs (i16), then in fours (i32), then across the eight lanes: exact.
+    const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[i].q));
+    const __m256i s8 = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, q), ones16);
+    const __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+    const __m128i s2 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
+    neg[i] = -2 * _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32(s2, _MM_SHUFFLE(2, 3, 0, 1))));
+  }
+  // Decode (up to four rows): one pass over the weights. Prefill: groups of weight rows (~256
+  // KiB, a multiple of four rows) against tiles of eight activation rows (then 4, 3, 2, 1).
+  const int group = rows <= 4 ? M : std::max(4, static_cast<int>((256u << 10) / row_bytes) / 4 * 4);
+  for (int m0 = 0; m0 < M; m0 += group) {
+    const int m1 = std::min(M, m0 + group);
+    for (int r0 = 0; r0 < rows;) {
+      const int R = rows - r0 >= 8 ? 8 : std::min(4, rows - r0);
+      const ActBlockQ8* xr = xq + static_cast<size_t>(r0) * nb;
+      const int32_t* nr = neg.data() + static_cast<size_t>(r0) * nb;
+      float* yr = y + static_cast<size_t>(r0) * ldy;
+      switch (R) {
+        case 8: Q4_0x4Rows<8, kVnni>(xr, nr, nb, m0, m1, w, row_bytes, scale, yr, ldy); break;
+        case 4: Q4_0x4Rows<4, kVnni>(xr, nr, nb, m0, m1, w, row_bytes, scale, yr, ldy); break;
+        case 3: Q4_0x4Rows<3, kVnni>(xr, nr, nb, m0, m1, w, row_bytes, scale, yr, ldy); break;
+        case 2: Q4_0x4Rows<2, kVnni>(xr, nr, nb, m0, m1, w, row_bytes, scale, yr, ldy); break;
+        default: Q4_0x4Rows<1, kVnni>(xr, nr, nb, m0, m1, w, row_bytes, scale, yr, ldy); break;
+      }
+      r0 += R;
+    }
+  }
+}
+#endif
 #if G4_Q8_VNNI
 #pragma GCC pop_options
 #endif
@@ -1153,6 +1253,31 @@ void QuantizeRowsQ8Hwy(const float* HWY_RESTRICT x, int rows, int K, ActBlockQ8*
   }
 }
 
+// kQ4_0x4 weights: the AVX-512 kernel above; on other targets each group of four rows is
+// unpacked into Q4_0 rows (UnpackQ4_0x4Group) and multiplied by MatMulFmt<FmtQ4_0> (correct, not
+// fast: the engine packs weights only where Q4_0x4KernelAvailable()).
+void MatMulQ4_0x4(const ActBlockQ8* xq, const float* sums, int rows, int K, const uint8_t* w, int M, float scale,
+                  float* y, int ldy) {
+  G4_CHECK(M % 4 == 0);
+#if HWY_TARGET == HWY_AVX3
+  if (UseInt8Vnni()) {
+    MatMulQ4_0x4Native<true>(xq, rows, K, w, M, scale, y, ldy);
+  } else {
+    MatMulQ4_0x4Native<false>(xq, rows, K, w, M, scale, y, ldy);
+  }
+#else
+  const size_t group_bytes = 4 * DTypeRowBytes(DType::kQ4_0, K);
+  thread_local std::vector<uint8_t> rows4;
+  rows4.resize(group_bytes);
+  for (int m = 0; m < M; m += 4) {
+    UnpackQ4_0x4Group(w + static_cast<size_t>(m / 4) * group_bytes, K, rows4.data());
+    MatMulFmt<FmtQ4_0>(xq, sums, rows, K, rows4.data(), 4, scale, y + m, ldy, 32);
+  }
+#endif
+}
+
+bool Q4_0x4KernelAvailableHwy() { return HWY_TARGET == HWY_AVX3; }
+
 void MatMulQ8Hwy(const ActBlockQ8* xq, const float* sums, int rows, int K, const uint8_t* w, DType wt, int M,
                  float scale, float* y, int ldy, int act_group) {
   if (rows <= 0 || M <= 0) return;
@@ -1166,6 +1291,7 @@ void MatMulQ8Hwy(const ActBlockQ8* xq, const float* sums, int rows, int K, const
     case DType::kQ4_K: return MatMulFmt<FmtQ4K>(xq, sums, rows, K, w, M, scale, y, ldy, act_group);
     case DType::kQ5_K: return MatMulFmt<FmtQ5K>(xq, sums, rows, K, w, M, scale, y, ldy, act_group);
     case DType::kQ6_K: return MatMulFmt<FmtQ6K>(xq, sums, rows, K, w, M, scale, y, ldy, act_group);
+    case DType::kQ4_0x4: return MatMulQ4_0x4(xq, sums, rows, K, w, M, scale, y, ldy);
     default: G4_CHECK(false && "MatMulQ8: unsupported weight type");
   }
 }
@@ -1184,12 +1310,15 @@ namespace g4 {
 namespace cpu {
 
 HWY_EXPORT(MatMulQ8Hwy);
+HWY_EXPORT(Q4_0x4KernelAvailableHwy);
 HWY_EXPORT(QuantizeRowsQ8Hwy);
 
 void QuantizeRowsQ8(const float* x, int rows, int K, ActBlockQ8* blocks, float* sums, int group) {
   G4_CHECK((group == 32 || group == 256) && K % group == 0);
   HWY_DYNAMIC_DISPATCH(QuantizeRowsQ8Hwy)(x, rows, K, blocks, sums, group);
 }
+
+bool Q4_0x4KernelAvailable() { return HWY_DYNAMIC_DISPATCH(Q4_0x4KernelAvailableHwy)(); }
 
 void MatMulQ8(const ActBlockQ8* xq, const float* sums, int rows, int K, const uint8_t* w, DType wt, int M,
               float scale, float* y, int ldy, int act_group) {
