@@ -87,6 +87,17 @@ std::vector<float> RandomActs(int rows, int K, std::mt19937& rng) {
   return x;
 }
 
+// sum_k |w[m, k] * x[r, k]| with x the dequantised activation blocks: the scale of the tolerance
+// (see the top of the file).
+double ProductMagnitude(const std::vector<float>& wf, const std::vector<cpu::ActBlockQ8>& xq, int K, int r, int m) {
+  double mag = 0;
+  for (int k = 0; k < K; ++k) {
+    const cpu::ActBlockQ8& b = xq[(static_cast<size_t>(r) * K + k) / 32];
+    mag += std::fabs(wf[static_cast<size_t>(m) * K + k] * b.d * b.q[k % 32]);
+  }
+  return mag;
+}
+
 TEST(KernelsQ8Quantize, ExactBlockValues) {
   std::vector<float> x(64, 0.0f);
   for (int k = 0; k < 32; ++k) x[k] = static_cast<float>(k - 16) * 0.5f;  // amax 8 at k = 0
@@ -159,11 +170,7 @@ TEST_P(KernelsQ8Test, MatchesTheReferenceForEveryFormatAndRowCount) {
           cpu::MatMulQ8Reference(xq.data(), rows, K, w.data(), t, M, 0.5f, ref.data(), ldy);
           for (int r = 0; r < rows; ++r) {
             for (int m = 0; m < M; ++m) {
-              double mag = 0;
-              for (int k = 0; k < K; ++k) {
-                const cpu::ActBlockQ8& b = xq[(static_cast<size_t>(r) * K + k) / 32];
-                mag += std::fabs(wf[static_cast<size_t>(m) * K + k] * b.d * b.q[k % 32]);
-              }
+              const double mag = ProductMagnitude(wf, xq, K, r, m);
               const size_t i = static_cast<size_t>(r) * ldy + m;
               EXPECT_NEAR(y[i], ref[i], 1e-4 * 0.5 * mag + 1e-30)
                   << DTypeName(t) << " group=" << group << " K=" << K << " rows=" << rows << " r=" << r << " m=" << m;
@@ -318,11 +325,7 @@ TEST_P(KernelsQ8Test, Q4_0x4MatchesTheQ4_0Reference) {
       cpu::MatMulQ8Reference(xq.data(), rows, K, w.data(), DType::kQ4_0, M, 0.5f, ref.data(), ldy);
       for (int r = 0; r < rows; ++r) {
         for (int m = 0; m < M; ++m) {
-          double mag = 0;
-          for (int k = 0; k < K; ++k) {
-            const cpu::ActBlockQ8& b = xq[(static_cast<size_t>(r) * K + k) / 32];
-            mag += std::fabs(wf[static_cast<size_t>(m) * K + k] * b.d * b.q[k % 32]);
-          }
+          const double mag = ProductMagnitude(wf, xq, K, r, m);
           const size_t i = static_cast<size_t>(r) * ldy + m;
           ASSERT_NEAR(y[i], ref[i], 1e-4 * 0.5 * mag + 1e-30) << "r=" << r << " m=" << m;
         }
