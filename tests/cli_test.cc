@@ -469,6 +469,14 @@ TEST(CliTest, ServeNamesTheEnvironmentVariableOfABadValue) {
       << from_env.out;
   EXPECT_NE(from_flag.status, 0);
   EXPECT_EQ(from_flag.out.find("GEMMA4RT_THREADS"), std::string::npos) << from_flag.out;
+  // A flag's bad value ("Could not convert: --no-repack = maybe") too.
+  setenv("GEMMA4RT_NO_REPACK", "maybe", 1);
+  const CliResult flag_env = RunCli("serve");
+  unsetenv("GEMMA4RT_NO_REPACK");
+  EXPECT_NE(flag_env.status, 0);
+  EXPECT_NE(flag_env.out.find("--no-repack was read from the environment variable GEMMA4RT_NO_REPACK='maybe'"),
+            std::string::npos)
+      << flag_env.out;
 }
 
 // Under an address-space limit (`ulimit -v`) that the model does not fit in, a command ends with

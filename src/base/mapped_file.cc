@@ -114,8 +114,15 @@ bool MappedFile::Rewrite(size_t offset, size_t length, const std::function<void(
   if (data_ == nullptr || offset < in_memory_from_ || offset > size_ || length > size_ - offset) return false;
   const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
   uint8_t* p = const_cast<uint8_t*>(data_) + offset;
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(p) / page * page;
-  const uintptr_t end = (reinterpret_cast<uintptr_t>(p) + length + page - 1) / page * page;
+  // The protection changes over whole 2 MiB spans (clipped to the copy), so that no huge page of
+  // the copy is split into 4 KiB pages by a range boundary inside it (a tensor's edge): on the
+  // Gemma 3 270M as Q4_0, page-aligned ranges left 54 of ~56 MiB of packed weights in 4 KiB
+  // pages. The neighbours made writable for the call are not written.
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  const uintptr_t copy_begin = reinterpret_cast<uintptr_t>(data_) + in_memory_from_;
+  const uintptr_t copy_end = (reinterpret_cast<uintptr_t>(data_) + size_ + page - 1) / page * page;
+  const uintptr_t begin = std::max(copy_begin, reinterpret_cast<uintptr_t>(p) / kHuge * kHuge);
+  const uintptr_t end = std::min(copy_end, (reinterpret_cast<uintptr_t>(p) + length + kHuge - 1) / kHuge * kHuge);
   void* range = reinterpret_cast<void*>(begin);
   if (::mprotect(range, end - begin, PROT_READ | PROT_WRITE) != 0) return false;
   rewrite(p);

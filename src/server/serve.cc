@@ -100,14 +100,16 @@ ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
   } catch (const CLI::ParseError& e) {
     const int code = app.exit(e);
     // A bad value from a GEMMA4RT_* variable reads like a bad flag ("--threads: Value abc not in
-    // range 0 to 1024"): name the variable when the flag was not on the command line.
+    // range 0 to 1024", "Could not convert: --mmap = maybe"): name the variable when the flag was
+    // not on the command line.
     const std::string what = e.what();
     for (const CLI::Option* opt : app.get_options()) {
       const std::string& env = opt->get_envname();
       const char* value = env.empty() ? nullptr : std::getenv(env.c_str());
       if (value == nullptr || opt->get_lnames().empty()) continue;
       const std::string flag = "--" + opt->get_lnames()[0];
-      if (what.rfind(flag + ":", 0) != 0) continue;  // the error is another option's
+      // "--threads: ..." for values, "Could not convert: --no-repack = maybe" for flags.
+      if (what.rfind(flag + ":", 0) != 0 && what.find(" " + flag + " = ") == std::string::npos) continue;
       bool on_command_line = false;
       for (const std::string& a : argv_s) {
         for (const std::string& n : opt->get_lnames())
