@@ -730,7 +730,7 @@ bool GgufFile::PackQ4_0x4(const Tensor& t) {
   auto it = tensors_.find(t.name);
   if (!file_ || it == tensors_.end() || &it->second != &t) return false;
   Tensor& mine = it->second;
-  if (mine.dtype != DType::kQ4_0 || mine.shape.size() != 2 || mine.shape[0] % 4 != 0) return false;
+  if (!Q4_0x4Packable(mine.dtype, mine.shape)) return false;
   const int64_t M = mine.shape[0], K = mine.shape[1];
   const size_t offset = static_cast<size_t>(mine.data - file_->data());
   if (!file_->Rewrite(offset, mine.nbytes, [&](uint8_t* p) { PackQ4_0x4InPlace(p, M, K); })) return false;

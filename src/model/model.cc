@@ -11,6 +11,7 @@
 
 #include "model/gguf_model.h"
 #include "model/safetensors.h"
+#include "tensor/quantize.h"
 
 namespace g4 {
 
@@ -51,10 +52,10 @@ void PackQ4_0Weights(LoadedModel* m) {
   }
   std::set<const Tensor*> done;
   for (const Tensor* t : mats) {
-    if (t == nullptr || t == w.embed || t == w.ple_embed || t->dtype != DType::kQ4_0 || t->shape.size() != 2 ||
-        t->shape[0] % 4 != 0 || !done.insert(t).second)
+    if (t == nullptr || t == w.embed || t == w.ple_embed || !Q4_0x4Packable(t->dtype, t->shape) ||
+        !done.insert(t).second)
       continue;
-    if (m->store->PackQ4_0x4(*t)) ++m->packed_q4_0;
+    m->store->PackQ4_0x4(*t);  // false (nothing changed) for bytes mapped from the file
   }
 }
 

@@ -26,7 +26,6 @@ struct LoadedModel {
                                    // --quantize target ("q8_0", "q4_0", "w4a16")
   QuantizeStats quantize_stats;    // what --quantize converted
   bool weights_copied = false;     // the tensor data was copied into memory (LoadOptions::mmap false)
-  int packed_q4_0 = 0;             // Q4_0 matmul weights rewritten as kQ4_0x4 (LoadOptions::pack_q4_0)
 };
 
 // Where the weights live, as every command's log names them ("memory=..."): "copied" (into

@@ -32,7 +32,7 @@ bool OverlayStore::PackQ4_0x4(const Tensor& t) {
   auto it = owned_.find(t.name);
   if (it == owned_.end() || &it->second.tensor != &t) return base_->PackQ4_0x4(t);
   Tensor& mine = it->second.tensor;
-  if (mine.dtype != DType::kQ4_0 || mine.shape.size() != 2 || mine.shape[0] % 4 != 0) return false;
+  if (!Q4_0x4Packable(mine.dtype, mine.shape)) return false;
   PackQ4_0x4InPlace(it->second.bytes.data(), mine.shape[0], mine.shape[1]);
   mine.dtype = DType::kQ4_0x4;
   return true;

@@ -79,6 +79,10 @@ bool QuantizeRow(DType t, const float* x, uint8_t* out, size_t n) {
   return true;
 }
 
+bool Q4_0x4Packable(DType t, const std::vector<int64_t>& shape) {
+  return t == DType::kQ4_0 && shape.size() == 2 && shape[0] % 4 == 0;
+}
+
 void PackQ4_0x4InPlace(uint8_t* data, int64_t M, int64_t K) {
   const size_t nb = static_cast<size_t>(K / 32), row = nb * 18;
   std::vector<uint8_t> rows(4 * row);

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "tensor/dtype.h"
 
@@ -22,6 +23,8 @@ namespace g4 {
 // All arithmetic is f32 without contraction, as in those references.
 bool QuantizeRow(DType t, const float* x, uint8_t* out, size_t n);
 
+// Whether a tensor of type t and this shape can become kQ4_0x4: Q4_0, 2-D [M, K], M % 4 == 0.
+bool Q4_0x4Packable(DType t, const std::vector<int64_t>& shape);
 // Q4_0 [M, K] at `data` rewritten in place as kQ4_0x4 (dtype.h: per group of four rows, the
 // scales, then the nibbles, block by block); the same bytes, only moved. M % 4 == 0, K % 32 == 0.
 // Uses a buffer of one group (4 * DTypeRowBytes(kQ4_0, K) bytes).

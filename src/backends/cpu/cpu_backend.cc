@@ -96,10 +96,10 @@ class CpuExecutable : public Executable {
     return UsesBf16(wt) || (!UsesQ8(wt, K) && cpu::MatMulReordersActivations(wt, K));
   }
   // True when a matmul with weights of type wt runs on bf16 activations (cpu::MatMulBf16Dot).
+  bool UsesBf16(DType wt) const { return opts_.bf16_activations && wt == DType::kBF16 && cpu::HasBf16Dot(); }
   // Weight rows a thread's range must start at a multiple of: 4 for kQ4_0x4 (groups of four rows,
   // whose row counts are multiples of 4), else 1.
   static int RowGrain(DType wt) { return wt == DType::kQ4_0x4 ? 4 : 1; }
-  bool UsesBf16(DType wt) const { return opts_.bf16_activations && wt == DType::kBF16 && cpu::HasBf16Dot(); }
   // A matmul's input as its kernels read it: int8 blocks (xq, sums, group), reordered floats (xr),
   // or the f32 rows as they are (x).
   struct Activations {

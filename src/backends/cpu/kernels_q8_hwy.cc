@@ -64,6 +64,15 @@ constexpr int kPairRows = 6;  // activation rows per four-weight-row tile (PairT
 // Q4_K_M 17.6-18.2 -> 19.6-19.7; eight tiles ahead was no better, four into L1 worse (17.5-18.8).
 constexpr int kPrefetchTiles = 4;
 
+// Weight rows per pass over the activations: decode (up to four activation rows) takes all M in
+// one pass; prefill takes groups of ~256 KiB of weights (which stay in L2 while every activation
+// tile passes over them), a multiple of `multiple` rows (4 for kQ4_0x4's groups of four).
+inline int WeightRowGroup(int rows, int M, size_t row_bytes, int multiple) {
+  if (rows <= 4) return M;
+  const int fit = static_cast<int>((256u << 10) / std::max<size_t>(row_bytes, 1));
+  return std::max(multiple, fit / multiple * multiple);
+}
+
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
 #define G4_Q8_AVX2 1
 #else
@@ -785,7 +794,7 @@ template <bool kVnni>
 void MatMulQ4_0x4Native(const ActBlockQ8* xq, int rows, int K, const uint8_t* w, int M, float scale, float* y,
                         int ldy) {
   const size_t nb = static_cast<size_t>(K) / 32;
-  const size_t row_bytes = nb * 18;
+  const size_t row_bytes = DTypeRowBytes(DType::kQ4_0x4, K);
   // neg[r * nb + b] = -2 * (sum of block b's 32 q of activation row r): each of a row's four
   // lanes starts at it, so the four add the -8 offset's -8 * sum q.
   thread_local std::vector<int32_t> neg;
@@ -799,9 +808,9 @@ void MatMulQ4_0x4Native(const ActBlockQ8* xq, int rows, int K, const uint8_t* w,
     const __m128i s2 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
     neg[i] = -2 * _mm_cvtsi128_si32(_mm_add_epi32(s2, _mm_shuffle_epi32(s2, _MM_SHUFFLE(2, 3, 0, 1))));
   }
-  // Decode (up to four rows): one pass over the weights. Prefill: groups of weight rows (~256
-  // KiB, a multiple of four rows) against tiles of eight activation rows (then 4, 3, 2, 1).
-  const int group = rows <= 4 ? M : std::max(4, static_cast<int>((256u << 10) / row_bytes) / 4 * 4);
+  // Weight-row groups as MatMulFmt's (WeightRowGroup, whole groups of four rows) against tiles
+  // of eight activation rows (then 4, 3, 2, 1).
+  const int group = WeightRowGroup(rows, M, row_bytes, 4);
   for (int m0 = 0; m0 < M; m0 += group) {
     const int m1 = std::min(M, m0 + group);
     for (int r0 = 0; r0 < rows;) {
@@ -1098,8 +1107,7 @@ G4_SDOT_ATTR HWY_NOINLINE void RowsTileSdot(const ActBlockQ8* xq, const float* s
 #define G4_Q8_SDOT 0
 #endif
 
-// Decode (up to four rows): one pass over the weights. Prefill: groups of weight rows (~256 KiB,
-// which stay in L2) against tiles of eight activation rows (then 4, 3, 2, 1).
+// Prefill's tiles: eight activation rows (then 4, 3, 2, 1), against WeightRowGroup's groups.
 constexpr int kPrefillRows = 8;
 
 template <class Fmt>
@@ -1107,7 +1115,7 @@ void MatMulFmt(const ActBlockQ8* xq, const float* sums, int rows, int K, const u
                float* y, int ldy, int act_group) {
   const size_t units = static_cast<size_t>(K) / 32;
   const size_t row_bytes = static_cast<size_t>(K) / Fmt::kQK * Fmt::kBytes;
-  const int group = rows <= 4 ? M : std::max(1, static_cast<int>((256u << 10) / std::max<size_t>(row_bytes, 1)));
+  const int group = WeightRowGroup(rows, M, row_bytes, 1);
 #if G4_Q8_AVX2
   if constexpr (Fmt::kPaired) {
     // The paired tiles add their offsets per unit: the two half sums of each activation unit,
