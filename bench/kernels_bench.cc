@@ -15,6 +15,8 @@
 // GEMMA4RT_BENCH_TARGET runs the kernels of one Highway target this CPU supports (its name as
 // hwy::TargetName prints it: AVX3, AVX2, SSE4, SSSE3, EMU128, SCALAR), e.g. the 128-bit code that
 // NEON shares.
+//
+//   ./build/gemma4rt_bench --benchmark_filter=BM_AttentionDecode   # decode attention, E2B heads
 #include <benchmark/benchmark.h>
 #include <hwy/targets.h>
 
@@ -25,8 +27,10 @@
 #include <random>
 #include <vector>
 
+#include "backends/cpu/attention.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/kernels_q8.h"
+#include "base/aligned.h"
 #include "base/thread_pool.h"
 #include "tensor/dtype.h"
 #include "tensor/quantize.h"
@@ -203,6 +207,46 @@ BENCHMARK(BM_Q8)->Apply(Q8Args)->Unit(benchmark::kMicrosecond);
 // checkpoint streams its weights from memory (compare bytes_per_second with BM_ReadBandwidth).
 void BM_Stream_BF16(benchmark::State& s) { RunMatMul(s, cpu::MatMul, DType::kBF16, 16384, 1536, 1); }
 BENCHMARK(BM_Stream_BF16)->Unit(benchmark::kMillisecond);
+
+// Decode attention of one token (Gemma 4 E2B: 8 query heads on 1 KV head, MQA), head_dim D over
+// ctx cached keys plus its own, on `threads` threads. cold = 1: each iteration reads the cache of
+// another of 35 layers (35 x 2 x ctx x D floats, more than the last-level cache), as decode does;
+// cold = 0: the same layer every time (the kernel's arithmetic).
+void BM_AttentionDecode(benchmark::State& s) {
+  const int D = static_cast<int>(s.range(0)), ctx = static_cast<int>(s.range(1));
+  const int threads = static_cast<int>(s.range(2));
+  const bool cold = s.range(3) != 0;
+  constexpr int kHeads = 8, kLayers = 35;
+  const int layers = cold ? kLayers : 1;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  const size_t per_layer = static_cast<size_t>(ctx) * D;
+  AlignedVector<float> kc(per_layer * layers), vc(per_layer * layers);
+  std::vector<float> q(kHeads * D), k(D), v(D), out(kHeads * D);
+  for (auto& x : kc) x = 0.1f * nd(rng);
+  for (auto& x : vc) x = nd(rng);
+  for (auto* b : {&q, &k, &v})
+    for (auto& x : *b) x = nd(rng);
+  ThreadPool pool(threads);
+  cpu::AttentionScratch scratch;
+  const cpu::AttentionParams p{kHeads, 1, D, 0, 1.0f / 16, 0.0f};
+  const int32_t pos = ctx, first = 0;
+  int layer = 0;
+  for (auto _ : s) {
+    const float* kp = kc.data() + per_layer * layer;
+    const float* vp = vc.data() + per_layer * layer;
+    const cpu::AttentionStep step{1, q.data(), k.data(), v.data(), out.data(), &pos, &first, &kp, &vp, ctx + 1, false};
+    cpu::Attention(p, step, threads > 1 ? &pool : nullptr, &scratch);
+    benchmark::DoNotOptimize(out.data());
+    layer = (layer + 1) % layers;
+  }
+  s.SetBytesProcessed(static_cast<int64_t>(s.iterations()) * static_cast<int64_t>(2 * per_layer * sizeof(float)));
+}
+BENCHMARK(BM_AttentionDecode)
+    ->ArgNames({"D", "ctx", "threads", "cold"})
+    ->ArgsProduct({{256, 512}, {128, 1024}, {1, 2}, {0, 1}})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace g4

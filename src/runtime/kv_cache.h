@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "base/aligned.h"
 #include "model/config.h"
 
 namespace g4 {
@@ -45,9 +46,9 @@ class KvCache {
     int slots = 0;   // 0: not an owner
     int window = 0;
     int width = 0;   // Nkv * D
-    std::vector<float> k, v;
+    AlignedVector<float> k, v;  // 64-byte aligned: every row is, where width is a multiple of 16
   };
-  float* Row(std::vector<float>& buf, int layer, int seq, int slot) {
+  float* Row(AlignedVector<float>& buf, int layer, int seq, int slot) {
     const Layer& L = layers_[layer];
     return buf.data() + (static_cast<size_t>(seq) * L.slots + slot) * L.width;
   }

@@ -14,11 +14,12 @@ namespace g4::cpu {
 
 namespace {
 // Every item's keys are cut into chunks of kChunkKeys (by index from the item's first key; a
-// multiple of the kernel's 64-key tile), each chunk's softmax state is computed on its own and the
+// multiple of the kernel's 64-key tile; 64 rather than 128 so that a decode step of 65-128 keys is
+// already split between two threads), each chunk's softmax state is computed on its own and the
 // states are merged in order, whether one thread runs the item or several share it: a token's
 // output is then the same bits whatever the thread count, the batch, or where the cache ends and
 // the step begins (chunked prefill).
-constexpr int kChunkKeys = 128;
+constexpr int kChunkKeys = 64;
 int ChunksOf(int keys) { return (keys + kChunkKeys - 1) / kChunkKeys; }
 }  // namespace
 
@@ -60,21 +61,29 @@ int SliceKeyRuns(const KvRun* runs, int num_runs, int begin, int end, int64_t ld
   return n;
 }
 
-void AttentionMerge(int G, int D, int parts, const float* m, const float* l, const float* acc, float* out) {
+namespace {
+// AttentionMerge of G heads whose per-chunk states are `stride` heads apart (a head group's).
+void AttentionMergeStrided(int G, int stride, int D, int parts, const float* m, const float* l, const float* acc,
+                           float* out) {
   for (int g = 0; g < G; ++g) {
     float mx = -INFINITY;
-    for (int c = 0; c < parts; ++c) mx = std::max(mx, m[c * G + g]);
+    for (int c = 0; c < parts; ++c) mx = std::max(mx, m[c * stride + g]);
     float sum = 0;
-    for (int c = 0; c < parts; ++c) sum += std::exp(m[c * G + g] - mx) * l[c * G + g];
+    for (int c = 0; c < parts; ++c) sum += std::exp(m[c * stride + g] - mx) * l[c * stride + g];
     const float inv = 1.0f / sum;
     float* o = out + static_cast<size_t>(g) * D;
     std::fill(o, o + D, 0.0f);
     for (int c = 0; c < parts; ++c) {
-      const float w = std::exp(m[c * G + g] - mx) * inv;
-      const float* a = acc + (static_cast<size_t>(c) * G + g) * D;
+      const float w = std::exp(m[c * stride + g] - mx) * inv;
+      const float* a = acc + (static_cast<size_t>(c) * stride + g) * D;
       for (int d = 0; d < D; ++d) o[d] += w * a[d];
     }
   }
+}
+}  // namespace
+
+void AttentionMerge(int G, int D, int parts, const float* m, const float* l, const float* acc, float* out) {
+  AttentionMergeStrided(G, G, D, parts, m, l, acc, out);
 }
 
 void Attention(const AttentionParams& p, const AttentionStep& s, ThreadPool* pool, AttentionScratch* scratch) {
@@ -131,33 +140,55 @@ void Attention(const AttentionParams& p, const AttentionStep& s, ThreadPool* poo
   }
 
   // Split-K: the chunks of all items are spread over the threads, then each item's are merged.
+  // Where that still leaves a thread idle (decode below kChunkKeys * threads keys), each chunk's
+  // G heads are also cut into head groups: a head's scores, softmax and output do not depend on
+  // which other heads share its call, so the bits stay the same.
   std::vector<int64_t>& units = scratch->units;
   units.clear();
+  int chunks_total = 0;
+  for (int item = 0; item < items; ++item) chunks_total += ChunksOf(keys_of(item));
+  const int head_groups = std::min(G, (threads + chunks_total - 1) / std::max(1, chunks_total));
   for (int item = 0; item < items; ++item) {
     const int chunks = ChunksOf(keys_of(item));
-    for (int c = 0; c < chunks; ++c) {
-      units.push_back(item);
-      units.push_back(c);
+    for (int h = 0; h < head_groups; ++h) {
+      for (int c = 0; c < chunks; ++c) {
+        units.push_back(item);
+        units.push_back(c);
+        units.push_back(G * h / head_groups);        // first head
+        units.push_back(G * (h + 1) / head_groups);  // end head
+      }
     }
   }
-  const int num_units = static_cast<int>(units.size() / 2);
-  // State: m [units, G], l [units, G], acc [units, G, D]; an item's chunks are consecutive units.
+  const int num_units = static_cast<int>(units.size() / 4);
+  // State: m [units, G], l [units, G], acc [units, G, D]; an (item, head group)'s chunks are
+  // consecutive units.
   const size_t need = num_units * (2 * static_cast<size_t>(G) + gd);
   if (scratch->state.size() < need) scratch->state.resize(need);
   float* m = scratch->state.data();
   float* l = m + static_cast<size_t>(num_units) * G;
   float* acc = l + static_cast<size_t>(num_units) * G;
+  auto unit_state = [&](int64_t u) {
+    const int item = static_cast<int>(units[4 * u]), c = static_cast<int>(units[4 * u + 1]);
+    const int h0 = static_cast<int>(units[4 * u + 2]), h1 = static_cast<int>(units[4 * u + 3]);
+    const int t = item / Nkv, kvh = item % Nkv;
+    KvRun runs[3], part[3];
+    int nr;
+    const int n = AttentionKeyRuns(p, s, t, kvh, runs, &nr);
+    const int np = SliceKeyRuns(runs, nr, c * kChunkKeys, std::min(n, (c + 1) * kChunkKeys), ld, part);
+    AttentionPartial(q_of(t, kvh) + static_cast<size_t>(h0) * D, h1 - h0, D, part, np, ld, p.scale, p.softcap,
+                     m + u * G, l + u * G, acc + u * gd);
+  };
   for_each(num_units, [&](int, int64_t b, int64_t e) {
-    for (int64_t u = b; u < e; ++u) {
-      chunk_state(static_cast<int>(units[2 * u]), static_cast<int>(units[2 * u + 1]), m + u * G, l + u * G,
-                  acc + u * gd);
-    }
+    for (int64_t u = b; u < e; ++u) unit_state(u);
   });
   for (int u0 = 0; u0 < num_units;) {
     int u1 = u0;
-    while (u1 < num_units && units[2 * u1] == units[2 * u0]) ++u1;
-    const int item = static_cast<int>(units[2 * u0]);
-    AttentionMerge(G, D, u1 - u0, m + u0 * G, l + u0 * G, acc + u0 * gd, out_of(item / Nkv, item % Nkv));
+    while (u1 < num_units && units[4 * u1] == units[4 * u0] && units[4 * u1 + 2] == units[4 * u0 + 2]) ++u1;
+    const int item = static_cast<int>(units[4 * u0]);
+    const int h0 = static_cast<int>(units[4 * u0 + 2]), h1 = static_cast<int>(units[4 * u0 + 3]);
+    // Each unit's state is G-strided; the merge reads the group's h1 - h0 heads from units of G.
+    AttentionMergeStrided(h1 - h0, G, D, u1 - u0, m + u0 * G, l + u0 * G, acc + u0 * gd,
+                          out_of(item / Nkv, item % Nkv) + static_cast<size_t>(h0) * D);
     u0 = u1;
   }
 }

@@ -15,12 +15,13 @@
 // are rescaled by exp(m_old - m_new) when a tile raises the maximum; out = acc / l at the end.
 // The same state (m, l, acc) is what a split-K chunk returns, and AttentionMerge combines chunks.
 //
-// Threading (Attention): items = tokens x Nkv. Each item's keys are cut into chunks of 128 (by
+// Threading (Attention): items = tokens x Nkv. Each item's keys are cut into chunks of 64 (by
 // index from its first key), each chunk's state computed on its own and the states merged in
 // order (AttentionMerge). With at least as many items as threads, whole items are spread over the
 // pool in zig-zag order (item 0, last, 1, last - 1, ...), so that the causal prefill's short and
 // long items pair up in each thread's range; with fewer (decode: one token; MQA: one KV head) the
-// chunks of all items are. Either way a token's output is the same bits whatever the thread count,
+// chunks of all items are, and where those are fewer than the threads, also the query heads in
+// groups (decode of a short context). Either way a token's output is the same bits whatever the thread count,
 // the other sequences in the step, or where its cache ends and its step begins (chunked prefill):
 // AttentionKernelsTest.OutputIsTheSameBitsHoweverTheStepIsCut.
 #pragma once
@@ -61,7 +62,7 @@ struct AttentionStep {
 // Scratch the threaded driver reuses across calls (grown on first use only).
 struct AttentionScratch {
   std::vector<float> state;    // split-K: per chunk m[G], l[G], acc[G*D]
-  std::vector<int64_t> units;  // split-K: per chunk item, first key, end key
+  std::vector<int64_t> units;  // split-K: per unit item, chunk, first head, end head
 };
 
 // Fused SIMD attention of a whole step over the pool (nullptr: on the calling thread).

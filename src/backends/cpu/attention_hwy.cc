@@ -6,7 +6,7 @@
 // Per tile of up to kTile keys: scores of all G heads (blocks of up to 4 heads times 2 keys, eight
 // f32 accumulators, so each K row chunk is loaded once per head block and each q chunk once per key
 // pair), times scale, optional soft-cap, then the streaming softmax update (attention.h) and the
-// weighted V sum into acc, four keys at a time, so each V row is read once for all G heads.
+// weighted V sum into acc, in register blocks of up to 4 heads x 2 vectors over all the tile's keys.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -90,36 +90,97 @@ HWY_INLINE void DotHeads(const float* HWY_RESTRICT q, size_t D, const float* HWY
   if (j < nk) DotTile<H, 1>(q, D, k + j * ld, k + j * ld, s + j);
 }
 
-// acc_g += p_g0 * v_0 + ... + p_g(J-1) * v_(J-1) for g < G (keys in order); p at stride kTile per
-// head, V rows at stride ld. One load and store of acc per J keys.
-template <int J>
-HWY_INLINE void AccumulateV(const float* HWY_RESTRICT p, size_t G, size_t D, const float* HWY_RESTRICT v, int64_t ld,
-                            float* HWY_RESTRICT acc) {
+// acc_h[d0 .. d0 + VB * N) += p_h,j * v_j[...] for the HB heads h of a block and keys j < n in
+// order (one multiply-add per key and element): the block's HB x VB accumulators stay in
+// registers across the keys, so per key the kernel loads VB vectors of V and HB weights for HB x VB
+// multiply-adds (a loop over heads per key, as before, loaded and stored acc once per 4 keys and
+// reloaded V per head: 5 loads per 4 multiply-adds, and the decode kernel was bound by them).
+// p: head h's weights at p + h * kTile; a: head h's acc row at a + h * D.
+template <int HB, int VB>
+HWY_INLINE void AccumulateVBlock(const float* HWY_RESTRICT p, const float* HWY_RESTRICT v, int64_t ld, size_t n,
+                                 size_t D, size_t d0, float* HWY_RESTRICT a) {
   const DF df;
   const size_t N = hn::Lanes(df);
-  const float* HWY_RESTRICT v0 = v;
-  const float* HWY_RESTRICT v1 = v + (J > 1 ? ld : 0);
-  const float* HWY_RESTRICT v2 = v + (J > 2 ? 2 * ld : 0);
-  const float* HWY_RESTRICT v3 = v + (J > 3 ? 3 * ld : 0);
+  float* HWY_RESTRICT a0 = a + d0;
+  float* HWY_RESTRICT a1 = a0 + (HB > 1 ? D : 0);
+  float* HWY_RESTRICT a2 = a0 + (HB > 2 ? 2 * D : 0);
+  float* HWY_RESTRICT a3 = a0 + (HB > 3 ? 3 * D : 0);
+  VF c00 = hn::LoadU(df, a0), c01 = VB > 1 ? hn::LoadU(df, a0 + N) : hn::Zero(df);
+  VF c10 = HB > 1 ? hn::LoadU(df, a1) : hn::Zero(df), c11 = HB > 1 && VB > 1 ? hn::LoadU(df, a1 + N) : hn::Zero(df);
+  VF c20 = HB > 2 ? hn::LoadU(df, a2) : hn::Zero(df), c21 = HB > 2 && VB > 1 ? hn::LoadU(df, a2 + N) : hn::Zero(df);
+  VF c30 = HB > 3 ? hn::LoadU(df, a3) : hn::Zero(df), c31 = HB > 3 && VB > 1 ? hn::LoadU(df, a3 + N) : hn::Zero(df);
+  for (size_t j = 0; j < n; ++j) {
+    const float* HWY_RESTRICT vr = v + static_cast<int64_t>(j) * ld + d0;
+    const VF v0 = hn::LoadU(df, vr);
+    const VF v1 = VB > 1 ? hn::LoadU(df, vr + N) : v0;
+    VF w = hn::Set(df, p[j]);
+    c00 = hn::MulAdd(w, v0, c00);
+    if constexpr (VB > 1) c01 = hn::MulAdd(w, v1, c01);
+    if constexpr (HB > 1) {
+      w = hn::Set(df, p[kTile + j]);
+      c10 = hn::MulAdd(w, v0, c10);
+      if constexpr (VB > 1) c11 = hn::MulAdd(w, v1, c11);
+    }
+    if constexpr (HB > 2) {
+      w = hn::Set(df, p[2 * kTile + j]);
+      c20 = hn::MulAdd(w, v0, c20);
+      if constexpr (VB > 1) c21 = hn::MulAdd(w, v1, c21);
+    }
+    if constexpr (HB > 3) {
+      w = hn::Set(df, p[3 * kTile + j]);
+      c30 = hn::MulAdd(w, v0, c30);
+      if constexpr (VB > 1) c31 = hn::MulAdd(w, v1, c31);
+    }
+  }
+  hn::StoreU(c00, df, a0);
+  if constexpr (VB > 1) hn::StoreU(c01, df, a0 + N);
+  if constexpr (HB > 1) {
+    hn::StoreU(c10, df, a1);
+    if constexpr (VB > 1) hn::StoreU(c11, df, a1 + N);
+  }
+  if constexpr (HB > 2) {
+    hn::StoreU(c20, df, a2);
+    if constexpr (VB > 1) hn::StoreU(c21, df, a2 + N);
+  }
+  if constexpr (HB > 3) {
+    hn::StoreU(c30, df, a3);
+    if constexpr (VB > 1) hn::StoreU(c31, df, a3 + N);
+  }
+}
+
+template <int HB>
+HWY_INLINE void AccumulateVHeads(const float* HWY_RESTRICT p, const float* HWY_RESTRICT v, int64_t ld, size_t n,
+                                 size_t D, size_t Dv, float* HWY_RESTRICT a) {
+  const size_t N = hn::Lanes(DF());
+  size_t d = 0;
+  for (; d + 2 * N <= Dv; d += 2 * N) AccumulateVBlock<HB, 2>(p, v, ld, n, D, d, a);
+  for (; d + N <= Dv; d += N) AccumulateVBlock<HB, 1>(p, v, ld, n, D, d, a);
+}
+
+// acc_g += p_g,j * v_j for g < G and keys j < n in order (p at stride kTile per head, V rows at
+// stride ld): whole vectors in register blocks of up to 4 heads, then the scalar tail of D.
+HWY_INLINE void AccumulateV(const float* HWY_RESTRICT p, size_t G, size_t D, const float* HWY_RESTRICT v, int64_t ld,
+                            size_t n, float* HWY_RESTRICT acc) {
+  const size_t N = hn::Lanes(DF());
+  const size_t Dv = D / N * N;
+  for (size_t g0 = 0; g0 < G; g0 += 4) {
+    const float* pg = p + g0 * kTile;
+    float* ag = acc + g0 * D;
+    switch (std::min<size_t>(4, G - g0)) {
+      case 1: AccumulateVHeads<1>(pg, v, ld, n, D, Dv, ag); break;
+      case 2: AccumulateVHeads<2>(pg, v, ld, n, D, Dv, ag); break;
+      case 3: AccumulateVHeads<3>(pg, v, ld, n, D, Dv, ag); break;
+      default: AccumulateVHeads<4>(pg, v, ld, n, D, Dv, ag); break;
+    }
+  }
+  if (Dv == D) return;
   for (size_t g = 0; g < G; ++g) {
     const float* pg = p + g * kTile;
-    const float p0 = pg[0], p1 = J > 1 ? pg[1] : 0.0f, p2 = J > 2 ? pg[2] : 0.0f, p3 = J > 3 ? pg[3] : 0.0f;
-    const VF pv0 = hn::Set(df, p0), pv1 = hn::Set(df, p1), pv2 = hn::Set(df, p2), pv3 = hn::Set(df, p3);
     float* HWY_RESTRICT a = acc + g * D;
-    size_t d = 0;
-    for (; d + N <= D; d += N) {
-      VF x = hn::MulAdd(pv0, hn::LoadU(df, v0 + d), hn::LoadU(df, a + d));
-      if constexpr (J > 1) x = hn::MulAdd(pv1, hn::LoadU(df, v1 + d), x);
-      if constexpr (J > 2) x = hn::MulAdd(pv2, hn::LoadU(df, v2 + d), x);
-      if constexpr (J > 3) x = hn::MulAdd(pv3, hn::LoadU(df, v3 + d), x);
-      hn::StoreU(x, df, a + d);
-    }
-    for (; d < D; ++d) {
-      float x = a[d] + p0 * v0[d];
-      if constexpr (J > 1) x += p1 * v1[d];
-      if constexpr (J > 2) x += p2 * v2[d];
-      if constexpr (J > 3) x += p3 * v3[d];
-      a[d] = x;
+    for (size_t j = 0; j < n; ++j) {
+      const float* vr = v + static_cast<int64_t>(j) * ld;
+      const float w = pg[j];
+      for (size_t d = Dv; d < D; ++d) a[d] = std::fma(w, vr[d], a[d]);
     }
   }
 }
@@ -206,14 +267,8 @@ void AttentionPartialHwy(const float* HWY_RESTRICT q, int G_, int D_, const KvRu
       for (size_t j = 0; j < nk; ++j) sum += sg[j];
       l[g] += sum;
     }
-    // Weighted V sum in key order, four keys at a time (the grouping does not change the
-    // arithmetic: each key is one multiply-add per element, in order).
-    for (size_t i = 0; i < nseg; ++i) {
-      const float* sw = s + seg[i].at;
-      size_t j = 0;
-      for (; j + 4 <= seg[i].n; j += 4) AccumulateV<4>(sw + j, G, D, seg[i].v + j * ld, ld, acc);
-      for (; j < seg[i].n; ++j) AccumulateV<1>(sw + j, G, D, seg[i].v + j * ld, ld, acc);
-    }
+    // Weighted V sum in key order (one multiply-add per key and element).
+    for (size_t i = 0; i < nseg; ++i) AccumulateV(s + seg[i].at, G, D, seg[i].v, ld, seg[i].n, acc);
   }
 }
 

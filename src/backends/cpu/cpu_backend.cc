@@ -440,7 +440,15 @@ void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
           const int64_t n = static_cast<int64_t>(rows) * node.cols;
           for (int64_t j = 0; j < n; ++j) out[j] = a[j] * op.scale;
         },
-        [&](const SoftcapOp& op) { cpu::Softcap(input(0), static_cast<int64_t>(rows) * node.cols, op.cap, out); },
+        [&](const SoftcapOp& op) {
+          // The final logits (262144 per row on Gemma 4): split over the pool in 16384-value blocks.
+          const int64_t n = static_cast<int64_t>(rows) * node.cols;
+          constexpr int64_t kBlock = 16384;
+          const float* a = input(0);
+          pool_->ParallelFor((n + kBlock - 1) / kBlock, [&](int, int64_t b, int64_t e) {
+            cpu::Softcap(a + b * kBlock, std::min(n, e * kBlock) - b * kBlock, op.cap, out + b * kBlock);
+          });
+        },
         [&](const SliceOp& op) {
           const int src_cols = graph_.node(node.inputs[0]).cols;
           const float* a = input(0);
