@@ -203,6 +203,18 @@ TEST(CliTest, EveryCommandDescribesTheWeightsTheSameWay) {
   EXPECT_EQ(WeightsField(serve.out.substr(serve.out.find("model loaded"))), want) << serve.out;
 }
 
+// A file whose projections mix dtypes (llama.cpp's Q4_K_M keeps some in Q5_0/Q6_K/Q8_0) names
+// them all, most bytes first: the label once named layer 0's q_proj only ("Q5_0 embed=Q8_0").
+TEST(CliTest, TheWeightsLabelNamesEveryProjectionDtype) {
+  std::string model;
+  if (const char* p = std::getenv("GEMMA4RT_DEFAULT_MODEL"); p != nullptr && *p != '\0') model = p;
+  else model = std::string(std::getenv("HOME") ? std::getenv("HOME") : "") + "/.cache/gemma4rt/gemma-3-270m-q4_k_m.gguf";
+  if (!std::ifstream(model)) GTEST_SKIP() << "no default model at " << model << " (scripts/fetch-default-model.sh)";
+  CliResult info = RunCli("info -m " + model);
+  ASSERT_EQ(info.status, 0) << info.out;
+  EXPECT_EQ(WeightsField(info.out), "Q5_0+Q4_K+Q6_K+Q8_0 embed=Q8_0") << info.out;
+}
+
 // Every command's log says where the weights live: copied into memory by default, the file
 // mapping with --mmap (and always for info).
 TEST(CliTest, EveryCommandSaysWhetherTheWeightsAreCopiedOrMapped) {

@@ -135,9 +135,23 @@ std::string DefaultModelFile() {
 
 std::string WeightsDescription(const LoadedModel& m) {
   const ModelWeights& w = m.weights;
-  std::string s = w.embed ? std::string(DTypeName(w.embed->dtype)) : "none";
-  if (!w.layers.empty() && w.layers[0].q_proj && (!w.embed || w.layers[0].q_proj->dtype != w.embed->dtype))
-    s = std::string(DTypeName(w.layers[0].q_proj->dtype)) + " embed=" + s;
+  const std::string embed = w.embed ? std::string(DTypeName(w.embed->dtype)) : "none";
+  // The layers' attention, MLP and expert projections: their dtypes, most bytes first.
+  std::vector<std::pair<size_t, DType>> bytes;
+  for (const LayerWeights& l : w.layers) {
+    for (const Tensor* t : {l.q_proj, l.k_proj, l.v_proj, l.o_proj, l.gate_proj, l.up_proj, l.down_proj,
+                            l.experts_gate_up, l.experts_down}) {
+      if (t == nullptr) continue;
+      auto it = std::find_if(bytes.begin(), bytes.end(), [&](const auto& b) { return b.second == t->dtype; });
+      if (it == bytes.end()) bytes.emplace_back(t->nbytes, t->dtype);
+      else it->first += t->nbytes;
+    }
+  }
+  std::stable_sort(bytes.begin(), bytes.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::string s;
+  for (const auto& [n, t] : bytes) s += (s.empty() ? "" : "+") + std::string(DTypeName(t));
+  if (s.empty()) s = embed;
+  else if (s != embed) s += " embed=" + embed;
   if (!m.quantization.empty()) s += " quantization=" + m.quantization;
   return s;
 }

@@ -88,9 +88,11 @@ std::string DefaultModelPath();
 // cache path). For the server (whose -m flag reads $GEMMA4RT_MODEL itself) and the tests.
 std::string DefaultModelFile();
 
-// The weights as every command's log names them ("weights=..."): the projections' dtype, with
-// " embed=DTYPE" when the embedding is stored differently ("Q5_0 embed=Q8_0", "W4G32 embed=F32"),
-// else the one dtype ("F32"); then " quantization=..." when quantised (LoadedModel::quantization).
+// The weights as every command's log names them ("weights=..."): the dtypes of the layers'
+// attention, MLP and expert projections, most bytes first and joined by '+' ("Q4_K+Q6_K" for a
+// Q4_K_M file, "Q4_0x4+Q4_0" where only some were repacked), with " embed=DTYPE" when that is not
+// just the embedding's dtype ("Q5_0 embed=Q8_0", "W4G32 embed=F32"), else the one dtype ("F32");
+// then " quantization=..." when quantised (LoadedModel::quantization).
 std::string WeightsDescription(const LoadedModel& model);
 
 // Reads every page of the bound weights once (they are mmap'd, so a cold file would otherwise be
