@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/cpu/kernels_q8.h"
+#include "model/model.h"
 #include "model/safetensors.h"
 
 namespace g4 {
@@ -206,9 +207,7 @@ TEST(CliTest, EveryCommandDescribesTheWeightsTheSameWay) {
 // A file whose projections mix dtypes (llama.cpp's Q4_K_M keeps some in Q5_0/Q6_K/Q8_0) names
 // them all, most bytes first: the label once named layer 0's q_proj only ("Q5_0 embed=Q8_0").
 TEST(CliTest, TheWeightsLabelNamesEveryProjectionDtype) {
-  std::string model;
-  if (const char* p = std::getenv("GEMMA4RT_DEFAULT_MODEL"); p != nullptr && *p != '\0') model = p;
-  else model = std::string(std::getenv("HOME") ? std::getenv("HOME") : "") + "/.cache/gemma4rt/gemma-3-270m-q4_k_m.gguf";
+  const std::string model = DefaultModelFile();
   if (!std::ifstream(model)) GTEST_SKIP() << "no default model at " << model << " (scripts/fetch-default-model.sh)";
   CliResult info = RunCli("info -m " + model);
   ASSERT_EQ(info.status, 0) << info.out;
@@ -496,9 +495,7 @@ TEST(CliTest, ServeNamesTheEnvironmentVariableOfABadValue) {
 // with an abort; with room enough it runs. The Gemma 3 270M (235 MiB) under 150-500 MB limits:
 // on this machine 300 MB fails in an allocation after the weights are mapped, 350 MB runs.
 TEST(CliTest, MemoryLimitsGiveAnErrorNotACrash) {
-  std::string model;
-  if (const char* p = std::getenv("GEMMA4RT_DEFAULT_MODEL"); p != nullptr && *p != '\0') model = p;
-  else model = std::string(std::getenv("HOME") ? std::getenv("HOME") : "") + "/.cache/gemma4rt/gemma-3-270m-q4_k_m.gguf";
+  const std::string model = DefaultModelFile();
   if (!std::ifstream(model)) GTEST_SKIP() << "no default model at " << model << " (scripts/fetch-default-model.sh)";
   int failed = 0, ran = 0;
   for (int kib = 150000; kib <= 500000; kib += 50000) {
