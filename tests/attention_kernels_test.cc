@@ -292,7 +292,10 @@ TEST_P(AttentionKernelsTest, OutputIsTheSameBitsHoweverTheStepIsCut) {
   };
   // Short steps after each cut (1 token: split over threads; 3: whole items), so that the test
   // stays quick under qemu (scripts/test-arm.sh).
+  // mqa256_g8 (E2B's 8 query heads on one KV head): decode below 128 keys splits the heads into
+  // groups (4 + 4 on 2 threads, 2 + 3 + 3 on 3).
   const Layer layers[] = {{"mqa256_full", 256, 1, 4, 0, 200},
+                          {"mqa256_g8", 256, 1, 8, 0, 140},
                           {"mqa256_ring", 256, 1, 4, 96, 200},
                           {"gqa64_full", 64, 2, 3, 0, 160},
                           {"odd37_ring", 37, 1, 2, 50, 150}};
