@@ -20,7 +20,7 @@
 //    u = 2^-24);
 //  - SIMD: Highway's Exp (1 ulp), per tile of 64 keys at most one rescale of l and acc by
 //    exp(m_old - m_new) (2 roundings), sums in key order within and across tiles, the final
-//    1 / l; the merge of the 128-key chunks adds an exp, a product and a sum per chunk:
+//    1 / l; the merge of the 64-key chunks adds an exp, a product and a sum per chunk:
 //    |o_simd - o| <= gamma_{2n+4T+16} S with T = n / 64 + 3 tiles (runs cut tiles short);
 //  - score perturbations: a non-power-of-two scale rounds each score (|ds| <= u |s|); the soft-cap
 //    cap * tanh(s / cap) adds a division, a multiplication and tanh (std::tanh 1 ulp, Highway's

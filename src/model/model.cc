@@ -149,7 +149,10 @@ std::string WeightsDescription(const LoadedModel& m) {
   }
   std::stable_sort(bytes.begin(), bytes.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   std::string s;
-  for (const auto& [n, t] : bytes) s += (s.empty() ? "" : "+") + std::string(DTypeName(t));
+  for (const auto& [n, t] : bytes) {
+    if (!s.empty()) s += '+';
+    s += DTypeName(t);
+  }
   if (s.empty()) s = embed;
   else if (s != embed) s += " embed=" + embed;
   if (!m.quantization.empty()) s += " quantization=" + m.quantization;
