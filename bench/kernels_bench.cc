@@ -163,7 +163,7 @@ BENCHMARK(BM_Layer<false>)->Name("BM_Layer_Reference")->Apply(LayerArgs)->Unit(b
 // The int8-activation path (kernels_q8.h, the engine's default for block-quantised weights) on
 // the shapes of Gemma 4 E2B (hidden 1536, FFN 6144: gate/up 6144 x 1536, down 1536 x 6144) and
 // of the Gemma 3 270M (2048 x 640, and its LM head 262144 x 640 Q8_0), decode (1 row) and prefill
-// (64 rows), single-threaded. Activations are quantised once outside the loop, as the backend
+// (64 rows), single-threaded, and decode of a 512 x 1536 weight that stays in L2. Activations are quantised once outside the loop, as the backend
 // shares one quantisation among the matmuls of an input.
 void BM_Q8(benchmark::State& state) {
   const DType t = static_cast<DType>(state.range(0));
@@ -200,6 +200,10 @@ void Q8Args(benchmark::internal::Benchmark* b) {
     for (int rows : {1, 64}) b->Args({static_cast<int64_t>(t), 2048, 640, rows, 32});
   }
   b->Args({static_cast<int64_t>(DType::kQ8_0), 262144, 640, 1, 32});
+  // 512 x 1536 (0.4-0.6 MB, in L2): decode's arithmetic without the memory.
+  for (DType t : {DType::kQ4_0x4, DType::kQ4_K, DType::kQ6_K}) {
+    b->Args({static_cast<int64_t>(t), 512, 1536, 1, DTypeBlockElems(t) == 256 ? 256 : 32});
+  }
 }
 BENCHMARK(BM_Q8)->Apply(Q8Args)->Unit(benchmark::kMicrosecond);
 

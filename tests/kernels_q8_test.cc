@@ -276,6 +276,62 @@ TEST_P(KernelsQ8Test, VnniGivesTheSameBitsAsByteMultiplyAdds) {
   }
 }
 
+// PrepareActSuperblocks (kernels_q8.h): superblock j in Q6_K's unit order at out[2 j], in Q4_K's
+// at out[2 j + 1], each with the sums of q per 16 elements and the superblock's scale.
+TEST(KernelsQ8Superblocks, HaveTheDocumentedLayout) {
+  std::mt19937 rng(41);
+  const int rows = 3, K = 512, nsb = K / 256;
+  const std::vector<float> x = RandomActs(rows, K, rng);
+  std::vector<cpu::ActBlockQ8> xq(static_cast<size_t>(rows) * K / 32);
+  std::vector<float> sums(static_cast<size_t>(rows) * K / 16);
+  cpu::QuantizeRowsQ8(x.data(), rows, K, xq.data(), sums.data(), 256);
+  std::vector<cpu::ActSuperblockQ8> xs(2 * rows * nsb);
+  cpu::PrepareActSuperblocks(xq.data(), rows, K, xs.data());
+  const int q4k_unit[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+  for (int j = 0; j < rows * nsb; ++j) {
+    const cpu::ActBlockQ8* u = xq.data() + 8 * j;
+    for (int k = 0; k < 8; ++k) {
+      EXPECT_EQ(std::memcmp(xs[2 * j].q[k / 2] + 32 * (k % 2), u[k].q, 32), 0) << j << " " << k;
+      EXPECT_EQ(std::memcmp(xs[2 * j + 1].q[k / 2] + 32 * (k % 2), u[q4k_unit[k]].q, 32), 0) << j << " " << k;
+    }
+    for (int g = 0; g < 16; ++g) {
+      int want = 0;
+      for (int l = 0; l < 16; ++l) want += u[g / 2].q[16 * (g % 2) + l];
+      EXPECT_EQ(xs[2 * j].s[g], want) << j << " " << g;
+      EXPECT_EQ(xs[2 * j + 1].s[g], want) << j << " " << g;
+    }
+    EXPECT_EQ(xs[2 * j].dx, u[0].d);
+    EXPECT_EQ(xs[2 * j + 1].dx, u[0].d);
+  }
+}
+
+// Superblocks prepared once by the caller (as the CPU backend does, in ranges of rows per
+// thread) give MatMulQ8 the bits of those it prepares itself, for every row count.
+TEST_P(KernelsQ8Test, PreparedSuperblocksGiveTheSameBits) {
+  std::mt19937 rng(43);
+  const int K = 768, M = 10, nsb = K / 256;
+  for (DType t : {DType::kQ4_K, DType::kQ6_K}) {
+    const std::vector<uint8_t> w = RandomWeights(t, M, K, rng);
+    for (int rows : {1, 2, 5, 9, 12}) {
+      const std::vector<float> x = RandomActs(rows, K, rng);
+      std::vector<cpu::ActBlockQ8> xq(static_cast<size_t>(rows) * K / 32);
+      std::vector<float> sums(static_cast<size_t>(rows) * K / 16);
+      cpu::QuantizeRowsQ8(x.data(), rows, K, xq.data(), sums.data(), 256);
+      std::vector<cpu::ActSuperblockQ8> xs(2 * static_cast<size_t>(rows) * nsb);
+      for (int r0 = 0; r0 < rows; r0 += 2) {  // two rows at a time, as threads would
+        const int n = std::min(2, rows - r0);
+        cpu::PrepareActSuperblocks(xq.data() + static_cast<size_t>(r0) * K / 32, n, K,
+                                   xs.data() + 2 * static_cast<size_t>(r0) * nsb);
+      }
+      std::vector<float> own(static_cast<size_t>(rows) * M), given(own.size());
+      cpu::MatMulQ8(xq.data(), sums.data(), rows, K, w.data(), t, M, 1.0f, own.data(), M, 256);
+      cpu::MatMulQ8(xq.data(), sums.data(), rows, K, w.data(), t, M, 1.0f, given.data(), M, 256, xs.data());
+      for (size_t i = 0; i < own.size(); ++i)
+        ASSERT_EQ(std::memcmp(&own[i], &given[i], 4), 0) << DTypeName(t) << " rows=" << rows << " i=" << i;
+    }
+  }
+}
+
 // kQ4_0x4 (dtype.h): per group of four rows the scales, then the nibbles, block by block.
 TEST(KernelsQ8Pack, Q4_0x4HasTheDocumentedLayoutAndUnpacksToTheRows) {
   std::mt19937 rng(31);

@@ -45,6 +45,7 @@ class CpuWorkspace {
 
   std::vector<cpu::ActBlockQ8> act_q8;  // int8 activation blocks of the current matmul
   std::vector<float> act_sums;          // and their half sums
+  std::vector<cpu::ActSuperblockQ8> act_sb;  // and, with group 256 where the CPU reads them, as superblocks
   std::vector<float> act_reordered;     // or its f32 activations in its kernel's order (BF16)
   std::vector<std::vector<float>> mlp;  // per pool task: a fused MLP's second matmul, [rows, kMlpCols]
 
@@ -88,6 +89,13 @@ class CpuExecutable : public Executable {
   bool UsesQ8(DType wt, int K) const {
     return (opts_.int8_activations || wt == DType::kQ4_0x4) && K % 32 == 0 && cpu::MatMulQ8Supports(wt);
   }
+  // True when Prepare also rearranges the int8 activations of a matmul with weights wt at K into
+  // superblocks (cpu::ActSuperblockQ8): activation group 256 (Q4_K, Q5_K, Q6_K at K % 256 == 0)
+  // on a CPU whose Q4_K/Q6_K kernels read them (for Q5_K too, so that the Q4_K or Q6_K matmul
+  // that reuses the quantisation finds them).
+  bool UsesSuperblocks(DType wt, int K) const {
+    return UsesQ8(wt, K) && cpu::MatMulQ8UsesSuperblocks(DType::kQ4_K, K, cpu::PreferredActGroup(wt, K));
+  }
   // True when a matmul with weights of type wt and inner size K reads f32 activations reordered
   // for its kernel (cpu::MatMulReordersActivations: BF16), prepared once into act_reordered.
   // Also where the activations are rounded to bf16 for the bf16 dot product (UsesBf16), which
@@ -106,14 +114,19 @@ class CpuExecutable : public Executable {
     const float* x = nullptr;
     const cpu::ActBlockQ8* xq = nullptr;
     const float* sums = nullptr;
+    const cpu::ActSuperblockQ8* xs = nullptr;
     const float* xr = nullptr;
     const uint16_t* xb = nullptr;
     int group = 0;
   };
   // Prepares x [rows, K] for weights of type wt once for every thread: quantised into xq/sums
-  // (UsesQ8), reordered into xr (Reorders and xr != nullptr), else read as it is. x == nullptr:
-  // xq/sums or xr already hold it (the plan's act_reuse_).
-  Activations Prepare(const float* x, int rows, int K, DType wt, cpu::ActBlockQ8* xq, float* sums, float* xr);
+  // (UsesQ8) and, where the activation group is 256 and the CPU's kernels read superblocks
+  // (cpu::MatMulQ8UsesSuperblocks for Q4_K: whatever wt is, so that a matmul reusing the
+  // quantisation finds them) and xs != nullptr, rearranged into xs (2 rows * K / 256); reordered
+  // into xr (Reorders and xr != nullptr), else read as it is. x == nullptr: xq/sums/xs or xr
+  // already hold it (the plan's act_reuse_).
+  Activations Prepare(const float* x, int rows, int K, DType wt, cpu::ActBlockQ8* xq, float* sums,
+                      cpu::ActSuperblockQ8* xs, float* xr);
   // One thread's part of a matmul: y[r * ldy + m] for weight rows m < M at w, from prepared
   // activations; `task` picks the thread's scratch row.
   void MatMulPart(const Activations& a, int rows, int K, const uint8_t* w, DType wt, int M, float scale, float* y,
@@ -131,11 +144,12 @@ class CpuExecutable : public Executable {
   // The same for a weight matrix [M, K] of type wt at w (an expert's slice of a 3-D tensor), output
   // row stride ldy. With int8 activations (UsesQ8 for wt) x is quantised into xq/sums (rows * K / 32
   // blocks, rows * K / 16 sums; activation group cpu::PreferredActGroup(wt, K)), or taken from
-  // them as they are when x == nullptr. Where Reorders(wt, K) and xr != nullptr, x is reordered
+  // them as they are when x == nullptr; xs (2 rows * K / 256 superblocks, or nullptr: each thread
+  // rearranges its own) as Prepare. Where Reorders(wt, K) and xr != nullptr, x is reordered
   // into xr (rows * K floats) or, x == nullptr, taken from it; with xr == nullptr every thread
   // reorders its own copy inside cpu::MatMul.
   void ParallelMatMulRaw(const float* x, int rows, int K, const uint8_t* w, DType wt, int M, float scale, float* y,
-                         int ldy, cpu::ActBlockQ8* xq, float* sums, float* xr);
+                         int ldy, cpu::ActBlockQ8* xq, float* sums, cpu::ActSuperblockQ8* xs, float* xr);
   // Aborts unless the workspace holds int8 blocks / reordered floats for rows x K (Plan sizes it).
   void CheckWorkspace(DType wt, int K, int rows) const;
   // Runs fn(row_begin, row_end) over [0, rows), split across the pool when there are rows enough.
@@ -171,6 +185,7 @@ class CpuExecutable : public Executable {
   std::vector<float> moe_scratch_;
   std::vector<cpu::ActBlockQ8> moe_q8_;  // int8 blocks of the experts' inputs
   std::vector<float> moe_sums_;
+  std::vector<cpu::ActSuperblockQ8> moe_sb_;  // and as superblocks (2 K / 256 per row; see Prepare)
   std::vector<float> moe_reordered_;     // or their f32 inputs reordered (BF16 experts)
 };
 
@@ -232,7 +247,7 @@ void CpuExecutable::Plan() {
   // quantisation (reordering) and never read the f32 input (q, k, v of one norm; gate and up): it
   // may die before them.
   act_reuse_.assign(n, false);
-  size_t q8_blocks = 0, reordered_floats = 0;
+  size_t q8_blocks = 0, superblocks = 0, reordered_floats = 0;
   // Only matmuls whose weights want the same activation group (cpu::PreferredActGroup: 256 for
   // Q4_K/Q5_K, 32 for the rest) share a quantisation, so each weight type sees activations
   // quantised as llama.cpp quantises them for it (Q8_K or Q8_0). The two workspaces are separate:
@@ -249,6 +264,7 @@ void CpuExecutable::Plan() {
       quantised = x;
       quantised_group = group;
       q8_blocks = std::max(q8_blocks, static_cast<size_t>(K / 32) * rows);
+      if (UsesSuperblocks(mm->w->dtype, K)) superblocks = std::max(superblocks, 2 * static_cast<size_t>(K / 256) * rows);
     } else if (Reorders(mm->w->dtype, K)) {
       act_reuse_[i] = x == reordered && K == reordered_k;
       reordered = x;
@@ -261,6 +277,10 @@ void CpuExecutable::Plan() {
     ws_->act_sums = {};
     ws_->act_q8.resize(q8_blocks);
     ws_->act_sums.resize(2 * q8_blocks);
+  }
+  if (ws_->act_sb.size() < superblocks) {
+    ws_->act_sb = {};
+    ws_->act_sb.resize(superblocks);
   }
   if (ws_->act_reordered.size() < reordered_floats) {
     ws_->act_reordered = {};
@@ -471,13 +491,14 @@ void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
 
 void CpuExecutable::CheckWorkspace(DType wt, int K, int rows) const {  // sized by Plan
   if (UsesQ8(wt, K)) G4_CHECK(ws_->act_q8.size() >= static_cast<size_t>(K) / 32 * rows);
+  if (UsesSuperblocks(wt, K)) G4_CHECK(ws_->act_sb.size() >= 2 * static_cast<size_t>(K) / 256 * rows);
   if (Reorders(wt, K)) G4_CHECK(ws_->act_reordered.size() >= static_cast<size_t>(K) * rows);
 }
 
 void CpuExecutable::ParallelMatMul(const float* x, int rows, int K, const Tensor& w, float scale, float* y) {
   CheckWorkspace(w.dtype, K, rows);
   ParallelMatMulRaw(x, rows, K, w.data, w.dtype, static_cast<int>(w.shape[0]), scale, y, static_cast<int>(w.shape[0]),
-                    ws_->act_q8.data(), ws_->act_sums.data(), ws_->act_reordered.data());
+                    ws_->act_q8.data(), ws_->act_sums.data(), ws_->act_sb.data(), ws_->act_reordered.data());
 }
 
 template <class Fn>
@@ -490,20 +511,24 @@ void CpuExecutable::ForRows(int rows, Fn&& fn) {
 }
 
 CpuExecutable::Activations CpuExecutable::Prepare(const float* x, int rows, int K, DType wt, cpu::ActBlockQ8* xq,
-                                                  float* sums, float* xr) {
+                                                  float* sums, cpu::ActSuperblockQ8* xs, float* xr) {
   // x == nullptr: already prepared (quantised with the same group, or reordered) by the previous
   // matmul of the same input in this Run (see Plan).
   Activations a;
   if (UsesQ8(wt, K)) {
     const size_t units = static_cast<size_t>(K) / 32;
     a.group = cpu::PreferredActGroup(wt, K);
+    const bool superblocks = xs != nullptr && UsesSuperblocks(wt, K);
     if (x != nullptr) {
       ForRows(rows, [&](int64_t rb, int64_t re) {
-        cpu::QuantizeRowsQ8(x + rb * K, static_cast<int>(re - rb), K, xq + rb * units, sums + rb * 2 * units, a.group);
+        const int n = static_cast<int>(re - rb);
+        cpu::QuantizeRowsQ8(x + rb * K, n, K, xq + rb * units, sums + rb * 2 * units, a.group);
+        if (superblocks) cpu::PrepareActSuperblocks(xq + rb * units, n, K, xs + 2 * rb * (K / 256));
       });
     }
     a.xq = xq;
     a.sums = sums;
+    if (superblocks) a.xs = xs;
   } else if (UsesBf16(wt)) {
     G4_CHECK(xr != nullptr);  // Plan and RunMoE size the buffer wherever Reorders
     auto* xb = reinterpret_cast<uint16_t*>(xr);
@@ -530,7 +555,7 @@ CpuExecutable::Activations CpuExecutable::Prepare(const float* x, int rows, int 
 void CpuExecutable::MatMulPart(const Activations& a, int rows, int K, const uint8_t* w, DType wt, int M, float scale,
                                float* y, int ldy, int task) {
   if (a.xq != nullptr) {
-    cpu::MatMulQ8(a.xq, a.sums, rows, K, w, wt, M, scale, y, ldy, a.group);
+    cpu::MatMulQ8(a.xq, a.sums, rows, K, w, wt, M, scale, y, ldy, a.group, a.xs);
   } else if (a.xb != nullptr) {
     cpu::MatMulBf16Dot(a.xb, rows, K, w, M, scale, y, ldy);
   } else if (a.xr != nullptr) {
@@ -541,9 +566,10 @@ void CpuExecutable::MatMulPart(const Activations& a, int rows, int K, const uint
 }
 
 void CpuExecutable::ParallelMatMulRaw(const float* x, int rows, int K, const uint8_t* w, DType wt, int M, float scale,
-                                      float* y, int ldy, cpu::ActBlockQ8* xq, float* sums, float* xr) {
+                                      float* y, int ldy, cpu::ActBlockQ8* xq, float* sums, cpu::ActSuperblockQ8* xs,
+                                      float* xr) {
   const size_t row_bytes = DTypeRowBytes(wt, K);
-  const Activations a = Prepare(x, rows, K, wt, xq, sums, xr);
+  const Activations a = Prepare(x, rows, K, wt, xq, sums, xs, xr);
   const int g = RowGrain(wt);
   pool_->ParallelFor(M / g, [&](int task, int64_t gb, int64_t ge) {
     const int64_t mb = gb * g, me = ge * g;
@@ -562,7 +588,7 @@ void CpuExecutable::RunFusedMlp(int node, int rows, float* out) {
   const size_t row_bytes = DTypeRowBytes(wt, K);
   CheckWorkspace(wt, K, rows);
   const Activations a = Prepare(act_reuse_[node] ? nullptr : Buf(first.inputs[0]), rows, K, wt, ws_->act_q8.data(),
-                                ws_->act_sums.data(), ws_->act_reordered.data());
+                                ws_->act_sums.data(), ws_->act_sb.data(), ws_->act_reordered.data());
   // Per block of columns: the first matmul straight into out, the second into the thread's
   // scratch, then GeGlu in place over out.
   const int g = RowGrain(wt);  // kMlpCols is a multiple of it
@@ -622,6 +648,7 @@ void CpuExecutable::RunMoE(const MoEOp& op, const float* y, const float* r, floa
   if (moe_q8_.size() < blocks) {
     moe_q8_.resize(blocks);
     moe_sums_.resize(2 * blocks);
+    moe_sb_.resize((blocks + 3) / 4);
   }
   if ((Reorders(wt_gu, H) || Reorders(wt_dn, I)) && moe_reordered_.size() < R * std::max(H, I))
     moe_reordered_.resize(R * std::max(H, I));
@@ -668,13 +695,14 @@ void CpuExecutable::RunMoE(const MoEOp& op, const float* y, const float* r, floa
     for (int m = 0; m < n; ++m)
       std::memcpy(xin + static_cast<size_t>(m) * H, y + static_cast<size_t>(members[m] / k) * H, H * sizeof(float));
     ParallelMatMulRaw(xin, n, H, op.gate_up->data + e * gu_expert_bytes, wt_gu, 2 * I, 1.0f, gu, 2 * I,
-                      moe_q8_.data(), moe_sums_.data(), moe_reordered_.empty() ? nullptr : moe_reordered_.data());
+                      moe_q8_.data(), moe_sums_.data(), moe_sb_.data(),
+                      moe_reordered_.empty() ? nullptr : moe_reordered_.data());
     for (int m = 0; m < n; ++m) {
       const float* g = gu + static_cast<size_t>(m) * 2 * I;
       cpu::GeGlu(g, g + I, I, act + static_cast<size_t>(m) * I);
     }
     ParallelMatMulRaw(act, n, I, op.down->data + e * dn_expert_bytes, wt_dn, H, 1.0f, eo, H, moe_q8_.data(),
-                      moe_sums_.data(), moe_reordered_.empty() ? nullptr : moe_reordered_.data());
+                      moe_sums_.data(), moe_sb_.data(), moe_reordered_.empty() ? nullptr : moe_reordered_.data());
     // Experts run in increasing order, so every token still adds its experts' outputs in
     // increasing expert order.
     for (int m = 0; m < n; ++m) {

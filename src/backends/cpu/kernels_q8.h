@@ -59,6 +59,30 @@ void QuantizeRowsQ8Reference(const float* x, int rows, int K, ActBlockQ8* blocks
 // activations for these types), else 32.
 int PreferredActGroup(DType wt, int K);
 
+// One 256-element superblock of an activation row quantised with group 256, laid out for the
+// AVX-512 Q4_K and Q6_K kernels (kernels_q8_hwy.cc), which multiply a 512-bit register of one
+// weight row's elements (two 32-element units: blocks of ActBlockQ8) with one of q's rows.
+struct alignas(64) ActSuperblockQ8 {
+  // Q6_K's order: units [0 | 1], [2 | 3], [4 | 5], [6 | 7] (ql's low, high nibbles);
+  // Q4_K's: units [0 | 2], [1 | 3], [4 | 6], [5 | 7] (qs's low, high nibbles).
+  int8_t q[4][64];
+  int16_t s[16];  // s[g] = the sum of q over elements 16 g .. 16 g + 15 (|s| <= 16 * 127)
+  float dx;       // the scale the superblock's eight blocks share
+};
+static_assert(sizeof(ActSuperblockQ8) == 320);
+
+// Superblocks of xq [rows, K / 32] quantised with group 256 (K % 256 == 0): superblock j = r * K
+// / 256 + i (i < K / 256) in Q6_K's order at out[2 j] and in Q4_K's at out[2 j + 1] (2 rows * K /
+// 256 in all). Integers copied and summed exactly: the same bytes for every caller.
+void PrepareActSuperblocks(const ActBlockQ8* xq, int rows, int K, ActSuperblockQ8* out);
+
+// Whether MatMulQ8 reads ActSuperblockQ8 for weights of type wt with rows of K and activations
+// quantised with act_group: Q4_K or Q6_K, group 256, on a CPU that runs the AVX-512 target. A
+// caller that splits one matmul into many MatMulQ8 calls (threads, ranges of weight rows)
+// prepares them once and passes them as xs; otherwise each call prepares its own (2 rows * K /
+// 256 superblocks, 2.5 bytes per element).
+bool MatMulQ8UsesSuperblocks(DType wt, int K, int act_group);
+
 // y[n * ldy + m] = scale * sum_k W[m, k] * xq[n, k] for n < rows, m < M, with xq the activation
 // blocks and half sums of QuantizeRowsQ8 (K / 32 blocks and K / 16 sums per row) and W [M, K] of
 // type `wt` (MatMulQ8Supports) at `w`. SIMD (Highway; x86 AVX2 and AVX-512 use byte
@@ -68,12 +92,17 @@ int PreferredActGroup(DType wt, int K);
 // do not depend on what else is in the batch or on how the rows are split among threads.
 // act_group: the group xq was quantised with (32 or 256; 256 needs K % 256 == 0). With 256,
 // Q4_K/Q5_K weights use tiles that sum a whole 256-element superblock in i32 (sub-block scales
-// applied by vpmaddwd) and convert once per superblock; every format is correct with either.
+// applied by vpmaddwd) and convert once per superblock, and on AVX-512 Q4_K and Q6_K run one
+// weight row at a time on ActSuperblockQ8 (MatMulQ8UsesSuperblocks); every format is correct
+// with either group.
+// xs: PrepareActSuperblocks of xq (all `rows` rows), or nullptr (read only where
+// MatMulQ8UsesSuperblocks).
 void MatMulQ8(const ActBlockQ8* xq, const float* sums, int rows, int K, const uint8_t* w, DType wt, int M,
-              float scale, float* y, int ldy, int act_group = 32);
+              float scale, float* y, int ldy, int act_group = 32, const ActSuperblockQ8* xs = nullptr);
 // Whether this CPU has AVX-512 VNNI (x86-64 with avx512vnni and avx512vl; false elsewhere). On
 // the AVX-512 target MatMulQ8 then multiplies the formats with one scale per unit (Q8_0, Q4_0,
-// Q4_1, Q5_0, Q5_1) with vpdpbusd, giving the same bits as without it.
+// Q4_1, Q5_0, Q5_1, Q4_0x4) with vpdpbusd, and Q4_K/Q6_K on superblocks with vpdpbusd and
+// vpdpwssd, giving the same bits as without it.
 bool HasInt8Vnni();
 // HasInt8Vnni() unless a test turned it off. SetInt8VnniForTest(false): MatMulQ8 runs the byte
 // multiply-add sequence even where VNNI is present (so tests cover both); true restores it.

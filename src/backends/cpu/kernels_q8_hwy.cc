@@ -626,75 +626,6 @@ HWY_INLINE void PairTile(const ActBlockQ8* const* x, const float* const* sums, c
   }
 }
 
-#if HWY_TARGET == HWY_AVX3
-// Q6_K on AVX-512 (32 vector registers), activations per 256 elements (QuantizeRowsQ8 group 256,
-// one dx per superblock, as llama.cpp's Q8_K): four weight rows by up to four activation rows
-// with one i32 accumulator per (weight row, activation row) for the whole superblock. Per unit:
-// the rows decoded as in FmtQ6K::Tile4 (one row's unit per register, the int8 half-unit scales as
-// i16), then per activation row (u q - 32 q) by vpmaddubsw and vpsubw (|i16 lane| <= 2 * 63 * 127)
-// times the scales, added into the row's accumulator: vpdpwssd with VNNI, else vpmaddwd + vpaddd
-// (the same exact i32 sums, so the same bits). |u q - 32 q| <= 2 * 32 * 127 = 8128 per i16 lane,
-// so per i32 lane and superblock |sum| <= 8 * 2 * 8128 * 128 < 2^24, and after the reduction below
-// (four lanes) < 2^27. Once per superblock: three vphaddd per activation row give
-// [r0 r1 r2 r3 | r0 r1 r2 r3] (element halves 0-15 and 16-31 of each unit), converted to f32
-// (rounded beyond 2^24, the same way for every batch) and multiplied-added with d * dx. Against
-// Tile4 this drops, per unit and activation row, three vphaddd, the conversion, the scale multiply
-// and the multiply-add. BM_Q8 Q6_K 6144 x 1536, single thread, Zen 4 VM, best of four
-// interleaved runs: decode 304 -> 238 us, prefill of 64 rows 12.5 -> 8.8 ms (Tile4 -> this).
-template <int R, bool kVnni>
-HWY_INLINE void Q6KTile4Shared(const ActBlockQ8* const* x, const uint8_t* const* w, size_t nb,
-                               const uint8_t* prefetch, float (*out)[4]) {
-  static_assert(R >= 1 && R <= 4, "16 accumulators, 8 decoded registers and the activations: 32 registers");
-  __m256 acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-  const __m256i m32 = _mm256_set1_epi8(32);
-  for (size_t ib = 0; ib < nb; ++ib) {
-    const uint8_t* b[4];
-    for (int i = 0; i < 4; ++i) b[i] = w[i] + ib * FmtQ6K::kBytes;
-    PrefetchTile(prefetch, ib, FmtQ6K::kBytes);
-    __m256i sc[4];
-    for (int i = 0; i < 4; ++i) sc[i] = FmtQ6K::ScalesI16(b[i]);
-    __m256i iacc[R][4];
-    for (int r = 0; r < R; ++r)
-      for (int i = 0; i < 4; ++i) iacc[r][i] = _mm256_setzero_si256();
-    HWY_UNROLL(8)
-    for (int j = 0; j < FmtQ6K::kUnits; ++j) {
-      const size_t unit = ib * FmtQ6K::kUnits + j;
-      const __m256i pick = _mm256_set1_epi16(static_cast<int16_t>((2 * j) | ((2 * j + 1) << 8)));
-      __m256i u[4], sj[4];
-      for (int i = 0; i < 4; ++i) {
-        u[i] = FmtQ6K::UnitAvx2(b[i], j);
-        sj[i] = _mm256_shuffle_epi8(sc[i], pick);
-      }
-      for (int r = 0; r < R; ++r) {
-        const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[r][unit].q));
-        const __m256i x32 = _mm256_maddubs_epi16(m32, xq);
-        for (int i = 0; i < 4; ++i) {
-          const __m256i t = _mm256_sub_epi16(_mm256_maddubs_epi16(u[i], xq), x32);
-          if constexpr (kVnni) {
-            iacc[r][i] = _mm256_dpwssd_epi32(iacc[r][i], t, sj[i]);
-          } else {
-            iacc[r][i] = _mm256_add_epi32(iacc[r][i], _mm256_madd_epi16(t, sj[i]));
-          }
-        }
-      }
-    }
-    const __m128 d4 = Halves4(b, 208);
-    const __m256 d8 = _mm256_set_m128(d4, d4);
-    for (int r = 0; r < R; ++r) {
-      const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(iacc[r][0], iacc[r][1]), _mm256_hadd_epi32(iacc[r][2], iacc[r][3]));
-      const __m256 dx = _mm256_broadcast_ss(&x[r][ib * FmtQ6K::kUnits].d);
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(h), _mm256_mul_ps(d8, dx), acc[r]);
-    }
-  }
-  for (int r = 0; r < R; ++r) {
-    HWY_ALIGN float t[8];
-    _mm256_store_ps(t, acc[r]);
-    for (int i = 0; i < 4; ++i) out[r][i] = t[i] + t[i + 4];
-  }
-}
-#endif
-
 // Rows [0, R) of the activations against weight rows [m0, m1), four weight rows at a time (the
 // last group repeats row m1 - 1 to fill the tile; those results are dropped).
 template <class Fmt, int R, bool kShared, bool kVnni>
@@ -714,11 +645,7 @@ HWY_NOINLINE void PairRowsTile(const ActBlockQ8* xq, const float* sums, const fl
     const uint8_t* rows[4];
     for (int i = 0; i < 4; ++i) rows[i] = w + static_cast<size_t>(std::min(m + i, m1 - 1)) * row_bytes;
     const uint8_t* prefetch = w + static_cast<size_t>(m + kPrefetchTiles * 4) * row_bytes;
-    if constexpr (kShared && Fmt::kOwnTile) {
-#if HWY_TARGET == HWY_AVX3
-      if constexpr (R <= 4) Q6KTile4Shared<R, kVnni>(x, rows, nb, prefetch, out);  // MatMulFmt: R <= 4
-#endif
-    } else if constexpr (kShared) {
+    if constexpr (kShared) {
       Fmt::template Tile4Shared<R>(x, us, rows, nb, prefetch, out);
     } else if constexpr (Fmt::kOwnTile) {
       Fmt::template Tile4<R>(x, us, rows, nb, prefetch, out);
@@ -824,6 +751,251 @@ void MatMulQ4_0x4Native(const ActBlockQ8* xq, int rows, int K, const uint8_t* w,
         case 3: Q4_0x4Rows<3, kVnni>(xr, nr, nb, m0, m1, w, row_bytes, scale, yr, ldy); break;
         case 2: Q4_0x4Rows<2, kVnni>(xr, nr, nb, m0, m1, w, row_bytes, scale, yr, ldy); break;
         default: Q4_0x4Rows<1, kVnni>(xr, nr, nb, m0, m1, w, row_bytes, scale, yr, ldy); break;
+      }
+      r0 += R;
+    }
+  }
+}
+// K-quant weight rows on AVX-512 (Q4_K and Q6_K with activations quantised per 256, act_group
+// 256): one weight row at a time, so each thread reads one sequential stream, prefetched
+// kRowPrefetchBytes ahead into L2 (4-16 KiB ahead measured alike; none, 8% slower). The
+// activations are read as ActSuperblockQ8 (kernels_q8.h: two 32-element units per 512-bit
+// register in the order of the format's loads, integer sums per 16 elements, dx), prepared once
+// per matmul by the caller. Against the four-row tiles they replace (FmtK4::Tile4Shared,
+// Q6_K's four-row shared tile: four interleaved row streams, 256-bit decoding): E2B's
+// matrices on 2 threads, interleaved in one process (bench/decode_sweep.cc), decode 1.18x
+// (Q4_K) and 1.12x (Q6_K) faster, at 97-100% of a plain streaming read of the same bytes, and
+// 64-row prefill 1.18x and 1.19x faster. Every activation row gets the same operations
+// whatever R is and wherever the weight range starts (batch-invariant); VNNI or not, the
+// integers and so the bits are the same.
+constexpr size_t kRowPrefetchBytes = 8192;
+
+// The lines of one superblock (kBytes) kRowPrefetchBytes past p into L2, unless that is past
+// `end` (the thread's range: the lines beyond are another thread's or no weight's).
+template <size_t kBytes>
+HWY_INLINE void PrefetchRowsAhead(const uint8_t* p, const uint8_t* end) {
+  const uint8_t* a = p + kRowPrefetchBytes;
+  if (a >= end) return;
+  for (size_t o = 0; o < kBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(a + o), _MM_HINT_T1);
+}
+
+// i + t * s in i32 lanes (pairs of i16 products): vpdpwssd, or vpmaddwd + vpaddd (the same sum).
+template <bool kVnni>
+HWY_INLINE __m512i DotI16(__m512i i, __m512i t, __m512i s) {
+  if constexpr (kVnni) {
+    return _mm512_dpwssd_epi32(i, t, s);
+  } else {
+    return _mm512_add_epi32(i, _mm512_madd_epi16(t, s));
+  }
+}
+
+// The products of u (u8, <= 63) and x (i8, |x| <= 127) summed in fours into i32 lanes (|lane| <=
+// 4 * 63 * 127 = 32004): vpdpbusd, or vpmaddubsw (pairs, no saturation) + vpmaddwd with ones.
+template <bool kVnni>
+HWY_INLINE __m512i Quads(__m512i u, __m512i x) {
+  if constexpr (kVnni) {
+    return _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, x);
+  } else {
+    return _mm512_madd_epi16(_mm512_maddubs_epi16(u, x), _mm512_set1_epi16(1));
+  }
+}
+
+// The 16 i32 lanes of i added pairwise (lane j + lane j + 8, exact) into 8.
+HWY_INLINE __m256i FoldI32(__m512i i) {
+  return _mm256_add_epi32(_mm512_castsi512_si256(i), _mm512_extracti64x4_epi64(i, 1));
+}
+
+// The 8 lanes of v added in a fixed tree (8 -> 4 -> 2 -> 1).
+HWY_INLINE float SumLanes(__m256 v) {
+  const __m128 h4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  const __m128 h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));
+  return _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
+}
+
+// The 16 lanes of v added in a fixed tree (16 -> 8, then as above).
+HWY_INLINE float SumLanes(__m512 v) {
+  return SumLanes(_mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+}
+
+// vpshufb control for 16-bit scales: in 128-bit lane L, i16 lanes 0-3 take byte lo[L] and lanes
+// 4-7 byte hi[L] of the source lane, zero-extended (kHigh = false) or in the high byte (kHigh:
+// for a sign-extending shift right by 8 after).
+template <bool kHigh>
+HWY_INLINE __m512i ScaleControl(const int (&lo)[4], const int (&hi)[4]) {
+  int v[16];
+  for (int L = 0; L < 4; ++L) {
+    for (int h = 0; h < 2; ++h) {
+      const int b = h == 0 ? lo[L] : hi[L];
+      const int w = kHigh ? (0x80 | (b << 8)) : (b | 0x8000);
+      v[4 * L + 2 * h] = v[4 * L + 2 * h + 1] = w | (w << 16);
+    }
+  }
+  return _mm512_setr_epi32(v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11], v[12], v[13],
+                           v[14], v[15]);
+}
+
+// Both formats, per activation row and weight superblock: each of the four weight registers u
+// (one byte per element, 0..15 or 0..63) times its activation register by Quads (four products
+// per i32 lane); two registers' quads packed to i16 (vpackssdw: 128-bit lane L = [4 quads of the
+// first | 4 of the second]; |quad| <= 32004, no saturation) and multiplied-added with the i16
+// scales of their elements by vpmaddwd (vpdpwssd): i32 lanes that add up to sum_e scale(e) *
+// u_e * q_e, exactly. They are folded to 8 lanes (FoldI32, exact), converted once per superblock
+// and multiplied-added with d * dx into the row's f32 accumulator, whose lanes are added once,
+// at the end of the weight row (SumLanes).
+//
+// Q4_K: per superblock, the nibbles of two 512-bit loads (ActSuperblockQ8's Q4_K order); the
+// 6-bit scales and mins (ScaleMinK4) unpacked once into 16 bytes [sc_0..7 | mn_0..7], the scales
+// spread into the i16 lanes of their quads by vpshufb (|lane| <= 2 * 2 * 7620 * 63 < 2^31). The
+// mins' sum_j mn_j * (sum of unit j's q) is a vpmaddwd of the mins (each twice) with the
+// 16-element sums: its 8 lanes go above the folded sums' 8, converted together and
+// multiplied-added with [d * dx x 8 | -dmin * dx x 8].
+template <int R, bool kVnni>
+HWY_NOINLINE void Q4KRows(const ActSuperblockQ8* xa, size_t nsb, int m0, int m1, const uint8_t* w, size_t row_bytes,
+                          float scale, float* y, size_t ldy) {
+  const __m512i m15 = _mm512_set1_epi8(15);
+  // Packed registers: [units 0 | 1] in 128-bit lanes 0-1, [2 | 3] in lanes 2-3 (then 4-7).
+  const __m512i ca = ScaleControl<false>({0, 0, 2, 2}, {1, 1, 3, 3});
+  const __m512i cb = ScaleControl<false>({4, 4, 6, 6}, {5, 5, 7, 7});
+  // mn_j zero-extended into i16 lanes 2j and 2j + 1.
+  const __m256i mins = _mm256_setr_epi8(8, -128, 8, -128, 9, -128, 9, -128, 10, -128, 10, -128, 11, -128, 11, -128,
+                                        12, -128, 12, -128, 13, -128, 13, -128, 14, -128, 14, -128, 15, -128, 15, -128);
+  const __m128i m6 = _mm_set1_epi8(0x3f), m4 = _mm_set1_epi8(0x0f), m2 = _mm_set1_epi8(0x30);
+  const __m128i shift = _mm_setr_epi32(0, 4, 0, 0);
+  const uint8_t* end = w + static_cast<size_t>(m1) * row_bytes;
+  for (int m = m0; m < m1; ++m) {
+    const uint8_t* row = w + static_cast<size_t>(m) * row_bytes;
+    __m512 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+    for (size_t ib = 0; ib < nsb; ++ib) {
+      const uint8_t* b = row + ib * FmtQ4K::kBytes;
+      PrefetchRowsAhead<FmtQ4K::kBytes>(b, end);
+      const __m512i v0 = _mm512_loadu_si512(b + 16), v1 = _mm512_loadu_si512(b + 80);
+      const __m512i u02 = _mm512_and_si512(v0, m15), u13 = _mm512_and_si512(_mm512_srli_epi16(v0, 4), m15);
+      const __m512i u46 = _mm512_and_si512(v1, m15), u57 = _mm512_and_si512(_mm512_srli_epi16(v1, 4), m15);
+      // ScaleMinK4's fields from the 12 bytes at b + 4 (words w0, w1, w2): sc_0..3 = w0 & 63,
+      // mn_0..3 = w1 & 63, sc_4..7 = (w2 & 15) | (w0 >> 6) << 4, mn_4..7 = (w2 >> 4) | (w1 >> 6) << 4.
+      const __m128i f = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 4));
+      const __m128i lo = _mm_and_si128(f, m6);
+      const __m128i hi = _mm_or_si128(_mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(f, 0xAA), shift), m4),
+                                      _mm_and_si128(_mm_srli_epi32(f, 2), m2));
+      const __m128i sm = _mm_unpacklo_epi32(lo, hi);  // bytes sc_0..7, mn_0..7
+      const __m512i sm4 = _mm512_broadcast_i32x4(sm);
+      const __m512i sa = _mm512_shuffle_epi8(sm4, ca), sb = _mm512_shuffle_epi8(sm4, cb);
+      const __m256i mn = _mm256_shuffle_epi8(_mm512_castsi512_si256(sm4), mins);
+      uint32_t dbits;
+      std::memcpy(&dbits, b, 4);
+      const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dbits)));  // d, dmin (as HalfQ8)
+      // [d x 8 | -dmin x 8]: the multipliers of the sums' and the mins' lanes.
+      const __m512 dm = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_broadcastss_ps(dd)),
+                                           _mm256_xor_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)), _mm256_set1_ps(-0.0f)), 1);
+      for (int r = 0; r < R; ++r) {
+        const ActSuperblockQ8& a = xa[2 * (static_cast<size_t>(r) * nsb + ib)];
+        const auto xv = [&](int k) { return _mm512_load_si512(a.q[k]); };
+        const __m512i pa = _mm512_packs_epi32(Quads<kVnni>(u02, xv(0)), Quads<kVnni>(u13, xv(1)));
+        const __m512i pb = _mm512_packs_epi32(Quads<kVnni>(u46, xv(2)), Quads<kVnni>(u57, xv(3)));
+        const __m512i i = DotI16<kVnni>(_mm512_madd_epi16(pa, sa), pb, sb);
+        const __m256i mi = _mm256_madd_epi16(mn, _mm256_load_si256(reinterpret_cast<const __m256i*>(a.s)));
+        const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(FoldI32(i)), mi, 1);
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(both), _mm512_mul_ps(dm, _mm512_set1_ps(a.dx)), acc[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) y[r * ldy + m] = SumLanes(acc[r]) * scale;
+  }
+}
+
+// Q6_K: per half of a superblock (128 elements), ql's 64 bytes are one load whose low nibbles
+// are units [0 | 1] and high nibbles [2 | 3] of the half; qh's 32 bytes, broadcast to both
+// 256-bit halves, give each its two bits (bits 0-1 | 2-3 for the low nibbles, 4-5 | 6-7 for the
+// high) by a per-half shift into bits 4-5: u = ql nibble | qh bits << 4 in 0..63. Register k's
+// 128-bit lane L holds the 16 elements of scale group 4k + L, so the packed registers' lanes
+// take scales[L] | scales[4 + L] and scales[8 + L] | scales[12 + L] (vpshufb into the high byte,
+// sign-extending shift right by 8; |lane| <= 2 * 2 * 32004 * 128 < 2^25). The -32 offset is
+// taken once per superblock: 32 * sum_g scales[g] * (sum of q over the 16 elements g), one
+// 256-bit vpmaddwd, subtracted from the folded sums (|lane| < 2^26: converted with rounding
+// beyond 2^24, the same way every time).
+template <int R, bool kVnni>
+HWY_NOINLINE void Q6KRows(const ActSuperblockQ8* xa, size_t nsb, int m0, int m1, const uint8_t* w, size_t row_bytes,
+                          float scale, float* y, size_t ldy) {
+  const __m512i m15 = _mm512_set1_epi8(15), m48 = _mm512_set1_epi8(0x30);
+  const __m512i shl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+  const __m512i shr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+  const __m512i ca = ScaleControl<true>({0, 1, 2, 3}, {4, 5, 6, 7});
+  const __m512i cb = ScaleControl<true>({8, 9, 10, 11}, {12, 13, 14, 15});
+  const uint8_t* end = w + static_cast<size_t>(m1) * row_bytes;
+  for (int m = m0; m < m1; ++m) {
+    const uint8_t* row = w + static_cast<size_t>(m) * row_bytes;
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (size_t ib = 0; ib < nsb; ++ib) {
+      const uint8_t* b = row + ib * FmtQ6K::kBytes;
+      PrefetchRowsAhead<FmtQ6K::kBytes>(b, end);
+      __m512i u[4];
+      for (int h = 0; h < 2; ++h) {
+        const __m512i ql = _mm512_loadu_si512(b + 64 * h);
+        const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h)));
+        // (ql & 15) | (qh shifted & 0x30): vpternlogd A | (B & C) = 0xF8.
+        u[2 * h] = _mm512_ternarylogic_epi32(_mm512_and_si512(ql, m15), _mm512_sllv_epi16(qh, shl), m48, 0xF8);
+        u[2 * h + 1] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m15),
+                                                 _mm512_srlv_epi16(qh, shr), m48, 0xF8);
+      }
+      const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
+      const __m512i sc4 = _mm512_broadcast_i32x4(sc);
+      const __m512i sa = _mm512_srai_epi16(_mm512_shuffle_epi8(sc4, ca), 8);
+      const __m512i sb = _mm512_srai_epi16(_mm512_shuffle_epi8(sc4, cb), 8);
+      const __m256i sc16 = _mm256_cvtepi8_epi16(sc);
+      const __m256 d8 = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(b[208] | (b[209] << 8))));  // as HalfQ8
+      for (int r = 0; r < R; ++r) {
+        const ActSuperblockQ8& a = xa[2 * (static_cast<size_t>(r) * nsb + ib)];
+        const auto xv = [&](int k) { return _mm512_load_si512(a.q[k]); };
+        const __m512i pa = _mm512_packs_epi32(Quads<kVnni>(u[0], xv(0)), Quads<kVnni>(u[1], xv(1)));
+        const __m512i pb = _mm512_packs_epi32(Quads<kVnni>(u[2], xv(2)), Quads<kVnni>(u[3], xv(3)));
+        const __m512i i = DotI16<kVnni>(_mm512_madd_epi16(pa, sa), pb, sb);
+        const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_load_si256(reinterpret_cast<const __m256i*>(a.s))), 5);
+        const __m256i i8 = _mm256_sub_epi32(FoldI32(i), off);
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i8), _mm256_mul_ps(d8, _mm256_set1_ps(a.dx)), acc[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) y[r * ldy + m] = SumLanes(acc[r]) * scale;
+  }
+}
+
+// MatMulQ8 for Q4_K (kQ4K) or Q6_K weights with activations quantised per 256, read as the
+// superblocks xs (PrepareActSuperblocks of xq; nullptr: prepared here, into a thread-local
+// buffer of 2 rows * K / 256), in WeightRowGroup's groups of weight rows against tiles of eight
+// activation rows (then 4, 3, 2, 1).
+template <bool kQ4K, bool kVnni>
+void MatMulKQuantRows(const ActBlockQ8* xq, const ActSuperblockQ8* xs, int rows, int K, const uint8_t* w, int M,
+                      float scale, float* y, int ldy) {
+  const size_t nsb = static_cast<size_t>(K) / 256;
+  const size_t row_bytes = nsb * (kQ4K ? FmtQ4K::kBytes : FmtQ6K::kBytes);
+  if (xs == nullptr) {
+    thread_local std::vector<ActSuperblockQ8> own;
+    if (own.size() < 2 * static_cast<size_t>(rows) * nsb) own.resize(2 * static_cast<size_t>(rows) * nsb);
+    PrepareActSuperblocks(xq, rows, K, own.data());
+    xs = own.data();
+  }
+  if constexpr (kQ4K) ++xs;  // the Q4_K order: every second superblock from xs[1]
+  const int group = WeightRowGroup(rows, M, row_bytes, 1);
+  for (int m0 = 0; m0 < M; m0 += group) {
+    const int m1 = std::min(M, m0 + group);
+    for (int r0 = 0; r0 < rows;) {
+      const int R = rows - r0 >= 8 ? 8 : std::min(4, rows - r0);
+      const ActSuperblockQ8* xr = xs + 2 * static_cast<size_t>(r0) * nsb;
+      float* yr = y + static_cast<size_t>(r0) * ldy;
+      const auto run = [&](auto r) {
+        constexpr int kR = decltype(r)::value;
+        if constexpr (kQ4K) {
+          Q4KRows<kR, kVnni>(xr, nsb, m0, m1, w, row_bytes, scale, yr, ldy);
+        } else {
+          Q6KRows<kR, kVnni>(xr, nsb, m0, m1, w, row_bytes, scale, yr, ldy);
+        }
+      };
+      switch (R) {
+        case 8: run(std::integral_constant<int, 8>()); break;
+        case 4: run(std::integral_constant<int, 4>()); break;
+        case 3: run(std::integral_constant<int, 3>()); break;
+        case 2: run(std::integral_constant<int, 2>()); break;
+        default: run(std::integral_constant<int, 1>()); break;
       }
       r0 += R;
     }
@@ -1112,10 +1284,23 @@ constexpr int kPrefillRows = 8;
 
 template <class Fmt>
 void MatMulFmt(const ActBlockQ8* xq, const float* sums, int rows, int K, const uint8_t* w, int M, float scale,
-               float* y, int ldy, int act_group) {
+               float* y, int ldy, int act_group, const ActSuperblockQ8* xs = nullptr) {
   const size_t units = static_cast<size_t>(K) / 32;
   const size_t row_bytes = static_cast<size_t>(K) / Fmt::kQK * Fmt::kBytes;
   const int group = WeightRowGroup(rows, M, row_bytes, 1);
+#if HWY_TARGET == HWY_AVX3
+  if constexpr (std::is_same_v<Fmt, FmtQ4K> || std::is_same_v<Fmt, FmtQ6K>) {
+    if (act_group == 256) {
+      constexpr bool kQ4K = std::is_same_v<Fmt, FmtQ4K>;
+      if (UseInt8Vnni()) {
+        MatMulKQuantRows<kQ4K, true>(xq, xs, rows, K, w, M, scale, y, ldy);
+      } else {
+        MatMulKQuantRows<kQ4K, false>(xq, xs, rows, K, w, M, scale, y, ldy);
+      }
+      return;
+    }
+  }
+#endif
 #if G4_Q8_AVX2
   if constexpr (Fmt::kPaired) {
     // The paired tiles add their offsets per unit: the two half sums of each activation unit,
@@ -1130,10 +1315,7 @@ void MatMulFmt(const ActBlockQ8* xq, const float* sums, int rows, int K, const u
     for (int m0 = 0; m0 < M; m0 += group) {
       const int m1 = std::min(M, m0 + group);
       for (int r0 = 0; r0 < rows;) {
-        // Q6_K's shared tile (AVX-512, activations per 256) takes at most four rows.
-        constexpr bool kQ6KShareable = Fmt::kOwnTile && HWY_TARGET == HWY_AVX3;
-        const bool q6k_shared = kQ6KShareable && act_group == 256;
-        const int R = std::min(q6k_shared ? 4 : kPairRows, rows - r0);
+        const int R = std::min(kPairRows, rows - r0);
         const ActBlockQ8* xr = xq + static_cast<size_t>(r0) * units;
         const float* sr = sums + static_cast<size_t>(r0) * 2 * units;
         if constexpr (Fmt::kOffset && !Fmt::kOwnTile) {
@@ -1152,19 +1334,6 @@ void MatMulFmt(const ActBlockQ8* xq, const float* sums, int rows, int K, const u
             default: PairRowsTile<Fmt, 1, kShared, kV>(xr, sr, ur, units, m0, m1, w, row_bytes, scale, yr, ldy); break;
           }
         };
-        if constexpr (kQ6KShareable) {
-          if (q6k_shared) {
-#if G4_Q8_VNNI
-            if (UseInt8Vnni()) {
-              tile(std::true_type(), std::true_type());
-            } else {
-              tile(std::true_type(), std::false_type());
-            }
-#endif
-            r0 += R;
-            continue;
-          }
-        }
         if constexpr (Fmt::kSharedTile) {
           if (act_group == 256) {
             tile(std::true_type(), std::false_type());  // Q4_K/Q5_K's own shared tile: no VNNI form
@@ -1285,9 +1454,10 @@ void MatMulQ4_0x4(const ActBlockQ8* xq, const float* sums, int rows, int K, cons
 }
 
 bool Q4_0x4KernelAvailableHwy() { return HWY_TARGET == HWY_AVX3; }
+bool KQuantRowKernelsAvailableHwy() { return HWY_TARGET == HWY_AVX3; }
 
 void MatMulQ8Hwy(const ActBlockQ8* xq, const float* sums, int rows, int K, const uint8_t* w, DType wt, int M,
-                 float scale, float* y, int ldy, int act_group) {
+                 float scale, float* y, int ldy, int act_group, const ActSuperblockQ8* xs) {
   if (rows <= 0 || M <= 0) return;
   G4_CHECK(K % DTypeBlockElems(wt) == 0 && K % 32 == 0 && (act_group == 32 || (act_group == 256 && K % 256 == 0)));
   switch (wt) {
@@ -1296,9 +1466,9 @@ void MatMulQ8Hwy(const ActBlockQ8* xq, const float* sums, int rows, int K, const
     case DType::kQ4_1: return MatMulFmt<FmtQ4_1>(xq, sums, rows, K, w, M, scale, y, ldy, act_group);
     case DType::kQ5_0: return MatMulFmt<FmtQ5_0>(xq, sums, rows, K, w, M, scale, y, ldy, act_group);
     case DType::kQ5_1: return MatMulFmt<FmtQ5_1>(xq, sums, rows, K, w, M, scale, y, ldy, act_group);
-    case DType::kQ4_K: return MatMulFmt<FmtQ4K>(xq, sums, rows, K, w, M, scale, y, ldy, act_group);
+    case DType::kQ4_K: return MatMulFmt<FmtQ4K>(xq, sums, rows, K, w, M, scale, y, ldy, act_group, xs);
     case DType::kQ5_K: return MatMulFmt<FmtQ5K>(xq, sums, rows, K, w, M, scale, y, ldy, act_group);
-    case DType::kQ6_K: return MatMulFmt<FmtQ6K>(xq, sums, rows, K, w, M, scale, y, ldy, act_group);
+    case DType::kQ6_K: return MatMulFmt<FmtQ6K>(xq, sums, rows, K, w, M, scale, y, ldy, act_group, xs);
     case DType::kQ4_0x4: return MatMulQ4_0x4(xq, sums, rows, K, w, M, scale, y, ldy);
     default: G4_CHECK(false && "MatMulQ8: unsupported weight type");
   }
@@ -1319,6 +1489,7 @@ namespace cpu {
 
 HWY_EXPORT(MatMulQ8Hwy);
 HWY_EXPORT(Q4_0x4KernelAvailableHwy);
+HWY_EXPORT(KQuantRowKernelsAvailableHwy);
 HWY_EXPORT(QuantizeRowsQ8Hwy);
 
 void QuantizeRowsQ8(const float* x, int rows, int K, ActBlockQ8* blocks, float* sums, int group) {
@@ -1328,9 +1499,14 @@ void QuantizeRowsQ8(const float* x, int rows, int K, ActBlockQ8* blocks, float* 
 
 bool Q4_0x4KernelAvailable() { return HWY_DYNAMIC_DISPATCH(Q4_0x4KernelAvailableHwy)(); }
 
+bool MatMulQ8UsesSuperblocks(DType wt, int K, int act_group) {
+  return (wt == DType::kQ4_K || wt == DType::kQ6_K) && act_group == 256 && K % 256 == 0 &&
+         HWY_DYNAMIC_DISPATCH(KQuantRowKernelsAvailableHwy)();
+}
+
 void MatMulQ8(const ActBlockQ8* xq, const float* sums, int rows, int K, const uint8_t* w, DType wt, int M,
-              float scale, float* y, int ldy, int act_group) {
-  HWY_DYNAMIC_DISPATCH(MatMulQ8Hwy)(xq, sums, rows, K, w, wt, M, scale, y, ldy, act_group);
+              float scale, float* y, int ldy, int act_group, const ActSuperblockQ8* xs) {
+  HWY_DYNAMIC_DISPATCH(MatMulQ8Hwy)(xq, sums, rows, K, w, wt, M, scale, y, ldy, act_group, xs);
 }
 
 }  // namespace cpu
