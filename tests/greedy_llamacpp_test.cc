@@ -36,7 +36,7 @@ namespace {
 constexpr double kF32Noise = 1e-3;    // logits: f32 sums in a different order (|logit| <= ~40)
 constexpr double kHfLogitTol = 4e-3;  // logits: 1e-4 relative of |logit| <= 40 (measured: 6e-5)
 constexpr double kNearTie = 0.25;     // logits: llama.cpp's own top-two gap below which it may differ
-constexpr double kInt8TopGap = 0.6;   // logits: transformers' top-two gap below which int8 may differ
+constexpr double kInt8TopGap = 0.5;   // logits: transformers' top-two gap below which int8 may differ
 
 std::string DefaultModelPath() { return DefaultModelFile(); }
 
@@ -122,12 +122,11 @@ TEST(GreedyLlamaCppTest, Gemma3_270mMatchesTransformersAndLlamaCpp) {
 }
 
 // int8 activations (the default for quantised weights, as in llama.cpp): logits move by up to
-// ~1.3 from transformers' (measured 0.8-1.27 across kernel versions; 0.200 on average at
-// transformers' top token), like llama.cpp's own (1.57); the top token differs from
-// transformers' only where its top-two gap is small (measured: 2-8 of 320 steps, gaps below 0.1,
-// and one at 0.51 with the AVX-512 Q4_K/Q6_K row kernels, whose average is the same 0.200) and
-// equals llama.cpp's at 312-318 of 320 (differences at llama.cpp gaps below 0.45: both engines
-// carry activation-quantisation noise there).
+// ~1.2 from transformers' (measured 0.8-1.21 across kernel versions; 1.19 with the AVX-512
+// Q4_K/Q6_K row kernels), like llama.cpp's own (1.57); the top token differs from transformers'
+// only at near-ties (measured: 2-6 of 320 steps, top-two gaps below 0.1) and equals llama.cpp's
+// at 312-318 of 320 (differences at llama.cpp gaps below 0.3: both engines carry
+// activation-quantisation noise there).
 TEST(GreedyLlamaCppTest, Gemma3_270mWithInt8ActivationsStaysCloseToBoth) {
   CheckAgainstReferences(true, Tolerances{kInt8TopGap, 2.0, 95, 2 * kNearTie});
 }

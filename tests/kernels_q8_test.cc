@@ -3,7 +3,8 @@
 // reference, plus the activation quantiser's exact values.
 //
 // Tolerance of MatMulQ8 vs MatMulQ8Reference: both use the same quantised activations and the
-// SIMD kernel's integer sums are exact (|sum| < 2^24, so also exact in f32), so the two differ
+// SIMD kernel's integer sums are exact (|sum| < 2^24, so also exact in f32; the AVX-512 Q6_K row
+// kernel's per-superblock lanes can reach ~2^25.6 and round by a few units in f32), so the two differ
 // only by f32 rounding: the product a_h * dx, one fused multiply-add per unit into an accumulator
 // of at most K / 32 terms (plus the lane sum), and the offsets' dot product b_h * sd_h. The
 // offset form a_h u + b_h can cancel (for the random blocks below |b_h| <= 63 |a_h|, so each term

@@ -673,24 +673,12 @@ HWY_NOINLINE void PairRowsTile(const ActBlockQ8* xq, const float* sums, const fl
 // Against PairTile on Q4_0 (four 128-bit loads and inserts, four 2-byte scale loads and inserts,
 // a vphaddd and a float offset per unit) the in-cache decode of 6144 x 1536 takes ~2/3 of the
 // time, and streamed it reads faster: docs/PERFORMANCE.md.
-// The first `bytes` of [begin, end) into L2 at once. A kernel's range of weight rows (a thread's
-// chunk of a matmul) starts without the steady prefetch ahead, which stops at the end of the
-// range before: this covers the start. gemma4rt_sweep, E2B's shapes on 2 threads, against a
-// plain read (speed ratios): Q4_K 0.999 -> 1.021, Q6_K 0.989 -> 1.051, Q4_0x4 0.975 -> 0.99-1.02
-// (at most 8 KiB: all of Q4_0x4Rows' 4 groups ahead, 14 KiB at K = 1536, was 0.964).
-HWY_INLINE void PrefetchRangeStart(const uint8_t* begin, const uint8_t* end, size_t bytes) {
-  const uint8_t* stop = begin + std::min(bytes, static_cast<size_t>(end - begin));
-  for (const uint8_t* p = begin; p < stop; p += 64) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
-}
-
 template <int R, bool kVnni>
 HWY_NOINLINE void Q4_0x4Rows(const ActBlockQ8* xq, const int32_t* neg, size_t nb, int m0, int m1, const uint8_t* w,
                              size_t row_bytes, float scale, float* y, size_t ldy) {
   const __m512i m15 = _mm512_set1_epi8(15);
   const __m512i ones = _mm512_set1_epi16(1);
   const __m512i spread = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-  PrefetchRangeStart(w + static_cast<size_t>(m0) * row_bytes, w + static_cast<size_t>(m1) * row_bytes,
-                     std::min<size_t>(8192, static_cast<size_t>(kPrefetchTiles) * 4 * row_bytes));
   for (int m = m0; m < m1; m += 4) {
     const uint8_t* sc = w + static_cast<size_t>(m) * row_bytes;
     const uint8_t* qs = sc + 8 * nb;
@@ -775,12 +763,27 @@ void MatMulQ4_0x4Native(const ActBlockQ8* xq, int rows, int K, const uint8_t* w,
 // register in the order of the format's loads, integer sums per 16 elements, dx), prepared once
 // per matmul by the caller. Against the four-row tiles they replace (FmtK4::Tile4Shared,
 // Q6_K's four-row shared tile: four interleaved row streams, 256-bit decoding): E2B's
-// matrices on 2 threads, interleaved in one process (bench/decode_sweep.cc), decode 1.18x
-// (Q4_K) and 1.12x (Q6_K) faster, at 97-100% of a plain streaming read of the same bytes, and
-// 64-row prefill 1.18x and 1.19x faster. Every activation row gets the same operations
+// matrices on 2 threads, interleaved in one process (bench/decode_sweep.cc's harness with the old
+// tiles behind a temporary switch), decode 1.18x (Q4_K) and 1.12x (Q6_K) faster, at 97-100% of
+// a plain streaming read of the same bytes. Prefill of 64 rows, single-threaded (BM_Q8 6144 x
+// 1536, three alternating runs each by two people): Q6_K ~1.27x faster, Q4_K ~8% slower (its
+// float work per activation row and superblock, a 512-bit conversion and multiply-add, is
+// shared by four weight rows in the old tile; the same sweep harness once measured 1.18x faster
+// at 2 threads, which a separate-run sweep did not reproduce). Every activation row gets the same operations
 // whatever R is and wherever the weight range starts (batch-invariant); VNNI or not, the
 // integers and so the bits are the same.
 constexpr size_t kRowPrefetchBytes = 8192;
+
+// The first `bytes` of [begin, end) into L2 at once. A row kernel's range of weight rows (a
+// thread's chunk of a matmul) starts without the steady prefetch ahead (PrefetchRowsAhead),
+// which stops at the end of the range before: this covers the start. gemma4rt_sweep, E2B's
+// shapes on 2 threads, against a plain read (speed ratios): Q4_K 0.999 -> 1.021, Q6_K 0.989 ->
+// 1.051 (one run each; a reviewer's runs gave Q4_K 0.91-1.03 and Q6_K 1.04-1.11). Tried on
+// Q4_0x4Rows too (whose steady prefetch is not bounded by its range) and not kept: 0.96-1.02.
+HWY_INLINE void PrefetchRangeStart(const uint8_t* begin, const uint8_t* end, size_t bytes) {
+  const uint8_t* stop = begin + std::min(bytes, static_cast<size_t>(end - begin));
+  for (const uint8_t* p = begin; p < stop; p += 64) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
+}
 
 // The lines of one superblock (kBytes) kRowPrefetchBytes past p into L2, unless that is past
 // `end` (the thread's range: the lines beyond are another thread's or no weight's).
