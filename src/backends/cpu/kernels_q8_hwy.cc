@@ -766,10 +766,10 @@ void MatMulQ4_0x4Native(const ActBlockQ8* xq, int rows, int K, const uint8_t* w,
 // matrices on 2 threads, interleaved in one process (bench/decode_sweep.cc's harness with the old
 // tiles behind a temporary switch), decode 1.18x (Q4_K) and 1.12x (Q6_K) faster, at 97-100% of
 // a plain streaming read of the same bytes. Prefill of 64 rows, single-threaded (BM_Q8 6144 x
-// 1536, three alternating runs each by two people): Q6_K ~1.27x faster, Q4_K ~8% slower (its
-// float work per activation row and superblock, a 512-bit conversion and multiply-add, is
-// shared by four weight rows in the old tile; the same sweep harness once measured 1.18x faster
-// at 2 threads, which a separate-run sweep did not reproduce). Every activation row gets the same operations
+// 1536, alternating runs): Q6_K ~1.27x faster, Q4_K ~3% slower (its float work per activation
+// row and superblock is shared by four weight rows in the old tile; the same sweep harness
+// once measured 1.18x faster at 2 threads, which a separate-run sweep did not reproduce).
+// Every activation row gets the same operations
 // whatever R is and wherever the weight range starts (batch-invariant); VNNI or not, the
 // integers and so the bits are the same.
 constexpr size_t kRowPrefetchBytes = 8192;
@@ -854,16 +854,18 @@ HWY_INLINE __m512i ScaleControl(const int (&lo)[4], const int (&hi)[4]) {
 // per i32 lane); two registers' quads packed to i16 (vpackssdw: 128-bit lane L = [4 quads of the
 // first | 4 of the second]; |quad| <= 32004, no saturation) and multiplied-added with the i16
 // scales of their elements by vpmaddwd (vpdpwssd): i32 lanes that add up to sum_e scale(e) *
-// u_e * q_e, exactly. They are folded to 8 lanes (FoldI32, exact), converted once per superblock
-// and multiplied-added with d * dx into the row's f32 accumulator, whose lanes are added once,
-// at the end of the weight row (SumLanes).
+// u_e * q_e, exactly. They are folded to 8 lanes (FoldI32, exact; Q4_K then to 4), converted
+// once per superblock and multiplied-added with d * dx into the row's 256-bit f32 accumulator,
+// whose lanes are added once, at the end of the weight row (SumLanes).
 //
 // Q4_K: per superblock, the nibbles of two 512-bit loads (ActSuperblockQ8's Q4_K order); the
 // 6-bit scales and mins (ScaleMinK4) unpacked once into 16 bytes [sc_0..7 | mn_0..7], the scales
 // spread into the i16 lanes of their quads by vpshufb (|lane| <= 2 * 2 * 7620 * 63 < 2^31). The
 // mins' sum_j mn_j * (sum of unit j's q) is a vpmaddwd of the mins (each twice) with the
-// 16-element sums: its 8 lanes go above the folded sums' 8, converted together and
-// multiplied-added with [d * dx x 8 | -dmin * dx x 8].
+// 16-element sums. Both folded to 4 lanes, [sums | mins] are converted together and
+// multiplied-added with [d * dx x 4 | -dmin * dx x 4] (one 256-bit conversion and multiply-add
+// per activation row and superblock: with 16 lanes, Q4_K prefill of 64 rows was ~8% slower than
+// the old tile's, with 8 ~3%, and decode ~7% faster single-threaded).
 template <int R, bool kVnni>
 HWY_NOINLINE void Q4KRows(const ActSuperblockQ8* xa, size_t nsb, int m0, int m1, const uint8_t* w, size_t row_bytes,
                           float scale, float* y, size_t ldy) {
@@ -880,8 +882,8 @@ HWY_NOINLINE void Q4KRows(const ActSuperblockQ8* xa, size_t nsb, int m0, int m1,
   PrefetchRangeStart(w + static_cast<size_t>(m0) * row_bytes, end, kRowPrefetchBytes);
   for (int m = m0; m < m1; ++m) {
     const uint8_t* row = w + static_cast<size_t>(m) * row_bytes;
-    __m512 acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
     for (size_t ib = 0; ib < nsb; ++ib) {
       const uint8_t* b = row + ib * FmtQ4K::kBytes;
       PrefetchRowsAhead<FmtQ4K::kBytes>(b, end);
@@ -901,9 +903,9 @@ HWY_NOINLINE void Q4KRows(const ActSuperblockQ8* xa, size_t nsb, int m0, int m1,
       uint32_t dbits;
       std::memcpy(&dbits, b, 4);
       const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dbits)));  // d, dmin (as HalfQ8)
-      // [d x 8 | -dmin x 8]: the multipliers of the sums' and the mins' lanes.
-      const __m512 dm = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_broadcastss_ps(dd)),
-                                           _mm256_xor_ps(_mm256_broadcastss_ps(_mm_movehdup_ps(dd)), _mm256_set1_ps(-0.0f)), 1);
+      // [d x 4 | -dmin x 4]: the multipliers of the sums' and the mins' lanes.
+      const __m256 dm = _mm256_set_m128(_mm_xor_ps(_mm_broadcastss_ps(_mm_movehdup_ps(dd)), _mm_set1_ps(-0.0f)),
+                                        _mm_broadcastss_ps(dd));
       for (int r = 0; r < R; ++r) {
         const ActSuperblockQ8& a = xa[2 * (static_cast<size_t>(r) * nsb + ib)];
         const auto xv = [&](int k) { return _mm512_load_si512(a.q[k]); };
@@ -911,8 +913,10 @@ HWY_NOINLINE void Q4KRows(const ActSuperblockQ8* xa, size_t nsb, int m0, int m1,
         const __m512i pb = _mm512_packs_epi32(Quads<kVnni>(u46, xv(2)), Quads<kVnni>(u57, xv(3)));
         const __m512i i = DotI16<kVnni>(_mm512_madd_epi16(pa, sa), pb, sb);
         const __m256i mi = _mm256_madd_epi16(mn, _mm256_load_si256(reinterpret_cast<const __m256i*>(a.s)));
-        const __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(FoldI32(i)), mi, 1);
-        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(both), _mm512_mul_ps(dm, _mm512_set1_ps(a.dx)), acc[r]);
+        // [sums folded to 4 lanes | mins folded to 4 lanes] (exact), converted and multiplied-added.
+        const __m256i i8 = FoldI32(i);
+        const __m256i both = _mm256_add_epi32(_mm256_permute2x128_si256(i8, mi, 0x20), _mm256_permute2x128_si256(i8, mi, 0x31));
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(both), _mm256_mul_ps(dm, _mm256_set1_ps(a.dx)), acc[r]);
       }
     }
     for (int r = 0; r < R; ++r) y[r * ldy + m] = SumLanes(acc[r]) * scale;
