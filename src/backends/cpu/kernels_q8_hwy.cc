@@ -1474,8 +1474,8 @@ void MatMulQ4_0x4(const ActBlockQ8* xq, const float* sums, int rows, int K, cons
 #endif
 }
 
-bool Q4_0x4KernelAvailableHwy() { return HWY_TARGET == HWY_AVX3; }
-bool KQuantRowKernelsAvailableHwy() { return HWY_TARGET == HWY_AVX3; }
+// Whether the dispatched target has the AVX-512 kernels (Q4_0x4Rows, Q4KRows, Q6KRows).
+bool Avx3KernelsAvailableHwy() { return HWY_TARGET == HWY_AVX3; }
 
 void MatMulQ8Hwy(const ActBlockQ8* xq, const float* sums, int rows, int K, const uint8_t* w, DType wt, int M,
                  float scale, float* y, int ldy, int act_group, const ActSuperblockQ8* xs) {
@@ -1509,8 +1509,7 @@ namespace g4 {
 namespace cpu {
 
 HWY_EXPORT(MatMulQ8Hwy);
-HWY_EXPORT(Q4_0x4KernelAvailableHwy);
-HWY_EXPORT(KQuantRowKernelsAvailableHwy);
+HWY_EXPORT(Avx3KernelsAvailableHwy);
 HWY_EXPORT(QuantizeRowsQ8Hwy);
 
 void QuantizeRowsQ8(const float* x, int rows, int K, ActBlockQ8* blocks, float* sums, int group) {
@@ -1518,11 +1517,11 @@ void QuantizeRowsQ8(const float* x, int rows, int K, ActBlockQ8* blocks, float* 
   HWY_DYNAMIC_DISPATCH(QuantizeRowsQ8Hwy)(x, rows, K, blocks, sums, group);
 }
 
-bool Q4_0x4KernelAvailable() { return HWY_DYNAMIC_DISPATCH(Q4_0x4KernelAvailableHwy)(); }
+bool Q4_0x4KernelAvailable() { return HWY_DYNAMIC_DISPATCH(Avx3KernelsAvailableHwy)(); }
 
 bool MatMulQ8UsesSuperblocks(DType wt, int K, int act_group) {
   return (wt == DType::kQ4_K || wt == DType::kQ6_K) && act_group == 256 && K % 256 == 0 &&
-         HWY_DYNAMIC_DISPATCH(KQuantRowKernelsAvailableHwy)();
+         HWY_DYNAMIC_DISPATCH(Avx3KernelsAvailableHwy)();
 }
 
 void MatMulQ8(const ActBlockQ8* xq, const float* sums, int rows, int K, const uint8_t* w, DType wt, int M,
