@@ -1,6 +1,8 @@
 // ThreadPool: every index of every loop runs exactly once, in both hand-off modes (workers still
 // spinning from the previous loop, and workers asleep after a pause longer than the spin); the
-// caller waits for chunks in flight; a stalled thread's unstarted chunks are taken over.
+// caller waits for chunks in flight; a stalled thread's unstarted chunks are taken over; each
+// thread runs a front part of its own run of chunks, in order, and the rest of the run is taken
+// from its back.
 #include "base/thread_pool.h"
 
 #include <gtest/gtest.h>
@@ -78,6 +80,40 @@ TEST(ThreadPoolTest, OtherThreadsTakeOverTheChunksOfAStalledOne) {
   const int64_t chunk = n / (ThreadPool::kChunksPerThread * pool.size());
   EXPECT_EQ(by_task[static_cast<size_t>(stalled)].load(), chunk) << "the stalled thread ran only its first chunk";
   EXPECT_EQ(by_task[static_cast<size_t>(1 - stalled)].load(), n - chunk);
+}
+
+TEST(ThreadPoolTest, EachThreadRunsTheFrontOfItsOwnRunInOrderAndOthersTakeTheBack) {
+  for (int threads : {2, 3}) {
+    ThreadPool pool(threads);
+    for (int rep = 0; rep < 200; ++rep) {
+      const int64_t n = 1000 + rep;
+      const int64_t chunks = pool.ChunksFor(n);
+      ASSERT_EQ(chunks, ThreadPool::kChunksPerThread * threads);
+      std::vector<std::vector<int64_t>> ran(static_cast<size_t>(threads));  // chunk indices, in run order
+      std::vector<std::atomic<int>> runner(static_cast<size_t>(chunks));
+      pool.ParallelFor(n, [&](int task, int64_t b, int64_t e) {
+        const int64_t c = (b * chunks + n - 1) / n;  // the chunk that starts at b
+        ASSERT_EQ(b, n * c / chunks);
+        ASSERT_EQ(e, n * (c + 1) / chunks);
+        ran[static_cast<size_t>(task)].push_back(c);
+        runner[static_cast<size_t>(c)].store(task);
+      });
+      for (int t = 0; t < threads; ++t) {
+        const int64_t first = pool.FirstChunkOf(t, chunks), end = pool.FirstChunkOf(t + 1, chunks);
+        // The owner's chunks of its run: first, first + 1, ..., in that order; the rest (by others)
+        // after them.
+        int64_t own = first;
+        for (int64_t c : ran[static_cast<size_t>(t)]) {
+          if (c >= first && c < end) {
+            ASSERT_EQ(c, own++) << "threads=" << threads << " task " << t;
+          }
+        }
+        for (int64_t c = first; c < end; ++c) {
+          ASSERT_EQ(runner[static_cast<size_t>(c)].load() == t, c < own) << "threads=" << threads << " chunk " << c;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

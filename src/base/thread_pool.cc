@@ -18,7 +18,7 @@ int ResolveThreadCount(int requested) {
   return requested >= 1 ? requested : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
-ThreadPool::ThreadPool(int threads) {
+ThreadPool::ThreadPool(int threads) : slots_(new Slot[std::max(1, threads)]) {
   for (int i = 1; i < std::max(1, threads); ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
 }
 
@@ -35,7 +35,12 @@ namespace {
 constexpr uint64_t kField = (uint64_t{1} << 20) - 1;
 inline uint64_t GenOf(uint64_t s) { return s >> 40; }
 inline int64_t ChunksOf(uint64_t s) { return static_cast<int64_t>((s >> 20) & kField); }
-inline int64_t NextOf(uint64_t s) { return static_cast<int64_t>(s & kField); }
+// A slot word: [generation | back | front].
+inline int64_t BackOf(uint64_t w) { return static_cast<int64_t>((w >> 20) & kField); }
+inline int64_t FrontOf(uint64_t w) { return static_cast<int64_t>(w & kField); }
+inline uint64_t SlotWord(uint64_t gen, int64_t front, int64_t back) {
+  return gen << 40 | static_cast<uint64_t>(back) << 20 | static_cast<uint64_t>(front);
+}
 
 // Spins until pred() or `micros` have passed; returns pred().
 template <class Pred>
@@ -49,19 +54,26 @@ bool SpinFor(int micros, Pred pred) {
 }
 }  // namespace
 
+int64_t ThreadPool::ChunksFor(int64_t n) const {
+  return std::min<int64_t>(n, static_cast<int64_t>(kChunksPerThread) * size());
+}
+
 void ThreadPool::ParallelFor(int64_t n, const std::function<void(int, int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   if (size() == 1 || n == 1) {
     fn(0, 0, n);
     return;
   }
-  const int64_t chunks = std::min<int64_t>(n, static_cast<int64_t>(kChunksPerThread) * size());
+  const int64_t chunks = ChunksFor(n);
   job_ = &fn;
   job_n_ = n;
   done_.store(0, std::memory_order_relaxed);
   generation_ = (generation_ + 1) & ((uint64_t{1} << 24) - 1);
+  for (int t = 0; t < size(); ++t)
+    slots_[t].word.store(SlotWord(generation_, FirstChunkOf(t, chunks), FirstChunkOf(t + 1, chunks)),
+                         std::memory_order_relaxed);
   const uint64_t s = generation_ << 40 | static_cast<uint64_t>(chunks) << 20;
-  state_.store(s);  // seq_cst: publishes the job; pairs with sleepers_ below (Dekker)
+  state_.store(s);  // seq_cst: publishes the job and the slots; pairs with sleepers_ below (Dekker)
   if (sleepers_.load() > 0) {
     std::lock_guard<std::mutex> lock(mu_);
     start_cv_.notify_all();
@@ -78,20 +90,30 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int, int64_t, i
 
 void ThreadPool::RunChunks(int index, uint64_t s) {
   const uint64_t gen = GenOf(s);
-  for (;;) {
-    if (GenOf(s) != gen) return;  // a newer job: the worker loop picks it up
-    const int64_t chunks = ChunksOf(s), c = NextOf(s);
-    if (c >= chunks) return;
-    if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
-    // Chunk c of this job is ours: the caller cannot return (and job_ cannot change) before it
-    // is done.
-    const int64_t n = job_n_;
-    (*job_)(index, n * c / chunks, n * (c + 1) / chunks);
-    if (done_.fetch_add(1) + 1 == chunks && index != 0 && caller_sleeping_.load()) {
-      std::lock_guard<std::mutex> lock(mu_);
-      done_cv_.notify_one();
+  const int64_t chunks = ChunksOf(s);
+  const int threads = size();
+  // Victim v = index: own run, from the front; then the others in turn, from the back.
+  for (int k = 0; k < threads; ++k) {
+    const int v = (index + k) % threads;
+    std::atomic<uint64_t>& slot = slots_[v].word;
+    uint64_t w = slot.load(std::memory_order_acquire);
+    for (;;) {
+      if (GenOf(w) != gen) return;  // a newer job: the worker loop picks it up
+      const int64_t front = FrontOf(w), back = BackOf(w);
+      if (front >= back) break;
+      const int64_t c = k == 0 ? front : back - 1;
+      const uint64_t next = k == 0 ? SlotWord(gen, front + 1, back) : SlotWord(gen, front, back - 1);
+      if (!slot.compare_exchange_weak(w, next, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+      // Chunk c of this job is ours: the caller cannot return (and job_ cannot change) before it
+      // is done.
+      const int64_t n = job_n_;
+      (*job_)(index, n * c / chunks, n * (c + 1) / chunks);
+      if (done_.fetch_add(1) + 1 == chunks && index != 0 && caller_sleeping_.load()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        done_cv_.notify_one();
+      }
+      w = slot.load(std::memory_order_acquire);
     }
-    s = state_.load(std::memory_order_acquire);
   }
 }
 
