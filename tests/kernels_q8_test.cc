@@ -299,7 +299,7 @@ TEST(KernelsQ8Superblocks, HaveTheDocumentedLayout) {
       int want = 0;
       for (int l = 0; l < 16; ++l) want += u[g / 2].q[16 * (g % 2) + l];
       EXPECT_EQ(xs[2 * j].s[g], want) << j << " " << g;
-      EXPECT_EQ(xs[2 * j + 1].s[g], want) << j << " " << g;
+      EXPECT_EQ(xs[2 * j + 1].s[g], -want) << j << " " << g;
     }
     EXPECT_EQ(xs[2 * j].dx, u[0].d);
     EXPECT_EQ(xs[2 * j + 1].dx, u[0].d);

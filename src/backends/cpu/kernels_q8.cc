@@ -61,7 +61,8 @@ void PrepareActSuperblocks(const ActBlockQ8* xq, int rows, int K, ActSuperblockQ
     for (int g = 0; g < 16; ++g) {
       int t = 0;
       for (int l = 0; l < 16; ++l) t += u[g / 2].q[16 * (g % 2) + l];
-      a.s[g] = b.s[g] = static_cast<int16_t>(t);
+      a.s[g] = static_cast<int16_t>(t);
+      b.s[g] = static_cast<int16_t>(-t);
     }
     a.dx = b.dx = u[0].d;
   }

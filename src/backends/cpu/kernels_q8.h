@@ -66,14 +66,17 @@ struct alignas(64) ActSuperblockQ8 {
   // Q6_K's order: units [0 | 1], [2 | 3], [4 | 5], [6 | 7] (ql's low, high nibbles);
   // Q4_K's: units [0 | 2], [1 | 3], [4 | 6], [5 | 7] (qs's low, high nibbles).
   int8_t q[4][64];
-  int16_t s[16];  // s[g] = the sum of q over elements 16 g .. 16 g + 15 (|s| <= 16 * 127)
+  // s[g] = the sum of q over elements 16 g .. 16 g + 15 (|s| <= 16 * 127); negated in Q4_K's
+  // order (the kernel's mins term then needs no sign change).
+  int16_t s[16];
   float dx;       // the scale the superblock's eight blocks share
 };
 static_assert(sizeof(ActSuperblockQ8) == 320);
 
 // Superblocks of xq [rows, K / 32] quantised with group 256 (K % 256 == 0): superblock j = r * K
 // / 256 + i (i < K / 256) in Q6_K's order at out[2 j] and in Q4_K's at out[2 j + 1] (2 rows * K /
-// 256 in all). Integers copied and summed exactly: the same bytes for every caller.
+// 256 in all; Q4_K's with s negated). Integers copied and summed exactly: the same bytes for every
+// caller.
 void PrepareActSuperblocks(const ActBlockQ8* xq, int rows, int K, ActSuperblockQ8* out);
 
 // Whether MatMulQ8 reads ActSuperblockQ8 for weights of type wt with rows of K and activations
