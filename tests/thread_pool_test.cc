@@ -2,7 +2,8 @@
 // spinning from the previous loop, and workers asleep after a pause longer than the spin); the
 // caller waits for chunks in flight; a stalled thread's unstarted chunks are taken over; each
 // thread runs a front part of its own run of chunks, in order, and the rest of the run is taken
-// from its back.
+// from its back; prefetch hints between loops leave the loops intact, are acted on by worker 1
+// over every line of both ranges, and are skipped while the workers sleep.
 #include "base/thread_pool.h"
 
 #include <gtest/gtest.h>
@@ -114,6 +115,41 @@ TEST(ThreadPoolTest, EachThreadRunsTheFrontOfItsOwnRunInOrderAndOthersTakeTheBac
       }
     }
   }
+}
+
+TEST(ThreadPoolTest, LoopsStayIntactAroundPrefetchHints) {
+  std::vector<char> buf(8 << 20, 1);
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int rep = 0; rep < 200; ++rep) {
+      pool.PrefetchHint(buf.data() + 4096 * (rep % 64), (rep % 7) * 100000, rep % 2 ? buf.data() : nullptr, 70000);
+      if (rep % 3 == 0) pool.PrefetchHint(buf.data(), buf.size());  // replaces the last
+      if (rep % 50 == 49) std::this_thread::sleep_for(std::chrono::milliseconds(2));  // workers asleep: skipped
+      CheckLoop(pool, 1 + rep % 40);
+    }
+  }
+}
+
+TEST(ThreadPoolTest, WorkerOnePrefetchesEveryLineOfAHint) {
+  ThreadPool pool(2);
+  std::vector<char> a((1 << 20) + 64, 1), b(4096, 2);
+  const uint64_t expected = a.size() / 64 + b.size() / 64;
+  bool done = false;
+  // A hint is skipped if worker 1 fell asleep between the loop and the hint (a descheduled test
+  // thread): try again.
+  for (int attempt = 0; attempt < 20 && !done; ++attempt) {
+    const uint64_t start = pool.HintLinesForTest();
+    pool.ParallelFor(2, [](int, int64_t, int64_t) {});  // wakes the worker; ends any older hint
+    pool.PrefetchHint(a.data(), a.size(), b.data(), b.size());
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    while (pool.HintLinesForTest() - start < expected && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    const uint64_t lines = pool.HintLinesForTest() - start;
+    ASSERT_LE(lines, expected);
+    done = lines == expected;
+  }
+  EXPECT_TRUE(done) << "worker 1 never finished a hint of " << expected << " lines";
 }
 
 }  // namespace

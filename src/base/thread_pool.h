@@ -44,6 +44,18 @@ class ThreadPool {
   // fast for Q4_0x4, 1.03x for Q4_K and Q6_K (whose kernels prefetch the start of each range).
   void ParallelFor(int64_t n, const std::function<void(int task, int64_t begin, int64_t end)>& fn);
 
+  // A read-ahead hint for the time between loops (decode's serial steps: norms, attention, the
+  // quantisation of a matmul's input): worker 1 prefetches the 64-byte lines of [a, a + a_bytes)
+  // and [b, b + b_bytes) into its L2 cache, 4 KiB of each in turn, until both are done or the
+  // next ParallelFor or PrefetchHint is called. Returns at once; reads nothing itself (any
+  // addresses are allowed: a prefetch never faults). Nothing happens with one thread, or while a
+  // worker sleeps (waking it would cost the caller more than the hint saves). Meant for the start
+  // of worker 1's run of the next loop's weights (FirstChunkOf(1, ...)), which it then reads
+  // from its cache.
+  void PrefetchHint(const void* a, size_t a_bytes, const void* b = nullptr, size_t b_bytes = 0);
+  // Lines worker 1 has prefetched for hints so far (in 4 KiB steps; for tests).
+  uint64_t HintLinesForTest() const { return hint_lines_.load(std::memory_order_relaxed); }
+
   // The chunks a loop of n is split into (the figure the runs above divide), and the first chunk
   // of task t's run: chunk c covers [n * c / chunks, n * (c + 1) / chunks).
   int64_t ChunksFor(int64_t n) const;
@@ -63,10 +75,12 @@ class ThreadPool {
   // of thread `index`'s own run, then from the back of the others', until none are left or a
   // newer job has replaced it.
   void RunChunks(int index, uint64_t s);
+  // Worker 1's part of a hint published as state word `s` (chunks 0).
+  void RunHint(uint64_t s);
 
   // Hand-off: ParallelFor writes each thread's run into its slot, [generation: 24 bits | back: 20
   // bits | front: 20 bits] (chunks [front, back) unclaimed), then publishes the job in state_ =
-  // [generation | chunks: 20 bits]. A chunk is claimed by a compare-exchange of a whole slot word
+  // [generation | chunks: 20 bits] (chunks 0: a PrefetchHint, whose ranges are in hint_). A chunk is claimed by a compare-exchange of a whole slot word
   // (front + 1 by the owner, back - 1 by another thread), so a claim can only succeed for the job
   // that is current, whose fields are then stable until its chunks are all done. Workers spin on a
   // new generation for up to kSpinMicros after their last job (decode runs a few hundred short
@@ -85,6 +99,11 @@ class ThreadPool {
     std::atomic<uint64_t> word{0};
   };
   std::unique_ptr<Slot[]> slots_;  // one per thread, each on its own cache line
+  // The latest hint's ranges (atomics: a new hint may be written while worker 1 reads the last;
+  // it then prefetches a mix of the two until it sees the newer generation).
+  std::atomic<const char*> hint_a_{nullptr}, hint_b_{nullptr};
+  std::atomic<size_t> hint_a_bytes_{0}, hint_b_bytes_{0};
+  alignas(64) std::atomic<uint64_t> hint_lines_{0};  // written by worker 1 only: a line of its own
   std::atomic<int> done_{0};  // chunks of the current job finished
   std::atomic<int> sleepers_{0};
   std::atomic<bool> caller_sleeping_{false};

@@ -169,6 +169,21 @@ class CpuExecutable : public Executable {
   };
   std::vector<FusedMlp> mlp_of_;
   std::vector<bool> fused_away_;
+  // Read-ahead hints (ThreadPool::PrefetchHint), posted after each node that ran on the pool, for
+  // steps of at most kHintMaxTokens tokens (decode: memory-bound; the pool's worker would
+  // otherwise wait through the serial nodes that follow): the start of worker 1's run of the
+  // next matmul's weights (a fused MLP's two matrices), up to kHintBytes of each. E2B decode, 2
+  // threads, hints on every other token in one process (128 tokens each, median time per
+  // token): Q4_0 1.006-1.016x, Q4_K_M 1.006-1.016x as fast (64 KiB and 1 MiB measured alike).
+  struct Hint {
+    const void* a = nullptr;
+    size_t a_bytes = 0;
+    const void* b = nullptr;
+    size_t b_bytes = 0;
+  };
+  std::vector<Hint> hint_after_;  // per node; a == nullptr: none
+  static constexpr int kHintMaxTokens = 8;
+  static constexpr size_t kHintBytes = 256 << 10;
   std::vector<std::vector<float>> task_scratch_;  // per pool task: one converted weight row
   // Every node output lives in the workspace arena (see Plan) at offset_of_[node] floats
   // (kNoBuffer: none); base_ is the arena as of the last Run.
@@ -384,6 +399,34 @@ void CpuExecutable::Plan() {
   base_ = ws_->Arena(arena_floats_);  // allocated (and its pages touched) at compile time, as before
   scratch_.assign(max_k, 0.0f);
   task_scratch_.assign(pool_->size(), std::vector<float>(max_k, 0.0f));
+  // Hints: for each node, the next matmul (or fused MLP) after it, unless an MoE block (whose
+  // expert matmuls are chosen at run time) comes first.
+  hint_after_.assign(n, {});
+  if (num_tokens_ <= kHintMaxTokens && pool_->size() > 1) {
+    Hint next;
+    for (int i = n - 1; i >= 0; --i) {
+      hint_after_[i] = next;
+      if (std::holds_alternative<MoEOp>(nodes[i].op)) {
+        next = {};
+        continue;
+      }
+      const Node* mm = matmul_at(i);
+      if (mm == nullptr) continue;
+      const Tensor& w = *std::get<MatMulOp>(mm->op).w;
+      const int g = RowGrain(w.dtype);
+      const int64_t units = w.shape[0] / g, chunks = pool_->ChunksFor(units);
+      const int64_t u0 = units * pool_->FirstChunkOf(1, chunks) / chunks;
+      const int64_t u1 = units * pool_->FirstChunkOf(2, chunks) / chunks;
+      const size_t row_bytes = DTypeRowBytes(w.dtype, static_cast<int>(w.shape[1]));
+      const size_t off = static_cast<size_t>(u0) * g * row_bytes;
+      const size_t bytes = std::min(kHintBytes, static_cast<size_t>(u1 - u0) * g * row_bytes);
+      next = {w.data + off, bytes, nullptr, 0};
+      if (mlp_of_[i].first >= 0) {
+        next.b = std::get<MatMulOp>(nodes[mlp_of_[i].second].op).w->data + off;
+        next.b_bytes = bytes;
+      }
+    }
+  }
   attn_cache_rows_.assign(2 * static_cast<size_t>(num_tokens_), nullptr);
   seq_first_.assign(num_tokens_, 0);
 }
@@ -486,6 +529,12 @@ void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
         },
         [&](const MoEOp& op) { RunMoE(op, input(0), input(1), out, rows); },
     }, node.op);
+    const Hint& h = hint_after_[i];
+    if (h.a != nullptr && !fused_away_[i] &&
+        (std::holds_alternative<MatMulOp>(node.op) || std::holds_alternative<GeGluOp>(node.op) ||
+         std::holds_alternative<AttentionOp>(node.op) || std::holds_alternative<SoftcapOp>(node.op))) {
+      pool_->PrefetchHint(h.a, h.a_bytes, h.b, h.b_bytes);
+    }
   }
 }
 
