@@ -774,23 +774,26 @@ void MatMulQ4_0x4Native(const ActBlockQ8* xq, int rows, int K, const uint8_t* w,
 // integers and so the bits are the same.
 constexpr size_t kRowPrefetchBytes = 8192;
 
-// The first `bytes` of [begin, end) into L2 at once. A row kernel's range of weight rows (a
-// thread's chunk of a matmul) starts without the steady prefetch ahead (PrefetchRowsAhead),
-// which stops at the end of the range before: this covers the start. gemma4rt_sweep, E2B's
-// shapes on 2 threads, against a plain read (speed ratios): Q4_K 0.999 -> 1.021, Q6_K 0.989 ->
-// 1.051 (one run each; a reviewer's runs gave Q4_K 0.91-1.03 and Q6_K 1.04-1.11). Tried on
-// Q4_0x4Rows too (whose steady prefetch is not bounded by its range) and not kept: 0.96-1.02.
+// The first `bytes` of [begin, end) into L2 at once: a row kernel's range of weight rows (a
+// thread's chunk of a matmul, a fused MLP's block of columns) may start where no earlier prefetch
+// reached. gemma4rt_sweep, E2B's shapes on 2 threads, against a plain read (speed ratios): Q4_K
+// 0.999 -> 1.021, Q6_K 0.989 -> 1.051 (one run each, when the steady prefetch stopped at the
+// range end; a reviewer's runs gave Q4_K 0.91-1.03 and Q6_K 1.04-1.11). Tried on Q4_0x4Rows too
+// and not kept: 0.96-1.02.
 HWY_INLINE void PrefetchRangeStart(const uint8_t* begin, const uint8_t* end, size_t bytes) {
   const uint8_t* stop = begin + std::min(bytes, static_cast<size_t>(end - begin));
   for (const uint8_t* p = begin; p < stop; p += 64) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
 }
 
-// The lines of one superblock (kBytes) kRowPrefetchBytes past p into L2, unless that is past
-// `end` (the thread's range: the lines beyond are another thread's or no weight's).
+// The lines of one superblock (kBytes) kRowPrefetchBytes past p into L2, also past the end of
+// the range (a prefetch never faults). Past the end lie the thread's next chunk of the same
+// matrix or, in a fused MLP, its next block of columns, read after the other matrix's block;
+// stopping at the end left each 64-row block of a fused MLP to start on a burst of demand
+// misses. E2B Q4_K_M decode, 2 threads, the two ways on alternate tokens in one process (128
+// tokens each, median time per token): 1.039x and 1.044x as fast without the stop.
 template <size_t kBytes>
-HWY_INLINE void PrefetchRowsAhead(const uint8_t* p, const uint8_t* end) {
+HWY_INLINE void PrefetchRowsAhead(const uint8_t* p) {
   const uint8_t* a = p + kRowPrefetchBytes;
-  if (a >= end) return;
   for (size_t o = 0; o < kBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(a + o), _MM_HINT_T1);
 }
 
@@ -890,7 +893,7 @@ HWY_NOINLINE void Q4KRows(const ActSuperblockQ8* xa, size_t nsb, int m0, int m1,
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
     for (size_t ib = 0; ib < nsb; ++ib) {
       const uint8_t* b = row + ib * FmtQ4K::kBytes;
-      PrefetchRowsAhead<FmtQ4K::kBytes>(b, end);
+      PrefetchRowsAhead<FmtQ4K::kBytes>(b);
       const __m512i v0 = _mm512_loadu_si512(b + 16), v1 = _mm512_loadu_si512(b + 80);
       const __m512i u02 = _mm512_and_si512(v0, m15), u13 = _mm512_and_si512(_mm512_srli_epi16(v0, 4), m15);
       const __m512i u46 = _mm512_and_si512(v1, m15), u57 = _mm512_and_si512(_mm512_srli_epi16(v1, 4), m15);
@@ -952,7 +955,7 @@ HWY_NOINLINE void Q6KRows(const ActSuperblockQ8* xa, size_t nsb, int m0, int m1,
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
     for (size_t ib = 0; ib < nsb; ++ib) {
       const uint8_t* b = row + ib * FmtQ6K::kBytes;
-      PrefetchRowsAhead<FmtQ6K::kBytes>(b, end);
+      PrefetchRowsAhead<FmtQ6K::kBytes>(b);
       __m512i u[4];
       for (int h = 0; h < 2; ++h) {
         const __m512i ql = _mm512_loadu_si512(b + 64 * h);
