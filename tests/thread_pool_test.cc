@@ -69,8 +69,9 @@ TEST(ThreadPoolTest, OtherThreadsTakeOverTheChunksOfAStalledOne) {
   const int64_t n = 64;
   std::vector<std::atomic<int>> by_task(2);
   std::atomic<int> stalled_task{-1};
+  std::atomic<bool> first{true};
   pool.ParallelFor(n, [&](int task, int64_t b, int64_t e) {
-    if (b == 0) {
+    if (first.exchange(false)) {  // the first chunk any thread starts
       stalled_task.store(task);
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
     }
@@ -135,13 +136,25 @@ TEST(ThreadPoolTest, WorkerOnePrefetchesEveryLineOfAHint) {
   std::vector<char> a((1 << 20) + 64, 1), b(4096, 2);
   const uint64_t expected = a.size() / 64 + b.size() / 64;
   bool done = false;
-  // A hint is skipped if worker 1 fell asleep between the loop and the hint (a descheduled test
-  // thread): try again.
-  for (int attempt = 0; attempt < 20 && !done; ++attempt) {
+  // A hint is skipped while worker 1 sleeps (after 500 us without a loop, e.g. when this thread
+  // was descheduled): each attempt first makes sure it is awake, by a loop whose caller's chunk
+  // waits (up to 50 ms) for worker 1 to have run its own chunk.
+  // Under load (other processes on the cores) an attempt can still miss: a worker descheduled
+  // between its chunk and the end of the loop has spun out by the time the hint comes. So try
+  // for up to 10 s; a worker that never acts on a hint fails after that.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!done && std::chrono::steady_clock::now() < give_up) {
+    std::atomic<bool> worker_ran{false};
+    pool.ParallelFor(2, [&](int task, int64_t, int64_t) {  // ends any older hint too
+      if (task == 1) worker_ran.store(true);
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(50);
+      while (task == 0 && !worker_ran.load() && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    });
+    if (!worker_ran.load()) continue;
+    // Worker 1 left any older hint before it ran its chunk, so no older hint's lines come later.
     const uint64_t start = pool.HintLinesForTest();
-    pool.ParallelFor(2, [](int, int64_t, int64_t) {});  // wakes the worker; ends any older hint
     pool.PrefetchHint(a.data(), a.size(), b.data(), b.size());
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
     while (pool.HintLinesForTest() - start < expected && std::chrono::steady_clock::now() < deadline)
       std::this_thread::yield();
     std::this_thread::sleep_for(std::chrono::milliseconds(5));

@@ -100,7 +100,9 @@ void ThreadPool::PrefetchHint(const void* a, size_t a_bytes, const void* b, size
 
 void ThreadPool::RunHint(uint64_t s) {
   constexpr size_t kStep = 4096;
-  const char* p[2] = {hint_a_.load(std::memory_order_relaxed), hint_b_.load(std::memory_order_relaxed)};
+  // Addresses as integers: a hint's range need not be an object (a prefetch never faults).
+  const uintptr_t p[2] = {reinterpret_cast<uintptr_t>(hint_a_.load(std::memory_order_relaxed)),
+                          reinterpret_cast<uintptr_t>(hint_b_.load(std::memory_order_relaxed))};
   const size_t n[2] = {hint_a_bytes_.load(std::memory_order_relaxed), hint_b_bytes_.load(std::memory_order_relaxed)};
   for (size_t off = 0; off < std::max(n[0], n[1]); off += kStep) {
     // Stop at the next loop (or hint), or the pool's end.
@@ -109,7 +111,7 @@ void ThreadPool::RunHint(uint64_t s) {
     for (int r = 0; r < 2; ++r) {
       for (size_t o = off; o < std::min(n[r], off + kStep); o += 64) {
 #if defined(__GNUC__)
-        __builtin_prefetch(p[r] + o, 0, 2);  // into L2 (prefetcht1 on x86)
+        __builtin_prefetch(reinterpret_cast<const void*>(p[r] + o), 0, 2);  // into L2 (prefetcht1 on x86)
 #endif
         ++lines;
       }
@@ -120,7 +122,6 @@ void ThreadPool::RunHint(uint64_t s) {
 
 void ThreadPool::RunChunks(int index, uint64_t s) {
   const uint64_t gen = GenOf(s);
-  const int64_t chunks = ChunksOf(s);
   const int threads = size();
   // Victim v = index: own run, from the front; then the others in turn, from the back.
   for (int k = 0; k < threads; ++k) {
@@ -134,8 +135,10 @@ void ThreadPool::RunChunks(int index, uint64_t s) {
       const int64_t c = k == 0 ? front : back - 1;
       const uint64_t next = k == 0 ? SlotWord(gen, front + 1, back) : SlotWord(gen, front, back - 1);
       if (!slot.compare_exchange_weak(w, next, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
-      // Chunk c of this job is ours: the caller cannot return (and job_ cannot change) before it
-      // is done.
+      // Chunk c of the current job is ours: the caller cannot return (and job_, job_n_ and state_
+      // cannot change) before it is done. Its chunk count from state_ (acquire: job_ and job_n_
+      // as the caller wrote them), not from `s`: see the header on the generation wrapping.
+      const int64_t chunks = ChunksOf(state_.load(std::memory_order_acquire));
       const int64_t n = job_n_;
       (*job_)(index, n * c / chunks, n * (c + 1) / chunks);
       if (done_.fetch_add(1) + 1 == chunks && index != 0 && caller_sleeping_.load()) {

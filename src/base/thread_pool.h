@@ -56,8 +56,11 @@ class ThreadPool {
   // Lines worker 1 has prefetched for hints so far (in 4 KiB steps; for tests).
   uint64_t HintLinesForTest() const { return hint_lines_.load(std::memory_order_relaxed); }
 
-  // The chunks a loop of n is split into (the figure the runs above divide), and the first chunk
-  // of task t's run: chunk c covers [n * c / chunks, n * (c + 1) / chunks).
+  // The chunks a loop of n >= 2 is split into on a pool of size() >= 2 (ParallelFor runs smaller
+  // loops, and every loop of a one-thread pool, as one call on the caller), and the first chunk of
+  // task t's run: chunk c covers [n * c / chunks, n * (c + 1) / chunks), and task t's run is
+  // chunks [FirstChunkOf(t, chunks), FirstChunkOf(t + 1, chunks)) (FirstChunkOf(size(), chunks)
+  // == chunks).
   int64_t ChunksFor(int64_t n) const;
   int64_t FirstChunkOf(int task, int64_t chunks) const { return chunks * task / size(); }
 
@@ -80,9 +83,13 @@ class ThreadPool {
 
   // Hand-off: ParallelFor writes each thread's run into its slot, [generation: 24 bits | back: 20
   // bits | front: 20 bits] (chunks [front, back) unclaimed), then publishes the job in state_ =
-  // [generation | chunks: 20 bits] (chunks 0: a PrefetchHint, whose ranges are in hint_). A chunk is claimed by a compare-exchange of a whole slot word
-  // (front + 1 by the owner, back - 1 by another thread), so a claim can only succeed for the job
-  // that is current, whose fields are then stable until its chunks are all done. Workers spin on a
+  // [generation | chunks: 20 bits] (chunks 0: a PrefetchHint, whose ranges are in hint_a_ ..
+  // hint_b_bytes_). A chunk is claimed by a compare-exchange of a whole slot word (front + 1 by
+  // the owner, back - 1 by another thread), so a claim can only succeed for the job that is
+  // current (or, after the 24-bit generation has wrapped under a thread stalled between its load
+  // and its compare-exchange, for a current job whose slot word happens to be the same: so the
+  // chunk count and job are read from state_ after the claim, never from the word loaded before
+  // it), whose fields are then stable until its chunks are all done. Workers spin on a
   // new generation for up to kSpinMicros after their last job (decode runs a few hundred short
   // parallel loops per token, and a futex wake-up costs tens of microseconds), then sleep on
   // start_cv_. The caller spins on done_ the same way. sleepers_ tells ParallelFor whether to

@@ -169,12 +169,14 @@ class CpuExecutable : public Executable {
   };
   std::vector<FusedMlp> mlp_of_;
   std::vector<bool> fused_away_;
-  // Read-ahead hints (ThreadPool::PrefetchHint), posted after each node that ran on the pool, for
-  // steps of at most kHintMaxTokens tokens (decode: memory-bound; the pool's worker would
+  // Read-ahead hints (ThreadPool::PrefetchHint), posted after each matmul, fused MLP (GeGlu),
+  // attention and soft-cap node (those that run on the pool; not inside MoE blocks), for steps
+  // of at most kHintMaxTokens tokens (decode: memory-bound; the pool's worker would
   // otherwise wait through the serial nodes that follow): the start of worker 1's run of the
   // next matmul's weights (a fused MLP's two matrices), up to kHintBytes of each. E2B decode, 2
   // threads, hints on every other token in one process (128 tokens each, median time per
-  // token): Q4_0 1.006-1.016x, Q4_K_M 1.006-1.016x as fast (64 KiB and 1 MiB measured alike).
+  // token), as fast as without them by: Q4_0 1.007x and 1.016x at 256 KiB (1.006x at 64 KiB,
+  // 1.014x at 1 MiB), Q4_K_M 1.006x and 1.016x.
   struct Hint {
     const void* a = nullptr;
     size_t a_bytes = 0;
