@@ -68,7 +68,7 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int, int64_t, i
   job_ = &fn;
   job_n_ = n;
   done_.store(0, std::memory_order_relaxed);
-  generation_ = (generation_ + 1) & ((uint64_t{1} << 24) - 1);
+  NextGeneration();
   for (int t = 0; t < size(); ++t)
     slots_[t].word.store(SlotWord(generation_, FirstChunkOf(t, chunks), FirstChunkOf(t + 1, chunks)),
                          std::memory_order_relaxed);
@@ -94,7 +94,7 @@ void ThreadPool::PrefetchHint(const void* a, size_t a_bytes, const void* b, size
   hint_a_bytes_.store(a == nullptr ? 0 : a_bytes, std::memory_order_relaxed);
   hint_b_.store(static_cast<const char*>(b), std::memory_order_relaxed);
   hint_b_bytes_.store(b == nullptr ? 0 : b_bytes, std::memory_order_relaxed);
-  generation_ = (generation_ + 1) & ((uint64_t{1} << 24) - 1);
+  NextGeneration();
   state_.store(generation_ << 40);  // chunks 0: a hint
 }
 

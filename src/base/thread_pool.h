@@ -80,6 +80,8 @@ class ThreadPool {
   void RunChunks(int index, uint64_t s);
   // Worker 1's part of a hint published as state word `s` (chunks 0).
   void RunHint(uint64_t s);
+  // Advances generation_ (24 bits, wrapping) for a new job or hint.
+  void NextGeneration() { generation_ = (generation_ + 1) & ((uint64_t{1} << 24) - 1); }
 
   // Hand-off: ParallelFor writes each thread's run into its slot, [generation: 24 bits | back: 20
   // bits | front: 20 bits] (chunks [front, back) unclaimed), then publishes the job in state_ =

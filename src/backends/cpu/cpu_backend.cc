@@ -170,7 +170,7 @@ class CpuExecutable : public Executable {
   std::vector<FusedMlp> mlp_of_;
   std::vector<bool> fused_away_;
   // Read-ahead hints (ThreadPool::PrefetchHint), posted after each matmul, fused MLP (GeGlu),
-  // attention and soft-cap node (those that run on the pool; not inside MoE blocks), for steps
+  // attention and soft-cap node (those that run on the pool; not MoE blocks), for steps
   // of at most kHintMaxTokens tokens (decode: memory-bound; the pool's worker would
   // otherwise wait through the serial nodes that follow): the start of worker 1's run of the
   // next matmul's weights (a fused MLP's two matrices), up to kHintBytes of each. E2B decode, 2
@@ -183,7 +183,7 @@ class CpuExecutable : public Executable {
     const void* b = nullptr;
     size_t b_bytes = 0;
   };
-  std::vector<Hint> hint_after_;  // per node; a == nullptr: none
+  std::vector<Hint> hint_after_;  // per node; a == nullptr: none (also every node off the pool)
   static constexpr int kHintMaxTokens = 8;
   static constexpr size_t kHintBytes = 256 << 10;
   std::vector<std::vector<float>> task_scratch_;  // per pool task: one converted weight row
@@ -401,13 +401,17 @@ void CpuExecutable::Plan() {
   base_ = ws_->Arena(arena_floats_);  // allocated (and its pages touched) at compile time, as before
   scratch_.assign(max_k, 0.0f);
   task_scratch_.assign(pool_->size(), std::vector<float>(max_k, 0.0f));
-  // Hints: for each node, the next matmul (or fused MLP) after it, unless an MoE block (whose
-  // expert matmuls are chosen at run time) comes first.
+  // Hints: for each node that runs on the pool, the next matmul (or fused MLP) after it, unless
+  // an MoE block (whose expert matmuls are chosen at run time) comes first.
   hint_after_.assign(n, {});
   if (num_tokens_ <= kHintMaxTokens && pool_->size() > 1) {
     Hint next;
     for (int i = n - 1; i >= 0; --i) {
-      hint_after_[i] = next;
+      const auto& op = nodes[i].op;
+      const bool on_pool = !fused_away_[i] && (std::holds_alternative<MatMulOp>(op) || mlp_of_[i].first >= 0 ||
+                                               std::holds_alternative<AttentionOp>(op) ||
+                                               std::holds_alternative<SoftcapOp>(op));
+      if (on_pool) hint_after_[i] = next;
       if (std::holds_alternative<MoEOp>(nodes[i].op)) {
         next = {};
         continue;
@@ -532,11 +536,7 @@ void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
         [&](const MoEOp& op) { RunMoE(op, input(0), input(1), out, rows); },
     }, node.op);
     const Hint& h = hint_after_[i];
-    if (h.a != nullptr && !fused_away_[i] &&
-        (std::holds_alternative<MatMulOp>(node.op) || std::holds_alternative<GeGluOp>(node.op) ||
-         std::holds_alternative<AttentionOp>(node.op) || std::holds_alternative<SoftcapOp>(node.op))) {
-      pool_->PrefetchHint(h.a, h.a_bytes, h.b, h.b_bytes);
-    }
+    if (h.a != nullptr) pool_->PrefetchHint(h.a, h.a_bytes, h.b, h.b_bytes);
   }
 }
 

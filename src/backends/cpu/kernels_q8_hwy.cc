@@ -768,10 +768,9 @@ void MatMulQ4_0x4Native(const ActBlockQ8* xq, int rows, int K, const uint8_t* w,
 // a plain streaming read of the same bytes. Prefill of 64 rows, single-threaded (BM_Q8 6144 x
 // 1536, alternating runs): Q6_K ~1.27x faster, Q4_K ~3% slower (its float work per activation
 // row and superblock is shared by four weight rows in the old tile; the same sweep harness
-// once measured 1.18x faster at 2 threads, which a separate-run sweep did not reproduce).
-// Every activation row gets the same operations
-// whatever R is and wherever the weight range starts (batch-invariant); VNNI or not, the
-// integers and so the bits are the same.
+// once measured 1.18x faster at 2 threads, which a separate-run sweep did not reproduce). Every
+// activation row gets the same operations whatever R is and wherever the weight range starts
+// (batch-invariant); VNNI or not, the integers and so the bits are the same.
 constexpr size_t kRowPrefetchBytes = 8192;
 
 // The first `bytes` of [begin, end) into L2 at once: a row kernel's range of weight rows (a
@@ -789,9 +788,8 @@ HWY_INLINE void PrefetchRangeStart(const uint8_t* begin, const uint8_t* end, siz
 // the range (a prefetch never faults). Past the end lie the thread's next chunk of the same
 // matrix (for a chunk claimed from the front of its run; after one taken from the back of
 // another's, a chunk already read) or, in a fused MLP, its next block of columns, read after the
-// other matrix's block;
-// stopping at the end left each 64-row block of a fused MLP to start on a burst of demand
-// misses. E2B Q4_K_M decode, 2 threads, the two ways on alternate tokens in one process (128
+// other matrix's block; stopping at the end left each 64-row block of a fused MLP to start on a
+// burst of demand misses. E2B Q4_K_M decode, 2 threads, the two ways on alternate tokens in one process (128
 // tokens each, median time per token): 1.039x and 1.044x as fast without the stop.
 template <size_t kBytes>
 HWY_INLINE void PrefetchRowsAhead(const uint8_t* p) {
