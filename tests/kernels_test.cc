@@ -479,5 +479,61 @@ TEST_P(KernelsTest, RmsNorm) {
   }
 }
 
+// RoPE (scalar, kernels.cc) against the rotation computed in f64 from the same f32 angle: each
+// output is a * cos - b * sin (or b * cos + a * sin) with cos and sin rounded to f32 (|error| <=
+// u each) and then three f32 roundings, so |y - exact| <= 5u (|a| + |b|). Pairs with inv_freq 0
+// keep their bits, and one table (RopeTable) serves rows of 1 and of 8 heads alike.
+TEST(RopeTest, RotatesEachPairByItsAngleAndReusesOneTable) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> gauss(0.0f, 3.0f);
+  const int rows = 5;
+  const std::vector<int32_t> positions = {0, 1, 511, 4000, 131071};
+  for (int head_dim : {8, 256, 512}) {
+    const int half = head_dim / 2;
+    for (int variant = 0; variant < 3; ++variant) {
+      // 0: every pair rotated; 1: proportional (the last 3/4 of the pairs unrotated, as Gemma 4's
+      // full layers); 2: zeros between rotated pairs as well.
+      std::vector<float> inv_freq(half);
+      for (int j = 0; j < half; ++j) inv_freq[j] = 1.0f / std::pow(10000.0f, 2.0f * j / head_dim);
+      if (variant >= 1)
+        for (int j = half / 4; j < half; ++j) inv_freq[j] = 0.0f;
+      if (variant == 2) inv_freq[1] = 0.0f;
+      std::vector<float> cs(static_cast<size_t>(rows) * head_dim);
+      cpu::RopeTable(rows, head_dim, inv_freq.data(), positions.data(), cs.data());
+      for (int heads : {1, 8}) {
+        const int cols = heads * head_dim;
+        std::vector<float> x(static_cast<size_t>(rows) * cols);
+        for (float& v : x) v = gauss(rng);
+        std::vector<float> y = x, y_table = x;
+        cpu::Rope(y.data(), rows, cols, head_dim, inv_freq.data(), positions.data());
+        cpu::RopeApply(y_table.data(), rows, cols, head_dim, inv_freq.data(), cs.data());
+        ASSERT_EQ(0, std::memcmp(y.data(), y_table.data(), y.size() * sizeof(float))) << head_dim << " " << variant;
+        for (int r = 0; r < rows; ++r) {
+          for (int h = 0; h < heads; ++h) {
+            const size_t base = static_cast<size_t>(r) * cols + static_cast<size_t>(h) * head_dim;
+            for (int j = 0; j < half; ++j) {
+              const float a = x[base + j], b = x[base + half + j];
+              if (inv_freq[j] == 0.0f) {
+                EXPECT_EQ(y[base + j], a);
+                EXPECT_EQ(y[base + half + j], b);
+                continue;
+              }
+              const double angle = static_cast<float>(static_cast<float>(positions[r]) * inv_freq[j]);
+              const double lo = a * std::cos(angle) - b * std::sin(angle), hi = b * std::cos(angle) + a * std::sin(angle);
+              const double tol = 5 * kU * (std::fabs(a) + std::fabs(b));
+              EXPECT_NEAR(y[base + j], lo, tol) << "pos " << positions[r] << " j " << j;
+              EXPECT_NEAR(y[base + half + j], hi, tol) << "pos " << positions[r] << " j " << j;
+              if (positions[r] == 0) {
+                EXPECT_EQ(y[base + j], a);
+                EXPECT_EQ(y[base + half + j], b);
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace g4

@@ -187,6 +187,16 @@ class CpuExecutable : public Executable {
   static constexpr int kHintMaxTokens = 8;
   static constexpr size_t kHintBytes = 256 << 10;
   std::vector<std::vector<float>> task_scratch_;  // per pool task: one converted weight row
+  // RoPE's cos/sin (cpu::RopeTable) per distinct (head_dim, inv_freq) among the Rope nodes, made
+  // by the first such node of each step and reused by the rest: rope_table_of_[node] (-1: not a
+  // Rope node), table t at rope_cs_ + rope_offset_[t] ([num_tokens_, head_dim]), rope_ready_[t]
+  // whether this step's is made. Gemma 4 E2B Q4_0 decode, 2 threads: 2 tables per token instead
+  // of cos/sin in each of the 50 Rope nodes; the Rope nodes took 0.077 ms per token instead of
+  // 0.117 (a temporary per-node timer, one run each).
+  std::vector<int> rope_table_of_;
+  std::vector<size_t> rope_offset_;
+  std::vector<float> rope_cs_;
+  std::vector<char> rope_ready_;
   // Every node output lives in the workspace arena (see Plan) at offset_of_[node] floats
   // (kNoBuffer: none); base_ is the arena as of the last Run.
   static constexpr size_t kNoBuffer = ~size_t{0};
@@ -401,6 +411,25 @@ void CpuExecutable::Plan() {
   base_ = ws_->Arena(arena_floats_);  // allocated (and its pages touched) at compile time, as before
   scratch_.assign(max_k, 0.0f);
   task_scratch_.assign(pool_->size(), std::vector<float>(max_k, 0.0f));
+  // RoPE tables: one per distinct (head_dim, inv_freq), num_tokens_ x head_dim floats each.
+  rope_table_of_.assign(n, -1);
+  rope_offset_.clear();
+  size_t rope_floats = 0;
+  std::vector<const RopeOp*> rope_keys;
+  for (int i = 0; i < n; ++i) {
+    const auto* op = std::get_if<RopeOp>(&nodes[i].op);
+    if (op == nullptr) continue;
+    size_t t = 0;
+    while (t < rope_keys.size() && (rope_keys[t]->head_dim != op->head_dim || rope_keys[t]->inv_freq != op->inv_freq)) ++t;
+    if (t == rope_keys.size()) {
+      rope_keys.push_back(op);
+      rope_offset_.push_back(rope_floats);
+      rope_floats += static_cast<size_t>(num_tokens_) * op->head_dim;
+    }
+    rope_table_of_[i] = static_cast<int>(t);
+  }
+  rope_cs_.assign(rope_floats, 0.0f);
+  rope_ready_.assign(rope_offset_.size(), 0);
   // Hints: for each node that runs on the pool, the next matmul (or fused MLP) after it, unless
   // an MoE block (whose expert matmuls are chosen at run time) comes first.
   hint_after_.assign(n, {});
@@ -448,6 +477,7 @@ void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
     G4_CHECK(in.positions[t] < cache.max_context());
   }
   base_ = ws_->Arena(arena_floats_);
+  std::fill(rope_ready_.begin(), rope_ready_.end(), 0);  // the tables hold the last step's positions
   const auto& nodes = graph_.nodes();
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& node = nodes[i];
@@ -474,7 +504,13 @@ void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
         },
         [&](const RopeOp& op) {
           if (out != input(0)) std::memcpy(out, input(0), sizeof(float) * rows * node.cols);
-          cpu::Rope(out, rows, node.cols, op.head_dim, op.inv_freq.data(), in.positions.data());
+          const int t = rope_table_of_[i];
+          float* cs = rope_cs_.data() + rope_offset_[t];
+          if (!rope_ready_[t]) {  // the first node of this step with these frequencies
+            cpu::RopeTable(rows, op.head_dim, op.inv_freq.data(), in.positions.data(), cs);
+            rope_ready_[t] = 1;
+          }
+          cpu::RopeApply(out, rows, node.cols, op.head_dim, op.inv_freq.data(), cs);
         },
         [&](const AttentionOp& op) { RunAttention(op, input(0), input(1), input(2), out, in, cache); },
         [&](const KvWriteOp& op) {

@@ -2,6 +2,7 @@
 // are tested against (tests/kernels_test.cc), plus the ops that have no SIMD version yet (Rope).
 #include "backends/cpu/kernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -76,22 +77,54 @@ void RmsNormReference(const float* x, int rows, int cols, int group, const uint8
   }
 }
 
-void Rope(float* x, int rows, int cols, int head_dim, const float* inv_freq, const int32_t* positions) {
+void RopeTable(int rows, int head_dim, const float* inv_freq, const int32_t* positions, float* cs) {
   const int half = head_dim / 2;
   for (int r = 0; r < rows; ++r) {
     const float pos = static_cast<float>(positions[r]);
+    float* c = cs + static_cast<size_t>(r) * head_dim;
     for (int j = 0; j < half; ++j) {
-      if (inv_freq[j] == 0.0f) continue;  // proportional RoPE: identity pairs
       const float angle = pos * inv_freq[j];
-      const float c = std::cos(angle), s = std::sin(angle);
-      for (int h0 = 0; h0 < cols; h0 += head_dim) {
-        float* p = x + static_cast<size_t>(r) * cols + h0;
-        const float a = p[j], b = p[j + half];
-        p[j] = a * c - b * s;
-        p[j + half] = b * c + a * s;
+      c[j] = std::cos(angle);
+      c[half + j] = std::sin(angle);
+    }
+  }
+}
+
+void RopeApply(float* x, int rows, int cols, int head_dim, const float* inv_freq, const float* cs) {
+  const int half = head_dim / 2;
+  // Proportional RoPE leaves the pairs past its rotated ones alone (inv_freq 0): a zero suffix is
+  // not visited; zeros elsewhere (no Gemma config has them) are skipped one by one.
+  int rotated = half;
+  while (rotated > 0 && inv_freq[rotated - 1] == 0.0f) --rotated;
+  const bool gaps = std::find(inv_freq, inv_freq + rotated, 0.0f) != inv_freq + rotated;
+  for (int r = 0; r < rows; ++r) {
+    const float* __restrict c = cs + static_cast<size_t>(r) * head_dim;
+    const float* __restrict s = c + half;
+    for (int h0 = 0; h0 < cols; h0 += head_dim) {
+      float* __restrict lo = x + static_cast<size_t>(r) * cols + h0;
+      float* __restrict hi = lo + half;
+      if (!gaps) {
+        for (int j = 0; j < rotated; ++j) {  // contiguous: the compiler vectorises it
+          const float a = lo[j], b = hi[j];
+          lo[j] = a * c[j] - b * s[j];
+          hi[j] = b * c[j] + a * s[j];
+        }
+      } else {
+        for (int j = 0; j < rotated; ++j) {
+          if (inv_freq[j] == 0.0f) continue;
+          const float a = lo[j], b = hi[j];
+          lo[j] = a * c[j] - b * s[j];
+          hi[j] = b * c[j] + a * s[j];
+        }
       }
     }
   }
+}
+
+void Rope(float* x, int rows, int cols, int head_dim, const float* inv_freq, const int32_t* positions) {
+  std::vector<float> cs(static_cast<size_t>(rows) * head_dim);
+  RopeTable(rows, head_dim, inv_freq, positions, cs.data());
+  RopeApply(x, rows, cols, head_dim, inv_freq, cs.data());
 }
 
 void GeGluReference(const float* a, const float* b, int64_t n, float* out) {

@@ -64,8 +64,18 @@ void RmsNormReference(const float* x, int rows, int cols, int group, const uint8
                       float offset, float* y);
 
 // NeoX RoPE in place: for each row r and head of `head_dim` columns, pair (j, j + D/2) is
-// rotated by angle positions[r] * inv_freq[j] (angle, cos and sin in f32 as transformers).
+// rotated by angle positions[r] * inv_freq[j] (angle, cos and sin in f32 as transformers); pairs
+// with inv_freq[j] == 0 (proportional RoPE's unrotated ones) are left as they are. x [rows, cols],
+// cols % head_dim == 0; inv_freq [head_dim / 2]; positions [rows]. RopeTable then RopeApply.
 void Rope(float* x, int rows, int cols, int head_dim, const float* inv_freq, const int32_t* positions);
+// Rope's cos and sin, cs [rows, head_dim]: cs[r][j] = cos(positions[r] * inv_freq[j]) and
+// cs[r][head_dim / 2 + j] = sin(...), j < head_dim / 2, all in f32. One table serves every node
+// with the same inv_freq in a step (Gemma 4 E2B: 2 tables per step instead of cos/sin in each of
+// its 50 Rope nodes).
+void RopeTable(int rows, int head_dim, const float* inv_freq, const int32_t* positions, float* cs);
+// Rope in place with the table RopeTable made for the same rows, head_dim and inv_freq: the same
+// bits as Rope (both are this function).
+void RopeApply(float* x, int rows, int cols, int head_dim, const float* inv_freq, const float* cs);
 
 // out = gelu_tanh(a) * b, n elements; `out` may be `a` (in place), not `b`. The SIMD version uses
 // Highway's vector tanh (a few ulp from std::tanh), otherwise the reference's f32 operations in the
