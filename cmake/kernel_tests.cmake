@@ -44,7 +44,7 @@ target_include_directories(gemma4rt_kernel_tests SYSTEM PRIVATE ${GEMMA4RT_NLOHM
 target_link_libraries(gemma4rt_kernel_tests PRIVATE hwy::hwy ${GEMMA4RT_GTEST_LIBS} Threads::Threads)
 target_compile_definitions(gemma4rt_kernel_tests PRIVATE GEMMA4RT_TEST_DATA_DIR="${CMAKE_SOURCE_DIR}/tests")
 # As in the full build: no fused multiply-add unless written as one (the SIMD kernels rebuild
-# weights bit-identically to src/tensor/dequant.cc). Whole target, so new kernel files get it too;
-# it is also GCC's default under -std=c++20 on every architecture.
+# weights bit-identically to src/tensor/dequant.cc). Whole target, so new kernel files get it too.
+# GCC 12 contracts by default even under -std=c++20 (aarch64 fused Rope's multiply-adds).
 target_compile_options(gemma4rt_kernel_tests PRIVATE -ffp-contract=off)
 add_test(NAME gemma4rt_kernel_tests COMMAND gemma4rt_kernel_tests)

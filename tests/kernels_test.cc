@@ -479,11 +479,34 @@ TEST_P(KernelsTest, RmsNorm) {
   }
 }
 
+// The RoPE loop as it was before RopeTable/RopeApply (cos and sin per row and pair, in each Rope
+// node), with every product rounded to f32 on its own (volatile: no fused multiply-add, as
+// kernels.cc is built).
+void RopeBeforeTables(float* x, int rows, int cols, int head_dim, const float* inv_freq, const int32_t* positions) {
+  const int half = head_dim / 2;
+  for (int r = 0; r < rows; ++r) {
+    const float pos = static_cast<float>(positions[r]);
+    for (int j = 0; j < half; ++j) {
+      if (inv_freq[j] == 0.0f) continue;
+      const float angle = pos * inv_freq[j];
+      const float c = std::cos(angle), s = std::sin(angle);
+      for (int h0 = 0; h0 < cols; h0 += head_dim) {
+        float* p = x + static_cast<size_t>(r) * cols + h0;
+        const float a = p[j], b = p[j + half];
+        volatile float ac = a * c, bs = b * s, bc = b * c, as = a * s;
+        p[j] = ac - bs;
+        p[j + half] = bc + as;
+      }
+    }
+  }
+}
+
 // RoPE (scalar, kernels.cc) against the rotation computed in f64 from the same f32 angle: each
 // output is a * cos - b * sin (or b * cos + a * sin) with cos and sin rounded to f32 (|error| <=
 // u each) and then three f32 roundings, so |y - exact| <= 5u (|a| + |b|). Pairs with inv_freq 0
-// keep their bits, and one table (RopeTable) serves rows of 1 and of 8 heads alike.
-TEST(RopeTest, RotatesEachPairByItsAngleAndReusesOneTable) {
+// keep their bits, the result is the loop's before the tables bit for bit, and one table
+// (RopeTable) serves rows of 1 and of 8 heads alike.
+TEST(RopeTest, RotatesEachPairByItsAngleAsBeforeTheTablesWithOneTableForAnyHeads) {
   std::mt19937 rng(11);
   std::normal_distribution<float> gauss(0.0f, 3.0f);
   const int rows = 5;
@@ -504,10 +527,12 @@ TEST(RopeTest, RotatesEachPairByItsAngleAndReusesOneTable) {
         const int cols = heads * head_dim;
         std::vector<float> x(static_cast<size_t>(rows) * cols);
         for (float& v : x) v = gauss(rng);
-        std::vector<float> y = x, y_table = x;
+        std::vector<float> y = x, y_table = x, y_before = x;
         cpu::Rope(y.data(), rows, cols, head_dim, inv_freq.data(), positions.data());
         cpu::RopeApply(y_table.data(), rows, cols, head_dim, inv_freq.data(), cs.data());
-        ASSERT_EQ(0, std::memcmp(y.data(), y_table.data(), y.size() * sizeof(float))) << head_dim << " " << variant;
+        RopeBeforeTables(y_before.data(), rows, cols, head_dim, inv_freq.data(), positions.data());
+        ASSERT_EQ(0, std::memcmp(y.data(), y_before.data(), y.size() * sizeof(float))) << head_dim << " " << variant;
+        ASSERT_EQ(0, std::memcmp(y_table.data(), y_before.data(), y.size() * sizeof(float))) << head_dim << " " << variant;
         for (int r = 0; r < rows; ++r) {
           for (int h = 0; h < heads; ++h) {
             const size_t base = static_cast<size_t>(r) * cols + static_cast<size_t>(h) * head_dim;

@@ -48,6 +48,7 @@ class CpuWorkspace {
   std::vector<cpu::ActSuperblockQ8> act_sb;  // and, with group 256 where the CPU reads them, as superblocks
   std::vector<float> act_reordered;     // or its f32 activations in its kernel's order (BF16)
   std::vector<std::vector<float>> mlp;  // per pool task: a fused MLP's second matmul, [rows, kMlpCols]
+  std::vector<float> rope_cs;           // the current step's RoPE tables (CpuExecutable::rope_offset_)
 
  private:
   struct ArenaDelete {
@@ -189,13 +190,13 @@ class CpuExecutable : public Executable {
   std::vector<std::vector<float>> task_scratch_;  // per pool task: one converted weight row
   // RoPE's cos/sin (cpu::RopeTable) per distinct (head_dim, inv_freq) among the Rope nodes, made
   // by the first such node of each step and reused by the rest: rope_table_of_[node] (-1: not a
-  // Rope node), table t at rope_cs_ + rope_offset_[t] ([num_tokens_, head_dim]), rope_ready_[t]
-  // whether this step's is made. Gemma 4 E2B Q4_0 decode, 2 threads: 2 tables per token instead
-  // of cos/sin in each of the 50 Rope nodes; the Rope nodes took 0.077 ms per token instead of
-  // 0.117 (a temporary per-node timer, one run each).
+  // Rope node), table t at ws_->rope_cs + rope_offset_[t] ([num_tokens_, head_dim] floats; the
+  // workspace's, shared by all executables, as steps run one at a time), rope_ready_[t] whether
+  // this step's is made. Gemma 4 E2B Q4_0 decode, 2 threads: 2 tables per step (decode: per
+  // token) instead of cos/sin in each of the 50 Rope nodes; the Rope nodes took 0.077 ms per
+  // token instead of 0.117 (a temporary per-node timer, one run each).
   std::vector<int> rope_table_of_;
   std::vector<size_t> rope_offset_;
-  std::vector<float> rope_cs_;
   std::vector<char> rope_ready_;
   // Every node output lives in the workspace arena (see Plan) at offset_of_[node] floats
   // (kNoBuffer: none); base_ is the arena as of the last Run.
@@ -428,7 +429,7 @@ void CpuExecutable::Plan() {
     }
     rope_table_of_[i] = static_cast<int>(t);
   }
-  rope_cs_.assign(rope_floats, 0.0f);
+  if (ws_->rope_cs.size() < rope_floats) ws_->rope_cs.resize(rope_floats);  // grown only, as the arena
   rope_ready_.assign(rope_offset_.size(), 0);
   // Hints: for each node that runs on the pool, the next matmul (or fused MLP) after it, unless
   // an MoE block (whose expert matmuls are chosen at run time) comes first.
@@ -505,7 +506,7 @@ void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
         [&](const RopeOp& op) {
           if (out != input(0)) std::memcpy(out, input(0), sizeof(float) * rows * node.cols);
           const int t = rope_table_of_[i];
-          float* cs = rope_cs_.data() + rope_offset_[t];
+          float* cs = ws_->rope_cs.data() + rope_offset_[t];
           if (!rope_ready_[t]) {  // the first node of this step with these frequencies
             cpu::RopeTable(rows, op.head_dim, op.inv_freq.data(), in.positions.data(), cs);
             rope_ready_[t] = 1;

@@ -83,6 +83,11 @@ void RopeTable(int rows, int head_dim, const float* inv_freq, const int32_t* pos
     const float pos = static_cast<float>(positions[r]);
     float* c = cs + static_cast<size_t>(r) * head_dim;
     for (int j = 0; j < half; ++j) {
+      if (inv_freq[j] == 0.0f) {  // an unrotated pair: RopeApply does not read it
+        c[j] = 1.0f;
+        c[half + j] = 0.0f;
+        continue;
+      }
       const float angle = pos * inv_freq[j];
       c[j] = std::cos(angle);
       c[half + j] = std::sin(angle);
@@ -98,11 +103,13 @@ void RopeApply(float* x, int rows, int cols, int head_dim, const float* inv_freq
   while (rotated > 0 && inv_freq[rotated - 1] == 0.0f) --rotated;
   const bool gaps = std::find(inv_freq, inv_freq + rotated, 0.0f) != inv_freq + rotated;
   for (int r = 0; r < rows; ++r) {
-    const float* __restrict c = cs + static_cast<size_t>(r) * head_dim;
-    const float* __restrict s = c + half;
+    const size_t row = static_cast<size_t>(r) * head_dim;
+    const float* __restrict c = cs + row;  // [0, rotated) of each: disjoint from each other and x
+    const float* __restrict s = cs + row + half;
     for (int h0 = 0; h0 < cols; h0 += head_dim) {
-      float* __restrict lo = x + static_cast<size_t>(r) * cols + h0;
-      float* __restrict hi = lo + half;
+      const size_t head = static_cast<size_t>(r) * cols + h0;
+      float* __restrict lo = x + head;  // [0, rotated): disjoint from hi (rotated <= half)
+      float* __restrict hi = x + head + half;
       if (!gaps) {
         for (int j = 0; j < rotated; ++j) {  // contiguous: the compiler vectorises it
           const float a = lo[j], b = hi[j];

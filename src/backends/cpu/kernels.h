@@ -73,8 +73,9 @@ void Rope(float* x, int rows, int cols, int head_dim, const float* inv_freq, con
 // with the same inv_freq in a step (Gemma 4 E2B: 2 tables per step instead of cos/sin in each of
 // its 50 Rope nodes).
 void RopeTable(int rows, int head_dim, const float* inv_freq, const int32_t* positions, float* cs);
-// Rope in place with the table RopeTable made for the same rows, head_dim and inv_freq: the same
-// bits as Rope (both are this function).
+// Rope in place with the table RopeTable made for the same rows, head_dim and inv_freq (cs must
+// not overlap x): Rope is RopeTable then this. The same bits as the per-node cos/sin it replaced
+// (RopeTest compares with that loop); kernels.cc is built without fused multiply-adds.
 void RopeApply(float* x, int rows, int cols, int head_dim, const float* inv_freq, const float* cs);
 
 // out = gelu_tanh(a) * b, n elements; `out` may be `a` (in place), not `b`. The SIMD version uses
