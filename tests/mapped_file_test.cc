@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -150,6 +151,36 @@ TEST(MappedFileTest, ReadIntoMemoryOfAFileTruncatedSinceItOpenedIsDataLossNaming
 
 // A FIFO (or another special file) is refused at once, never waited on for a writer: by
 // MappedFile, by ReadTextFile, and so by every command's -m.
+TEST(MappedFileTest, OpenFailuresSayWhetherTheFileIsThereAndWhy) {
+  const std::string dir = ::testing::TempDir();
+  const std::string missing = (fs::path(dir) / "g4_no_such_file.gguf").string();
+  fs::remove(missing);
+  auto f = MappedFile::Open(missing);
+  EXPECT_EQ(f.status().code(), StatusCode::kNotFound) << f.status().ToString();
+  EXPECT_NE(f.status().message().find(missing + ": No such file or directory"), std::string::npos) << f.status().message();
+  EXPECT_EQ(ReadTextFile(missing).status().code(), StatusCode::kNotFound);
+  // A path through a regular file (ENOTDIR): not there either.
+  const std::string file = WritePatternFile("g4_plain_file", 100);
+  const std::string through = file + "/config.json";
+  EXPECT_EQ(MappedFile::Open(through).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(ReadTextFile(through).status().code(), StatusCode::kNotFound);
+  // A file that is there but may not be read: not NotFound (root reads it anyway, so only the
+  // mapping of errno is checked there).
+  const Status denied = OpenFailure("/models/x.gguf", EACCES);
+  EXPECT_EQ(denied.code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(denied.message(), "cannot open /models/x.gguf: Permission denied");
+  EXPECT_EQ(OpenFailure("x", EPERM).code(), StatusCode::kFailedPrecondition);
+  EXPECT_EQ(OpenFailure("x", EMFILE).code(), StatusCode::kResourceExhausted);
+  EXPECT_EQ(OpenFailure("x", ELOOP).code(), StatusCode::kNotFound);
+  if (::geteuid() != 0) {
+    ASSERT_EQ(::chmod(file.c_str(), 0), 0);
+    EXPECT_EQ(MappedFile::Open(file).status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ(ReadTextFile(file).status().code(), StatusCode::kFailedPrecondition);
+    ::chmod(file.c_str(), 0600);
+  }
+  fs::remove(file);
+}
+
 TEST(MappedFileTest, AFifoIsNotARegularFileAndDoesNotBlock) {
   const std::string fifo = (fs::path(::testing::TempDir()) / "g4_mapped_fifo").string();
   fs::remove(fifo);

@@ -23,7 +23,7 @@ StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) 
   // O_NONBLOCK: opening a FIFO (or another special file) must not wait for a writer; anything
   // but a regular file is refused below, and reads of regular files ignore the flag.
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return NotFound("cannot open " + path + ": " + std::strerror(errno));
+  if (fd < 0) return OpenFailure(path, errno);
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     ::close(fd);
@@ -139,12 +139,27 @@ void MappedFile::ReleasePages(size_t offset, size_t length) const {
   if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
+Status OpenFailure(const std::string& path, int err) {
+  std::string m = "cannot open " + path + ": " + std::strerror(err);
+  switch (err) {
+    case ENOENT:
+    case ENOTDIR:
+    case ENAMETOOLONG:
+    case ELOOP: return NotFound(std::move(m));
+    case EMFILE:
+    case ENFILE:
+    case ENOMEM: return ResourceExhausted(std::move(m));
+    default: return FailedPrecondition(std::move(m));
+  }
+}
+
 StatusOr<std::string> ReadTextFile(const std::string& path) {
   std::error_code ec;
   if (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))
     return InvalidArgument(path + " is not a regular file");  // a FIFO would block, a directory read as empty
+  errno = 0;
   std::ifstream in(path, std::ios::binary);
-  if (!in) return NotFound("cannot open " + path);
+  if (!in) return OpenFailure(path, errno != 0 ? errno : ENOENT);  // libstdc++ opens with fopen: errno is open(2)'s
   std::ostringstream ss;
   ss << in.rdbuf();
   return ss.str();

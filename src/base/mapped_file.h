@@ -14,7 +14,7 @@ namespace g4 {
 
 class MappedFile {
  public:
-  // Maps `path` read-only, at an address that is a multiple of 2 MiB. Errors: NotFound if it
+  // Maps `path` read-only, at an address that is a multiple of 2 MiB. Errors: OpenFailure's if it
   // cannot be opened, DataLoss if it cannot be stat'ed or mapped, InvalidArgument if it is not a
   // regular file (a directory, a FIFO: opened without waiting for a writer). An empty file maps to
   // data()==nullptr, size()==0. With the mapping (no ReadIntoMemory), truncating the file while
@@ -72,8 +72,14 @@ class MappedFile {
   std::string path_;
 };
 
-// Reads a whole (small) text file. Errors: NotFound; InvalidArgument for anything but a regular
-// file (a directory, a FIFO).
+// Reads a whole (small) text file. Errors: OpenFailure's when it cannot be opened;
+// InvalidArgument for anything but a regular file (a directory, a FIFO).
 StatusOr<std::string> ReadTextFile(const std::string& path);
+
+// The error for a file that open(2) refused with errno `err`, naming the path and strerror(err):
+// NotFound when it is not there (ENOENT, ENOTDIR, ENAMETOOLONG, ELOOP), ResourceExhausted when
+// the process or system is out of file descriptors or memory (EMFILE, ENFILE, ENOMEM),
+// FailedPrecondition otherwise (EACCES and EPERM: it exists but may not be read).
+Status OpenFailure(const std::string& path, int err);
 
 }  // namespace g4
