@@ -149,8 +149,8 @@ TEST(MappedFileTest, ReadIntoMemoryOfAFileTruncatedSinceItOpenedIsDataLossNaming
   fs::remove(path);
 }
 
-// A FIFO (or another special file) is refused at once, never waited on for a writer: by
-// MappedFile, by ReadTextFile, and so by every command's -m.
+// A file that open(2) refuses: NotFound only when it is not there; the message names the path
+// and the reason.
 TEST(MappedFileTest, OpenFailuresSayWhetherTheFileIsThereAndWhy) {
   const std::string dir = ::testing::TempDir();
   const std::string missing = (fs::path(dir) / "g4_no_such_file.gguf").string();
@@ -181,6 +181,8 @@ TEST(MappedFileTest, OpenFailuresSayWhetherTheFileIsThereAndWhy) {
   fs::remove(file);
 }
 
+// A FIFO (or another special file) is refused at once, never waited on for a writer: by
+// MappedFile, by ReadTextFile, and so by every command's -m.
 TEST(MappedFileTest, AFifoIsNotARegularFileAndDoesNotBlock) {
   const std::string fifo = (fs::path(::testing::TempDir()) / "g4_mapped_fifo").string();
   fs::remove(fifo);

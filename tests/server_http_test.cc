@@ -711,14 +711,25 @@ TEST_F(ServerHttpRealTest, EveryRequestIsLoggedOnceEvenWhenItsStreamIsAbandoned)
 
 TEST_F(ServerHttpRealTest, ClientGivingUpOnANonStreamingRequestFreesTheSlot) {
   // Found by a fresh user: a non-streaming request kept generating after its client left.
+  // The client hangs up as soon as the server has taken the request into a slot (not after a fixed
+  // read timeout, which a fast machine can outrun: 400 tokens once finished inside 0.4 s). The
+  // request asks for all the context has left (512 minus a 10-token prompt), so it cannot finish in
+  // the millisecond between the slot filling and the hang-up.
   const uint64_t cancelled_before = server_->scheduler()->Stats().requests_cancelled;
-  json req = {{"prompt", "Write a very long story about a dragon."}, {"max_tokens", 400}, {"ignore_eos", true},
+  ASSERT_EQ(server_->scheduler()->Stats().busy_slots, 0);
+  json req = {{"prompt", "Write a very long story about a dragon."}, {"max_tokens", kCtx - 16}, {"ignore_eos", true},
               {"temperature", 0}};
   {
     httplib::Client cli("127.0.0.1", port());
-    cli.set_read_timeout(0, 400000);  // gives up after 0.4 s and closes the connection
-    auto r = cli.Post("/v1/completions", req.dump(), "application/json");
-    ASSERT_FALSE(r) << "400 tokens cannot be ready in 0.4 s";
+    cli.set_read_timeout(60, 0);
+    auto reply = std::async(std::launch::async, [&] { return cli.Post("/v1/completions", req.dump(), "application/json"); });
+    const auto until = std::chrono::steady_clock::now() + 30s;
+    while (server_->scheduler()->Stats().busy_slots == 0 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(1ms);
+    ASSERT_EQ(server_->scheduler()->Stats().busy_slots, 1) << "the request never reached a slot";
+    cli.stop();  // hangs up: shuts the connection down under the waiting Post
+    auto r = reply.get();
+    ASSERT_FALSE(r) << "the whole completion was ready before the client hung up";
   }
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_TRUE(WaitFor([&] { return server_->scheduler()->Stats().busy_slots == 0; }, 5s))

@@ -1,5 +1,5 @@
 // Scalar reference kernels (f32 accumulation): the definitions the SIMD kernels in kernels_hwy.cc
-// are tested against (tests/kernels_test.cc), plus the ops that have no SIMD version yet (Rope).
+// are tested against (tests/kernels_test.cc), plus the ops that have no SIMD version yet (RoPE).
 #include "backends/cpu/kernels.h"
 
 #include <algorithm>
@@ -126,12 +126,6 @@ void RopeApply(float* x, int rows, int cols, int head_dim, const float* inv_freq
       }
     }
   }
-}
-
-void Rope(float* x, int rows, int cols, int head_dim, const float* inv_freq, const int32_t* positions) {
-  std::vector<float> cs(static_cast<size_t>(rows) * head_dim);
-  RopeTable(rows, head_dim, inv_freq, positions, cs.data());
-  RopeApply(x, rows, cols, head_dim, inv_freq, cs.data());
 }
 
 void GeGluReference(const float* a, const float* b, int64_t n, float* out) {

@@ -63,19 +63,18 @@ void RmsNorm(const float* x, int rows, int cols, int group, const uint8_t* w, DT
 void RmsNormReference(const float* x, int rows, int cols, int group, const uint8_t* w, DType wt, float eps,
                       float offset, float* y);
 
-// NeoX RoPE in place: for each row r and head of `head_dim` columns, pair (j, j + D/2) is
-// rotated by angle positions[r] * inv_freq[j] (angle, cos and sin in f32 as transformers); pairs
-// with inv_freq[j] == 0 (proportional RoPE's unrotated ones) are left as they are. x [rows, cols],
-// cols % head_dim == 0; inv_freq [head_dim / 2]; positions [rows]. RopeTable then RopeApply.
-void Rope(float* x, int rows, int cols, int head_dim, const float* inv_freq, const int32_t* positions);
-// Rope's cos and sin, cs [rows, head_dim]: cs[r][j] = cos(positions[r] * inv_freq[j]) and
-// cs[r][head_dim / 2 + j] = sin(...), j < head_dim / 2, all in f32. One table serves every node
-// with the same inv_freq in a step (Gemma 4 E2B: 2 tables per step instead of cos/sin in each of
-// its 50 Rope nodes).
+// NeoX RoPE, in two parts. RopeTable: the cos and sin of every row's angles, cs [rows, head_dim]:
+// cs[r][j] = cos(positions[r] * inv_freq[j]) and cs[r][head_dim / 2 + j] = sin(...), j <
+// head_dim / 2 (angle, cos and sin in f32 as transformers; positions [rows], inv_freq
+// [head_dim / 2]). One table serves every node with the same inv_freq in a step (Gemma 4 E2B: 2
+// tables per step instead of cos/sin in each of its 50 Rope nodes).
 void RopeTable(int rows, int head_dim, const float* inv_freq, const int32_t* positions, float* cs);
-// Rope in place with the table RopeTable made for the same rows, head_dim and inv_freq (cs must
-// not overlap x): Rope is RopeTable then this. The same bits as the per-node cos/sin it replaced
-// (RopeTest compares with that loop); kernels.cc is built without fused multiply-adds.
+// RopeApply: in place, for each row r and head of `head_dim` columns of x [rows, cols] (cols %
+// head_dim == 0), pair (j, j + head_dim / 2) rotated by row r's angle j from the table RopeTable
+// made for the same rows, head_dim and inv_freq (cs must not overlap x); pairs with inv_freq[j]
+// == 0 (proportional RoPE's unrotated ones) are left as they are. The same bits as the per-node
+// cos/sin it replaced (RopeTest compares with that loop); kernels.cc is built without fused
+// multiply-adds.
 void RopeApply(float* x, int rows, int cols, int head_dim, const float* inv_freq, const float* cs);
 
 // out = gelu_tanh(a) * b, n elements; `out` may be `a` (in place), not `b`. The SIMD version uses
