@@ -196,6 +196,52 @@ TEST(SchedulerTest, QueueLimitCountsWaitingRequestsNotUnadmittedOnes) {
   EXPECT_TRUE(s.Submit(Greedy({2, 9}, 1), nullptr).ok());
 }
 
+// Found by a fresh user: clients that hung up while waiting for a slot kept their places until a
+// slot freed, so new requests got 429 (queue full) although nobody was waiting, and their log
+// lines said queue=0.0ms. A cancelled waiting request stops counting at once and leaves the queue
+// at the scheduler's next step, with the time it waited.
+TEST(SchedulerTest, CancelledWaitingRequestsLeaveTheQueueAtOnce) {
+  auto engine = TinyEngine(1, 32);
+  SchedulerOptions o;
+  o.max_queue = 2;
+  Scheduler s(*engine, nullptr, o);
+  SchedulerHold hold;
+  auto a = s.Submit(Greedy({2, 5}, 4), hold.Callback());
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  hold.entered.get_future().wait();  // A runs in the only slot; the scheduler thread is held
+  std::shared_ptr<RequestHandle> hb, hc;
+  auto b = SubmitAndCollect(s, Greedy({2, 6}, 3), &hb);
+  auto c = SubmitAndCollect(s, Greedy({2, 7}, 3), &hc);
+  EXPECT_EQ(s.Stats().queue_depth, 2);
+  EXPECT_EQ(s.Submit(Greedy({2, 8}, 3), nullptr).status().code(), StatusCode::kResourceExhausted);
+  std::this_thread::sleep_for(30ms);
+  hb->Cancel();
+  hc->Cancel();
+  // Still held: nothing has left queue_, yet the two places are free.
+  EXPECT_EQ(s.Stats().queue_depth, 0);
+  auto d = SubmitAndCollect(s, Greedy({2, 9}, 3));
+  auto e = SubmitAndCollect(s, Greedy({2, 10}, 3));
+  EXPECT_EQ(s.Stats().queue_depth, 2);
+  EXPECT_EQ(s.Submit(Greedy({2, 11}, 3), nullptr).status().code(), StatusCode::kResourceExhausted);
+  hold.Release();
+  for (auto* f : {&b, &c}) {
+    auto [tokens, ev] = f->get();
+    EXPECT_EQ(ev.finish_reason, "cancelled");
+    EXPECT_TRUE(tokens.empty());
+    EXPECT_EQ(ev.completion_tokens, 0);
+    EXPECT_GE(ev.queue_ms, 30.0) << "the time it waited before its client hung up";
+  }
+  for (auto* f : {&d, &e}) {
+    auto [tokens, ev] = f->get();
+    EXPECT_EQ(ev.finish_reason, "length");
+    EXPECT_EQ(tokens.size(), 3u);
+  }
+  const SchedulerStats st = s.Stats();
+  EXPECT_EQ(st.requests_cancelled, 2u);
+  EXPECT_EQ(st.requests_rejected, 2u);
+  EXPECT_EQ(st.queue_depth, 0);
+}
+
 // max_queue 0: a free slot still takes a request; a second one while it runs is rejected.
 TEST(SchedulerTest, MaxQueueZeroAcceptsOneRequestPerSlot) {
   auto engine = TinyEngine(1, 32);

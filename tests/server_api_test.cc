@@ -562,6 +562,47 @@ TEST(ServeFlagsTest, FlagsEnvironmentAndPrecedence) {
   ParsedFlags missing_file = ParseServeFlags({"--api-key-file", "/nonexistent/keys"});
   EXPECT_FALSE(missing_file.options.has_value());
   EXPECT_EQ(missing_file.exit_code, 1);
+  // --threads-http: given, or DefaultHttpThreads (room for every running and queued request, at
+  // least 512).
+  EXPECT_EQ(np.options->threads_http, 0);
+  EXPECT_EQ(DefaultHttpThreads(4, 64), 512);
+  EXPECT_EQ(DefaultHttpThreads(64, 1000), 1080);
+  ParsedFlags http = ParseServeFlags({"--threads-http", "100"});
+  ASSERT_TRUE(http.options.has_value());
+  EXPECT_EQ(http.options->threads_http, 100);
+}
+
+// Found by a fresh user: `--api-key ""` (as `--api-key "$UNSET"` gives) started a server that
+// answered everyone, silently. An empty key, from the flag or the environment, is an error, as
+// an --api-key-file without a key already was.
+TEST(ServeFlagsTest, AnEmptyApiKeyIsAnErrorNotAnOpenServer) {
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"--api-key", ""},
+                                               std::vector<std::string>{"--api-key", " , "},
+                                               std::vector<std::string>{"--api-key="}}) {
+    testing::internal::CaptureStderr();
+    ParsedFlags f = ParseServeFlags(args);
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_FALSE(f.options.has_value()) << args[0];
+    EXPECT_NE(f.exit_code, 0);
+    if (args.size() != 2 || args[1].empty()) continue;  // CLI11 itself refuses an empty value (exit 114)
+    EXPECT_EQ(f.exit_code, 1);
+    EXPECT_NE(err.find("--api-key is empty"), std::string::npos) << err;
+  }
+  setenv("GEMMA4RT_API_KEY", "", 1);
+  testing::internal::CaptureStderr();
+  ParsedFlags env = ParseServeFlags({});
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_FALSE(env.options.has_value());
+  EXPECT_EQ(env.exit_code, 1);
+  EXPECT_NE(err.find("GEMMA4RT_API_KEY is empty"), std::string::npos) << err;
+  // A key on the command line is used whatever the empty variable says.
+  ParsedFlags flag_wins = ParseServeFlags({"--api-key", "k"});
+  unsetenv("GEMMA4RT_API_KEY");
+  ASSERT_TRUE(flag_wins.options.has_value());
+  EXPECT_EQ(flag_wins.options->api_keys, std::vector<std::string>{"k"});
+  ParsedFlags none = ParseServeFlags({});
+  ASSERT_TRUE(none.options.has_value()) << "no key at all: a server without authentication, as asked";
+  EXPECT_TRUE(none.options->api_keys.empty());
 }
 
 }  // namespace

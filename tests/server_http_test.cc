@@ -13,6 +13,11 @@
 #include <sstream>
 #include <thread>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <httplib.h>
 #include <nlohmann/json.hpp>
 
@@ -204,6 +209,28 @@ bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeou
   return pred();
 }
 
+// Sends `request` as it is on a new connection to 127.0.0.1:port and returns everything the
+// server sends until it closes the connection or `timeout` passes; *seconds: how long that took.
+std::string RawExchange(int port, const std::string& request, std::chrono::milliseconds timeout, double* seconds) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  EXPECT_EQ(send(fd, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
+  const auto t0 = std::chrono::steady_clock::now();
+  timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string got;
+  char buf[4096];
+  for (ssize_t n; (n = recv(fd, buf, sizeof buf, 0)) > 0;) got.append(buf, static_cast<size_t>(n));
+  *seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  close(fd);
+  return got;
+}
+
 // ---------------------------------------------------------------- tiny golden checkpoint
 
 TEST(ServerHttpTinyTest, TokenIdCompletionsMatchTheEngineStreamedAndNot) {
@@ -339,6 +366,92 @@ TEST(ServerHttpTinyTest, BodiesAreJsonWhateverTheContentTypeUpToTheLimit) {
   ASSERT_TRUE(multipart);
   EXPECT_EQ(multipart->status, 415);
   EXPECT_EQ(json::parse(multipart->body, nullptr, false)["error"]["code"], "unsupported_media_type");
+}
+
+// Found by a fresh user: a negative Content-Length (and other non-numbers) was read as a huge
+// count and answered 413 only after the 30 s read timeout, holding a worker thread meanwhile. A
+// Content-Length that is not a byte count is 400 at once, before the body is read, and the
+// connection closes; one over --max-body-bytes whose body is sent is 413 saying both figures.
+TEST(ServerHttpTinyTest, ContentLengthIsJudgedBeforeTheBodyArrives) {
+  ServeOptions o = Options(TinyModel(), 64, 1);
+  o.max_body_bytes = 1000;
+  auto srv = StartServer(o);
+  ASSERT_TRUE(srv);
+  const struct {
+    std::string length, body;
+    int status;
+  } cases[] = {{"1001", std::string(1001, ' '), 413}, {"99999999999999999999", "{", 400},
+               {"18446744073709551616", "{", 400},       {"-5", "{}", 400},
+               {"+5", "{}", 400},                         {"abc", "", 400},
+               {"", "", 400}};
+  for (const auto& c : cases) {
+    const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
+                                "Content-Length: " + c.length + "\r\n\r\n" + c.body;
+    double seconds = 0;
+    const std::string got = RawExchange(srv->port(), request, 10s, &seconds);
+    EXPECT_LT(seconds, 3.0) << c.length << ": answered only after " << seconds << " s";
+    ASSERT_EQ(got.rfind("HTTP/1.1 ", 0), 0u) << c.length << ": " << got;
+    EXPECT_EQ(std::atoi(got.c_str() + 9), c.status) << c.length << ": " << got;
+    const size_t body = got.find("\r\n\r\n");
+    ASSERT_NE(body, std::string::npos) << got;
+    const json j = json::parse(got.substr(body + 4), nullptr, false);
+    ASSERT_TRUE(j.is_object()) << got;
+    EXPECT_EQ(j["error"]["type"], "invalid_request_error") << got;
+    const std::string message = j["error"]["message"];
+    if (c.status == 413) {
+      EXPECT_EQ(j["error"]["code"], "request_too_large") << got;
+      EXPECT_NE(message.find("1001 bytes"), std::string::npos) << message;
+      EXPECT_NE(message.find("limit of 1000 bytes"), std::string::npos) << message;
+    } else if (c.length.empty()) {  // httplib drops an empty header: no length, no body
+      EXPECT_NE(message.find("the request has no body"), std::string::npos) << message;
+    } else {
+      EXPECT_NE(message.find("invalid Content-Length header '" + c.length + "'"), std::string::npos) << message;
+    }
+  }
+  // No Content-Length and not chunked: no body (was read until the client closed), 400 at once.
+  double seconds = 0;
+  const std::string none = RawExchange(srv->port(), "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", 10s, &seconds);
+  EXPECT_LT(seconds, 3.0);
+  EXPECT_EQ(none.rfind("HTTP/1.1 400 ", 0), 0u) << none;
+  EXPECT_NE(none.find("the request has no body"), std::string::npos) << none;
+  // The server is unharmed, and a body within the limit still goes through.
+  EXPECT_EQ(Get(srv->port(), "/health").status, 200);
+  EXPECT_EQ(Post(srv->port(), "/v1/completions", R"({"prompt":[2,5],"max_tokens":2})").status, 200);
+}
+
+// Found by a fresh user: 64 clients that stopped halfway through their requests left /health
+// unanswered (one HTTP worker thread per connection, 64 of them). serve's default now starts
+// DefaultHttpThreads (512 here): 200 stalled clients leave room for /health and a completion.
+// Opening the 200 connections at once also found httplib's listen backlog of 5 (SYNs dropped
+// and retried for seconds), now raised.
+TEST(ServerHttpTinyTest, StalledClientsLeaveRoomForOthers) {
+  ServeOptions o = Options(TinyModel(), 64, 1);
+  auto srv = StartServer(o);
+  ASSERT_TRUE(srv);
+  std::vector<int> stalled;
+  const auto tc = std::chrono::steady_clock::now();
+  for (int i = 0; i < 200; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(srv->port()));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    const std::string half = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro";
+    ASSERT_EQ(send(fd, half.data(), half.size(), MSG_NOSIGNAL), static_cast<ssize_t>(half.size()));
+    stalled.push_back(fd);
+  }
+  const double connect_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - tc).count();
+  EXPECT_LT(connect_s, 2.0) << "200 connections opened at once (a listen backlog of 5 made it 15 s)";
+  std::this_thread::sleep_for(200ms);  // every stalled connection now holds a worker
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(Get(srv->port(), "/health").status, 200);
+  EXPECT_EQ(Post(srv->port(), "/v1/completions", R"({"prompt":[2,5],"max_tokens":2})").status, 200);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(s, 5.0) << "with 200 stalled clients";
+  std::fprintf(stderr, "/health and a completion took %.3f s beside 200 stalled clients\n", s);
+  for (int fd : stalled) close(fd);
 }
 
 // GET on a POST-only endpoint (and POST/PUT/DELETE on GET-only ones) is 405 Method Not Allowed

@@ -114,23 +114,33 @@ StatusOr<std::shared_ptr<RequestHandle>> Scheduler::Submit(CompletionRequest req
     // slot (queue_, including arrivals the loop has not admitted yet, although a slot is free).
     // Counting both against slots + max_queue accepts up to N running + Q waiting, however
     // simultaneously they arrive; both counters only change under mu_.
+    // A waiting request whose client has gone (cancelled) no longer counts: the loop drops it at
+    // its next step, but a place is free for a new request at once.
     const int slots = static_cast<int>(slots_.size());
-    if (static_cast<int>(queue_.size()) + stats_.busy_slots >= slots + options_.max_queue) {
+    if (LiveQueued() + stats_.busy_slots >= slots + options_.max_queue) {
       ++stats_.requests_rejected;
       return ResourceExhausted("the request queue is full (slots: " + std::to_string(slots) + ", max queue: " +
                                std::to_string(options_.max_queue) + ")");
     }
     ++stats_.requests_total;
     queue_.push_back(std::move(pending));
-    stats_.queue_depth = static_cast<int>(queue_.size());
+    stats_.queue_depth = LiveQueued();
   }
   cv_.notify_all();
   return handle;
 }
 
+int Scheduler::LiveQueued() const {
+  int n = 0;
+  for (const auto& p : queue_) n += !p->handle->cancelled();
+  return n;
+}
+
 SchedulerStats Scheduler::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return stats_;
+  SchedulerStats s = stats_;
+  s.queue_depth = LiveQueued();  // a cancelled request still in queue_ is not waiting for anything
+  return s;
 }
 
 void Scheduler::Finish(Slot& s, const std::string& reason, const Status& error) {
@@ -240,26 +250,34 @@ void Scheduler::Loop() {
         for (auto& p : queue_) dropped.push_back(std::move(p));
         queue_.clear();
       } else {
+        // Every waiting request that was cancelled (its client hung up) leaves the queue at each
+        // step, wherever it waits, not only when a slot frees and it reaches the front: its
+        // client learns at once, and /metrics' queue depth is the requests still waiting.
+        for (auto it = queue_.begin(); it != queue_.end();) {
+          if ((*it)->handle->cancelled()) {
+            dropped.push_back(std::move(*it));
+            it = queue_.erase(it);
+          } else {
+            ++it;
+          }
+        }
         for (auto& s : slots_) {
-          while (!s->p && !queue_.empty()) {
-            std::unique_ptr<Pending> p = std::move(queue_.front());
+          if (!s->p && !queue_.empty()) {
+            s->p = std::move(queue_.front());
             queue_.pop_front();
-            if (p->handle->cancelled()) {
-              dropped.push_back(std::move(p));
-              continue;
-            }
-            s->p = std::move(p);
             ++stats_.busy_slots;
           }
         }
       }
       stats_.queue_depth = static_cast<int>(queue_.size());
     }
+    const auto dropped_at = Clock::now();
     for (auto& p : dropped) {
       CompletionEvent ev;
       ev.done = true;
       ev.finish_reason = "cancelled";
       ev.prompt_tokens = static_cast<int>(p->req.prompt.size());
+      ev.queue_ms = Ms(p->enqueued, dropped_at);  // it waited until now (never admitted)
       {
         std::lock_guard<std::mutex> lock(mu_);
         ++stats_.requests_finished;

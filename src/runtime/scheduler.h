@@ -130,6 +130,8 @@ class Scheduler {
   // slot.generated, is then fed to the next decode step); false when it finished.
   bool SampleNext(Slot& slot, std::span<float> logits);
   void Finish(Slot& slot, const std::string& reason, const Status& error = OkStatus());
+  // Requests in queue_ not cancelled (mu_ held): the ones that count against max_queue.
+  int LiveQueued() const;
 
   Engine& engine_;
   const Tokenizer* tokenizer_;

@@ -17,6 +17,7 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -152,6 +153,7 @@ struct HttpServer::Impl {
   httplib::Server svr;
   std::thread thread;
   int port = -1;
+  std::atomic<int> listen_fd{-1};  // the listening socket (httplib's set_socket_options sees it made)
   bool started = false, stopped = false;
   std::mutex stop_mu;
   std::atomic<bool> stopping{false};
@@ -498,17 +500,44 @@ void HttpServer::Impl::Routes() {
   // into form fields and refuses one over 8 KiB with a 413 before any handler runs. The API reads
   // its JSON whatever the content type says, up to --max-body-bytes (set_payload_max_length,
   // enforced while reading: 413). Multipart bodies are refused with 415.
-  auto with_body = [](httplib::Server::Handler h) {
-    return [h](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read) {
+  // A Content-Length that is not a decimal byte count (a sign, letters, 20 digits or more) is
+  // refused with 400 before any of the body is read: httplib 0.11 reads it with strtoull, so
+  // `-5` became 2^64 - 5 and the server waited for that many bytes until its 30 s read timeout,
+  // holding a worker thread, then said 413 (found by a fresh user). Nothing of such a body is read
+  // (what did arrive is taken as the connection's next request, which fails to parse: a second
+  // 400), and the reply says Connection: close. A valid count over the limit is read and dropped
+  // as before, then 413: a client
+  // that sends what it announced gets its 413 (cutting it off would reset the connection under
+  // its upload); one that announces more than it sends waits for the read timeout.
+  auto with_body = [this](httplib::Server::Handler h) {
+    return [this, h](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read) {
       if (req.is_multipart_form_data())
         return SetError(res, ErrorForStatus(415, "multipart/form-data bodies are not accepted; send the request as JSON"));
+      const bool chunked = strcasecmp(req.get_header_value("Transfer-Encoding").c_str(), "chunked") == 0;
+      if (!req.has_header("Content-Length") && !chunked) {
+        // No length and not chunked: the request has no body (RFC 9112 6.3); httplib 0.11 would
+        // read until the client closed or the 30 s read timeout passed.
+        return SetError(res, ErrorForStatus(400, "the request has no body: send the JSON request with a Content-Length "
+                                                 "or Transfer-Encoding: chunked"));
+      }
+      if (req.has_header("Content-Length")) {
+        const std::string cl = req.get_header_value("Content-Length");
+        if (cl.empty() || cl.size() > 19 || cl.find_first_not_of("0123456789") != std::string::npos) {
+          res.set_header("Connection", "close");  // the client should not send the rest
+          return SetError(res, ErrorForStatus(400, utf8::Sanitize("invalid Content-Length header '" + cl.substr(0, 64) +
+                                                                  "': not a decimal byte count below 10^19")));
+        }
+      }
       httplib::Request with = req;
       const bool complete = read([&with](const char* data, size_t n) {
         with.body.append(data, n);
         return true;
       });
       if (!complete) {  // httplib sets 413 when the body passes the limit; else the read broke off
-        if (res.status == 413) return SetError(res, ErrorForStatus(413, "the request body is too large"));
+        if (res.status == 413)
+          return SetError(res, ErrorForStatus(413, "the request body (Content-Length " + req.get_header_value("Content-Length") +
+                                                       " bytes) is larger than the limit of " +
+                                                       std::to_string(opt.max_body_bytes) + " bytes (--max-body-bytes)"));
         return SetError(res, ErrorForStatus(400, "the request body could not be read in full"));
       }
       h(with, res);
@@ -571,9 +600,10 @@ Status HttpServer::Start() {
   m.svr.set_payload_max_length(m.opt.max_body_bytes);
   // httplib's default is SO_REUSEPORT, which lets a second server bind the same port and silently
   // take half of the connections. SO_REUSEADDR only: quick restarts, but "address in use" is an error.
-  m.svr.set_socket_options([](socket_t sock) {
+  m.svr.set_socket_options([&m](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    m.listen_fd.store(sock);
   });
   m.svr.set_read_timeout(30, 0);
   m.svr.set_write_timeout(30, 0);
@@ -586,6 +616,11 @@ Status HttpServer::Start() {
   if (m.port <= 0)
     return FailedPrecondition("cannot listen on " + m.opt.host + ":" + std::to_string(m.opt.port) +
                               " (address in use, or not a local address?)");
+  // httplib 0.11 listens with a backlog of 5 connections not yet accepted: a burst of more
+  // clients connecting at once had their SYNs dropped and retried after 1 s, 3 s, ... (200
+  // connections took 15 s to open in StalledClientsLeaveRoomForOthers). listen() again on the
+  // bound socket raises the backlog (Linux takes the new value; capped by net.core.somaxconn).
+  if (const int fd = m.listen_fd.load(); fd >= 0) ::listen(fd, 4096);
   m.started = true;
   m.thread = std::thread([&m] { m.svr.listen_after_bind(); });
   // Stop() is a no-op on a server that is not yet running: wait until it runs.

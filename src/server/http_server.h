@@ -30,7 +30,7 @@ struct HttpOptions {
   std::vector<std::string> api_keys;    // empty: no authentication
   bool metrics = false;                 // serve GET /metrics
   size_t max_body_bytes = 8u << 20;     // larger request bodies get 413
-  int http_threads = 0;                 // worker threads (each streaming client holds one); 0 = 64
+  int http_threads = 0;                 // worker threads, one per open connection; 0 = 64 (serve: DefaultHttpThreads)
   bool log_requests = true;             // one stderr line per completion request
 };
 

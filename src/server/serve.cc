@@ -53,6 +53,8 @@ void OnSignal(int sig) { g_signal.store(sig); }
 
 std::string DefaultServeModel() { return DefaultModelFile(); }
 
+int DefaultHttpThreads(int parallel, int max_queue) { return std::max(512, parallel + max_queue + 16); }
+
 ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
   ServeOptions o;
   o.model = DefaultServeModel();
@@ -60,21 +62,27 @@ ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
   bool no_degeneracy = false;
   CLI::App app{"gemma4rt serve: OpenAI-compatible HTTP server (every flag also from GEMMA4RT_<FLAG>)", "gemma4rt serve"};
   app.add_option("-m,--model", o.model, "GGUF file or Hugging Face checkpoint directory")->envname("GEMMA4RT_MODEL");
-  app.add_option("--host", o.host, "address to listen on")->envname("GEMMA4RT_HOST");
-  app.add_option("--port", o.port, "port to listen on (0 = any free port)")->envname("GEMMA4RT_PORT")->check(CLI::Range(0, 65535));
+  app.add_option("--host", o.host, "address to listen on")->envname("GEMMA4RT_HOST")->capture_default_str();
+  app.add_option("--port", o.port, "port to listen on (0 = any free port)")->envname("GEMMA4RT_PORT")->check(CLI::Range(0, 65535))
+      ->capture_default_str();
   app.add_option("-c,--ctx-size", o.ctx, "context size per slot in tokens (0 = the model's maximum, capped at 4096)")
       ->envname("GEMMA4RT_CTX_SIZE")->check(CLI::Range(0, 1 << 24));
   app.add_option("--parallel", o.parallel, "parallel slots (continuous batching); -np works too")
       ->envname("GEMMA4RT_PARALLEL")->check(CLI::Range(1, 1024));
   app.add_option("-t,--threads", o.threads, "CPU threads (0 = all cores)")->envname("GEMMA4RT_THREADS")->check(CLI::Range(0, 1024));
-  app.add_option("--api-key", api_key, "API key clients must send as 'Authorization: Bearer KEY' (comma-separated for several)")
-      ->envname("GEMMA4RT_API_KEY");
+  CLI::Option* api_key_opt =
+      app.add_option("--api-key", api_key, "API key clients must send as 'Authorization: Bearer KEY' (comma-separated for several)")
+          ->envname("GEMMA4RT_API_KEY");
   app.add_option("--api-key-file", api_key_file, "file with API keys, one per line")->envname("GEMMA4RT_API_KEY_FILE");
   app.add_flag("--metrics", o.metrics, "serve Prometheus metrics at GET /metrics")->envname("GEMMA4RT_METRICS");
   app.add_option("--alias", o.alias, "model id in /v1/models and responses (default: the model's file name)")->envname("GEMMA4RT_ALIAS");
   app.add_option("--max-body-bytes", o.max_body_bytes, "largest request body accepted (larger: 413)")
-      ->envname("GEMMA4RT_MAX_BODY_BYTES")->check(CLI::Range(size_t{1}, size_t{1} << 32));
-  app.add_option("--max-queue", o.max_queue, "requests that may wait for a slot besides the -np running ones; more get 429")->envname("GEMMA4RT_MAX_QUEUE")->check(CLI::Range(0, 1 << 20));
+      ->envname("GEMMA4RT_MAX_BODY_BYTES")->check(CLI::Range(size_t{1}, size_t{1} << 32))->capture_default_str();
+  app.add_option("--max-queue", o.max_queue, "requests that may wait for a slot besides the -np running ones; more get 429")
+      ->envname("GEMMA4RT_MAX_QUEUE")->check(CLI::Range(0, 1 << 20))->capture_default_str();
+  app.add_option("--threads-http", o.threads_http,
+                 "HTTP worker threads, one per open connection (0 = max(512, parallel + max queue + 16))")
+      ->envname("GEMMA4RT_THREADS_HTTP")->check(CLI::Range(0, 1 << 16))->capture_default_str();
   app.add_flag("--no-degeneracy-check", no_degeneracy, "do not end generations that loop")->envname("GEMMA4RT_NO_DEGENERACY_CHECK");
   app.add_option("--quantize", o.quantize, "quantise an F32/F16/BF16 checkpoint at load: q8_0, q4_0 or w4a16")
       ->envname("GEMMA4RT_QUANTIZE")->check(CLI::IsMember({"q8_0", "q4_0", "w4a16"}));
@@ -125,6 +133,15 @@ ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
   }
   o.degeneracy_check = !no_degeneracy;
   o.api_keys = SplitKeys(api_key, ',');
+  // An empty key ("--api-key \"$UNSET\"", GEMMA4RT_API_KEY= ) would leave the server open to
+  // every client while its user believes it guarded (found by a fresh user): an error, as an
+  // --api-key-file without a key is. CLI11 skips an empty environment variable, so it is read here.
+  const char* env_key = std::getenv("GEMMA4RT_API_KEY");
+  if (o.api_keys.empty() && (api_key_opt->count() > 0 || (env_key != nullptr && Trim(env_key).empty()))) {
+    std::fprintf(stderr, "gemma4rt serve: error: %s is empty: the server would answer every client; give a key, or "
+                 "leave it out to run without one\n", api_key_opt->count() > 0 ? "--api-key" : "GEMMA4RT_API_KEY");
+    return ParsedFlags{std::nullopt, 1};
+  }
   if (!api_key_file.empty()) {
     std::ifstream f(api_key_file);
     if (!f) {
@@ -163,7 +180,7 @@ StatusOr<std::unique_ptr<ServeInstance>> ServeInstance::Start(const ServeOptions
   h.api_keys = options.api_keys;
   h.metrics = options.metrics;
   h.max_body_bytes = options.max_body_bytes;
-  h.http_threads = std::max(64, options.parallel + options.max_queue + 16);
+  h.http_threads = options.threads_http > 0 ? options.threads_http : DefaultHttpThreads(options.parallel, options.max_queue);
   h.log_requests = options.log_requests;
   s->http_ = std::make_unique<HttpServer>(h);
   G4_RETURN_IF_ERROR(s->http_->Start());

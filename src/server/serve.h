@@ -39,6 +39,10 @@ struct ServeOptions {
   std::string alias;                  // model id in /v1/models; default: the file/dir name
   size_t max_body_bytes = 8u << 20;
   int max_queue = 64;
+  // --threads-http: HTTP worker threads; each open connection holds one while it is read and
+  // answered (a streaming reply for its whole length; a client that stalls mid-request until the
+  // 30 s read timeout). 0: DefaultHttpThreads(parallel, max_queue).
+  int threads_http = 0;
   bool degeneracy_check = true;
   int prefill_chunk = 256;            // tokens per prefill step of the scheduler
   bool log_requests = true;
@@ -48,6 +52,13 @@ struct ServeOptions {
   bool f32_activations = false;       // --f32-activations (CpuBackendOptionsFor: no int8 or bf16 activations)
   bool no_repack = false;             // --no-repack: Q4_0 weights stay as stored (LoadOptions::pack_q4_0)
 };
+
+// The HTTP worker threads `serve` starts when --threads-http is 0: max(512, parallel + max_queue
+// + 16), so that every request the scheduler may hold (running or queued) has a thread plus room
+// for /health, /metrics and a few hundred idle or stalled connections (a fresh user found 64
+// stalled clients enough to leave /health unanswered when the floor was 64). Threads that wait
+// cost no CPU and little memory (their stacks are touched only as deep as they run).
+int DefaultHttpThreads(int parallel, int max_queue);
 
 // The default model path: $GEMMA4RT_DEFAULT_MODEL, else $GEMMA4RT_CACHE (or ~/.cache/gemma4rt)
 // /gemma-3-270m-q4_k_m.gguf ($GEMMA4RT_MODEL is read as the -m flag's environment variable).
