@@ -158,6 +158,37 @@ TEST(CliTest, GenerateTextWithTheDefaultModel) {
   EXPECT_NE(bad.out.find("top_p"), std::string::npos) << bad.out;
 }
 
+// -s -1 is llama.cpp's "random seed": each run draws its own and prints it on the timings line
+// (so a sampled run can be repeated with -s N); a fixed seed is printed as given; greedy prints none.
+TEST(CliTest, SeedMinusOneIsRandomAndTheSeedIsPrinted) {
+  auto seed_of = [](const CliResult& r) -> std::string {
+    const size_t p = r.out.find("; seed=");
+    if (p == std::string::npos) return "";
+    return r.out.substr(p + 7, r.out.find('\n', p) - p - 7);
+  };
+  CliResult a = RunCli("generate -p 'Once upon a time' -n 2 --temp 1 -s -1");
+  CliResult b = RunCli("generate -p 'Once upon a time' -n 2 --temp 1 --seed=-1");
+  CliResult none = RunCli("generate -p 'Once upon a time' -n 2 --temp 1");
+  ASSERT_EQ(a.status, 0) << a.out;
+  ASSERT_EQ(b.status, 0) << b.out;
+  ASSERT_EQ(none.status, 0) << none.out;
+  for (const CliResult* r : {&a, &b, &none}) {
+    const std::string s = seed_of(*r);
+    ASSERT_FALSE(s.empty()) << r->out;
+    EXPECT_EQ(s.find_first_not_of("0123456789"), std::string::npos) << s;
+    EXPECT_NE(s, "18446744073709551615") << "what -1 used to become, every run";
+  }
+  EXPECT_NE(seed_of(a), seed_of(b)) << "two runs with -s -1 drew the same seed (p = 2^-64)";
+  CliResult fixed = RunCli("generate -p 'Once upon a time' -n 2 --temp 1 -s 7");
+  ASSERT_EQ(fixed.status, 0) << fixed.out;
+  EXPECT_EQ(seed_of(fixed), "7");
+  CliResult greedy = RunCli("generate -p 'Once upon a time' -n 2 --temp 0 -s -1");
+  ASSERT_EQ(greedy.status, 0) << greedy.out;
+  EXPECT_EQ(greedy.out.find("seed="), std::string::npos) << "greedy draws nothing";
+  CliResult help = RunCli("generate --help");
+  EXPECT_NE(help.out.find("-1 (the default) = a random seed"), std::string::npos) << help.out;
+}
+
 TEST(CliTest, InfoPrintsTheLayerPlan) {
   CliResult r = RunCli("info -m " + Fixture("gemma4-e2b-tiny"));
   ASSERT_EQ(r.status, 0) << r.out;
@@ -265,6 +296,9 @@ TEST(CliTest, SamplingFlagRangesAreCheckedBeforeTheModelLoads) {
       {"--repeat-penalty 0", "--repeat-penalty: repetition_penalty must be a finite number > 0 (1 = disabled), got 0"},
       {"--presence-penalty 3", "--presence-penalty: presence_penalty must be in [-2, 2], got 3"},
       {"--frequency-penalty -2.5", "--frequency-penalty: frequency_penalty must be in [-2, 2], got -2.5"},
+      {"-s -2", "--seed: seed must be an integer in [0, 2^64), or -1 for a random seed; got -2"},
+      {"--seed 1.5", "--seed: seed must be an integer in [0, 2^64), or -1 for a random seed; got 1.5"},
+      {"--seed 18446744073709551616", "--seed: seed must be an integer in [0, 2^64), or -1 for a random seed; got 18446744073709551616"},
   };
   for (const auto& [flag, message] : cases) {
     CliResult r = RunCli(std::string("generate -m /nonexistent/model.gguf -p hi ") + flag);

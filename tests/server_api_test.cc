@@ -136,7 +136,7 @@ TEST(ServerApiTest, EveryFieldIsReadIntoTheRequest) {
   EXPECT_EQ(s->completion.sampling.seed, 18446744073709551615ull);
   auto neg = Chat({{"messages", UserMsg("Hi")}, {"seed", -1}, {"max_tokens", 5.0}});
   ASSERT_TRUE(neg.ok()) << neg.error().message;
-  EXPECT_EQ(neg->completion.sampling.seed, static_cast<uint64_t>(-1));
+  EXPECT_EQ(neg->completion.sampling.seed, std::nullopt) << "-1 is llama.cpp's random seed (SeedMinusOneIsRandom)";
   EXPECT_EQ(neg->completion.max_tokens, 5) << "an integral float is an integer";
 }
 
@@ -480,6 +480,219 @@ TEST(ServerApiTest, TokenizeDetokenizeApplyTemplateAndModels) {
   EXPECT_EQ(m["data"][0]["id"], "tiny");
   EXPECT_EQ(m["data"][0]["object"], "model");
   EXPECT_EQ(m["data"][0]["max_model_len"], 64);
+}
+
+// seed -1 is llama.cpp's "random seed": the request carries no seed, exactly as when it has none,
+// and the sampler the scheduler builds from it draws a fresh seed per request. Other negative seeds
+// are a 400 (they used to wrap around to 2^64 - n); a fixed seed is kept as given.
+TEST(ServerApiTest, SeedMinusOneIsRandom) {
+  auto none = Chat({{"messages", UserMsg("Hi")}, {"temperature", 1.0}});
+  auto minus_one = Chat({{"messages", UserMsg("Hi")}, {"temperature", 1.0}, {"seed", -1}});
+  auto minus_one_float = Compl({{"prompt", "Hi"}, {"seed", -1.0}});
+  ASSERT_TRUE(none.ok() && minus_one.ok() && minus_one_float.ok());
+  EXPECT_EQ(none->completion.sampling.seed, std::nullopt);
+  EXPECT_EQ(minus_one->completion.sampling.seed, std::nullopt);
+  EXPECT_EQ(minus_one_float->completion.sampling.seed, std::nullopt);
+  // What the scheduler does with it (Sampler::Create per request): two requests, two seeds, neither
+  // of them 2^64 - 1 (what -1 used to become, the same every time).
+  auto a = Sampler::Create(minus_one->completion.sampling);
+  auto b = Sampler::Create(minus_one->completion.sampling);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_NE(a->seed(), b->seed()) << "two draws from std::random_device collided (p = 2^-64)";
+  EXPECT_NE(a->seed(), UINT64_MAX);
+  EXPECT_NE(b->seed(), UINT64_MAX);
+  // A fixed seed reaches the sampler unchanged, so it repeats (ServerHttpRealTest.SameSeedSameSample).
+  for (uint64_t seed : {uint64_t{0}, uint64_t{7}, UINT64_MAX}) {
+    auto fixed = Chat({{"messages", UserMsg("Hi")}, {"seed", seed}});
+    ASSERT_TRUE(fixed.ok());
+    EXPECT_EQ(fixed->completion.sampling.seed, seed);
+    EXPECT_EQ(Sampler::Create(fixed->completion.sampling)->seed(), seed);
+  }
+  for (json bad : {json(-2), json(-1000), json(-9223372036854775807LL - 1), json(-2.0)}) {
+    auto r = Chat({{"messages", UserMsg("Hi")}, {"seed", bad}});
+    EXPECT_API_ERROR(r, 400, "seed");
+    EXPECT_EQ(r.error().message, "seed must be an integer in [0, 2^64), or -1 for a random seed; got " +
+                                     std::to_string(bad.get<int64_t>()));
+  }
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("Hi")}, {"seed", -1.5}}), 400, "seed");
+}
+
+// repeat_penalty is llama-server's name for repetition_penalty: same field, same validation (named
+// as the request named it); both together must agree.
+TEST(ServerApiTest, RepeatPenaltyIsRepetitionPenalty) {
+  auto r = Chat({{"messages", UserMsg("Hi")}, {"repeat_penalty", 1.3}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_FLOAT_EQ(r->completion.sampling.repetition_penalty, 1.3f);
+  auto both = Compl({{"prompt", "Hi"}, {"repeat_penalty", 5}, {"repetition_penalty", 5.0}});
+  ASSERT_TRUE(both.ok()) << both.error().message;
+  EXPECT_FLOAT_EQ(both->completion.sampling.repetition_penalty, 5.0f);
+  auto differ = Compl({{"prompt", "Hi"}, {"repeat_penalty", 5}, {"repetition_penalty", 1.1}});
+  EXPECT_API_ERROR(differ, 400, "repeat_penalty");
+  EXPECT_EQ(differ.error().message,
+            "repeat_penalty (llama-server's name) and repetition_penalty are the same setting but differ (5 and 1.1); give one of them");
+  auto zero = Chat({{"messages", UserMsg("Hi")}, {"repeat_penalty", 0}});
+  EXPECT_API_ERROR(zero, 400, "repeat_penalty");
+  EXPECT_EQ(zero.error().message, "repeat_penalty must be a finite number > 0 (1 = disabled), got 0");
+  auto zero_ours = Chat({{"messages", UserMsg("Hi")}, {"repetition_penalty", 0}});
+  EXPECT_API_ERROR(zero_ours, 400, "repetition_penalty");
+  EXPECT_EQ(zero_ours.error().message, "repetition_penalty must be a finite number > 0 (1 = disabled), got 0");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("Hi")}, {"repeat_penalty", -1}}), 400, "repeat_penalty");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("Hi")}, {"repeat_penalty", "high"}}), 400, "repeat_penalty");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("Hi")}, {"repeat_penalty", 1e39}}), 400, "repeat_penalty");
+  auto null = Chat({{"messages", UserMsg("Hi")}, {"repeat_penalty", nullptr}, {"repetition_penalty", 1.2}});
+  ASSERT_TRUE(null.ok()) << "null is not given";
+  EXPECT_FLOAT_EQ(null->completion.sampling.repetition_penalty, 1.2f);
+}
+
+// n_predict is llama-server's max_tokens; -1 there means "until the context is full".
+TEST(ServerApiTest, NPredictIsMaxTokens) {
+  auto r = Compl({{"prompt", "Hi"}, {"n_predict", 5}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->completion.max_tokens, 5);
+  const int room = 64 - static_cast<int>(r->completion.prompt.size());
+  auto full = Compl({{"prompt", "Hi"}, {"n_predict", -1}});
+  ASSERT_TRUE(full.ok());
+  EXPECT_EQ(full->completion.max_tokens, room) << "not the completions default of 16";
+  auto same = Chat({{"messages", UserMsg("Hi")}, {"n_predict", 5}, {"max_tokens", 5}});
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(same->completion.max_tokens, 5);
+  auto differ = Chat({{"messages", UserMsg("Hi")}, {"n_predict", 5}, {"max_completion_tokens", 6}});
+  EXPECT_API_ERROR(differ, 400, "n_predict");
+  EXPECT_EQ(differ.error().message,
+            "n_predict (llama-server's name) and max_completion_tokens are the same setting but differ (5 and 6); give one of them");
+  EXPECT_API_ERROR(Compl({{"prompt", "Hi"}, {"n_predict", -1}, {"max_tokens", 5}}), 400, "n_predict");
+  for (int bad : {0, -2}) {
+    auto e = Compl({{"prompt", "Hi"}, {"n_predict", bad}});
+    EXPECT_API_ERROR(e, 400, "n_predict");
+    EXPECT_EQ(e.error().message, "n_predict must be -1 (until the context is full) or at least 1, got " + std::to_string(bad));
+  }
+  EXPECT_API_ERROR(Compl({{"prompt", "Hi"}, {"n_predict", 1000}}), 400, "n_predict");
+  auto ctx = Compl({{"prompt", "Hi"}, {"n_predict", 64}});
+  EXPECT_API_ERROR(ctx, 400, "n_predict");
+  EXPECT_EQ(ctx.error().code, "context_length_exceeded");
+}
+
+// Other servers' fields that would change generation and are not implemented here are accepted at
+// the value that switches them off and refused otherwise; never silently ignored.
+TEST(ServerApiTest, OtherServersGenerationFieldsAreOffOrRefused) {
+  const std::pair<const char*, std::vector<std::pair<json, bool>>> cases[] = {
+      {"typical_p", {{1.0, true}, {1.5, true}, {0.9, false}}},
+      {"top_n_sigma", {{-1, true}, {0, true}, {1.5, false}}},
+      {"xtc_probability", {{0, true}, {0.5, false}}},
+      {"dynatemp_range", {{0, true}, {0.5, false}}},
+      {"mirostat", {{0, true}, {2, false}}},
+      {"dry_multiplier", {{0, true}, {0.8, false}}},
+      {"min_keep", {{0, true}, {1, true}, {5, false}}},
+      {"n_probs", {{0, true}, {5, false}}},
+      {"t_max_predict_ms", {{0, true}, {1000, false}}},
+      {"n_indent", {{0, true}, {4, false}}},
+      {"grammar", {{"", true}, {"root ::= \"yes\"", false}}},
+      {"json_schema", {{json::object(), true}, {{{"type", "object"}}, false}}},
+      {"samplers", {{json::array(), true}, {"", true}, {json::array({"top_k", "temperature"}), false}, {"kt", false}}},
+      {"min_tokens", {{0, true}, {3, false}}},
+      {"use_beam_search", {{false, true}, {true, false}}},
+      {"include_stop_str_in_output", {{false, true}, {true, false}}},
+      {"bad_words", {{json::array(), true}, {json::array({"no"}), false}}},
+      {"allowed_token_ids", {{json::array(), true}, {json::array({5, 6}), false}}},
+      {"stop_token_ids", {{json::array(), true}, {json::array({106}), false}}},
+      {"guided_json", {{json::object(), true}, {{{"type", "object"}}, false}}},
+      {"guided_regex", {{"", true}, {"a+", false}}},
+      {"guided_choice", {{json::array(), true}, {json::array({"a", "b"}), false}}},
+      {"guided_grammar", {{"", true}, {"root ::= x", false}}},
+      {"structured_outputs", {{json::object(), true}, {{{"regex", "a"}}, false}}},
+  };
+  for (const auto& [key, values] : cases) {
+    for (const auto& [value, accepted] : values) {
+      for (Endpoint ep : {Endpoint::kChat, Endpoint::kCompletion}) {
+        json req = ep == Endpoint::kChat ? json{{"messages", UserMsg("Hi")}} : json{{"prompt", "Hi"}};
+        req[key] = value;
+        auto r = ParseRequestJson(req, ep, Info());
+        if (accepted) {
+          EXPECT_TRUE(r.ok()) << key << "=" << value.dump() << ": " << r.error().message;
+          continue;
+        }
+        ASSERT_FALSE(r.ok()) << key << "=" << value.dump() << " must not be ignored";
+        EXPECT_EQ(r.error().status, 400);
+        EXPECT_EQ(r.error().param, key);
+        EXPECT_EQ(r.error().code, "unsupported_parameter") << key;
+        EXPECT_EQ(r.error().message.rfind(std::string(key) + " (", 0), 0u) << r.error().message;
+        EXPECT_NE(r.error().message.find("is not supported by this server"), std::string::npos) << r.error().message;
+      }
+    }
+  }
+  auto mirostat = Chat({{"messages", UserMsg("Hi")}, {"mirostat", 2}});
+  EXPECT_EQ(mirostat.error().message, "mirostat (Mirostat sampling) is not supported by this server; leave it out or send 0 (got 2)");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("Hi")}, {"mirostat", "on"}}), 400, "mirostat");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("Hi")}, {"use_beam_search", 1}}), 400, "use_beam_search");
+  // The settings of samplers that are off, and fields that cannot change the tokens, pass.
+  auto tuning = Chat({{"messages", UserMsg("Hi")}, {"xtc_threshold", 0.2}, {"dry_base", 1.75}, {"mirostat_tau", 5},
+                      {"dynatemp_exponent", 1}, {"cache_prompt", true}, {"n_keep", 4}, {"penalize_nl", true}, {"tfs_z", 1}});
+  EXPECT_TRUE(tuning.ok()) << tuning.error().message;
+  // repeat_last_n: the window of llama.cpp's repetition penalty. Here the penalty covers the whole
+  // prompt and output (-1); another window is refused only while a penalty is in effect.
+  EXPECT_TRUE(Chat({{"messages", UserMsg("Hi")}, {"repeat_last_n", 64}}).ok()) << "no penalty: the window changes nothing";
+  EXPECT_TRUE(Chat({{"messages", UserMsg("Hi")}, {"repeat_last_n", 64}, {"repeat_penalty", 1.0}}).ok());
+  EXPECT_TRUE(Chat({{"messages", UserMsg("Hi")}, {"repeat_last_n", -1}, {"repeat_penalty", 1.1}}).ok());
+  auto window = Chat({{"messages", UserMsg("Hi")}, {"repeat_last_n", 64}, {"repeat_penalty", 1.1}});
+  EXPECT_API_ERROR(window, 400, "repeat_last_n");
+  EXPECT_EQ(window.error().message,
+            "repeat_last_n: the repetition penalty here covers the whole prompt and output (repeat_last_n -1); a window of 64 "
+            "tokens is not supported");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("Hi")}, {"repeat_last_n", 0}, {"repetition_penalty", 1.1}}), 400, "repeat_last_n");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("Hi")}, {"repeat_last_n", -2}}), 400, "repeat_last_n");
+}
+
+// add_generation_prompt (top level, as llama-server's /apply-template and vLLM take it, or in
+// chat_template_kwargs): default true; false ends the prompt after the last turn.
+TEST(ServerApiTest, AddGenerationPrompt) {
+  const std::string with = "<bos><|turn>user\nHi<turn|>\n<|turn>model\n<|channel>thought\n<channel|>";
+  const std::string without = "<bos><|turn>user\nHi<turn|>\n";
+  auto prompt = [](const json& extra) {
+    json req = {{"messages", UserMsg("Hi")}};
+    if (!extra.is_null()) req.update(extra);
+    auto a = HandleApplyTemplate(req.dump(), Info());
+    EXPECT_TRUE(a.ok()) << a.error().message;
+    return a.ok() ? a.value()["prompt"].get<std::string>() : "";
+  };
+  EXPECT_EQ(prompt({}), with);
+  EXPECT_EQ(prompt({{"add_generation_prompt", true}}), with);
+  EXPECT_EQ(prompt({{"add_generation_prompt", false}}), without);
+  EXPECT_EQ(prompt({{"add_generation_prompt", nullptr}}), with);
+  EXPECT_EQ(prompt({{"chat_template_kwargs", {{"add_generation_prompt", false}}}}), without);
+  EXPECT_EQ(prompt({{"add_generation_prompt", false}, {"chat_template_kwargs", {{"add_generation_prompt", false}}}}), without);
+  auto chat = Chat({{"messages", UserMsg("Hi")}, {"add_generation_prompt", false}});
+  ASSERT_TRUE(chat.ok());
+  EXPECT_EQ(chat->prompt_text, without) << "chat requests render the same way";
+  auto disagree = HandleApplyTemplate(
+      json{{"messages", UserMsg("Hi")}, {"add_generation_prompt", true}, {"chat_template_kwargs", {{"add_generation_prompt", false}}}}
+          .dump(),
+      Info());
+  EXPECT_API_ERROR(disagree, 400, "add_generation_prompt");
+  EXPECT_API_ERROR(HandleApplyTemplate(json{{"messages", UserMsg("Hi")}, {"add_generation_prompt", "no"}}.dump(), Info()), 400,
+                   "add_generation_prompt");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("Hi")}, {"continue_final_message", true}}), 400, "continue_final_message");
+  EXPECT_TRUE(Chat({{"messages", UserMsg("Hi")}, {"continue_final_message", false}}).ok());
+}
+
+// The key a request presents: Bearer in any case with any spaces, or X-Api-Key.
+TEST(ServerApiTest, PresentedApiKeys) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(PresentedApiKeys("Bearer k1", ""), V{"k1"});
+  EXPECT_EQ(PresentedApiKeys("bearer k1", ""), V{"k1"});
+  EXPECT_EQ(PresentedApiKeys("BEARER k1", ""), V{"k1"});
+  EXPECT_EQ(PresentedApiKeys("BeArEr k1", ""), V{"k1"});
+  EXPECT_EQ(PresentedApiKeys("Bearer    k1  ", ""), V{"k1"});
+  EXPECT_EQ(PresentedApiKeys("Bearer\tk1", ""), V{"k1"});
+  EXPECT_EQ(PresentedApiKeys("", "k2"), V{"k2"});
+  EXPECT_EQ(PresentedApiKeys("", " k2 "), V{"k2"});
+  EXPECT_EQ(PresentedApiKeys("Bearer k1", "k2"), (V{"k1", "k2"}));
+  EXPECT_EQ(PresentedApiKeys("", ""), V{});
+  EXPECT_EQ(PresentedApiKeys("k1", ""), V{}) << "a key without a scheme";
+  EXPECT_EQ(PresentedApiKeys("Bearerk1", ""), V{});
+  EXPECT_EQ(PresentedApiKeys("Bearer ", ""), V{});
+  EXPECT_EQ(PresentedApiKeys("Bearer    ", ""), V{});
+  EXPECT_EQ(PresentedApiKeys("Basic k1", ""), V{});
+  EXPECT_EQ(PresentedApiKeys("Bearer k1 k2", ""), V{"k1 k2"}) << "not a key the server has";
 }
 
 TEST(ServerMetricsTest, PrometheusText) {

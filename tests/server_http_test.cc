@@ -305,6 +305,24 @@ TEST(ServerHttpTinyTest, ApiKeyBodyLimitRoutesAndMetricsSwitch) {
     EXPECT_EQ(r.body["error"]["code"], "invalid_api_key");
     EXPECT_EQ(Post(port, "/v1/completions", R"({"prompt":[2,5]})", h).status, 401);
   }
+  // The Bearer scheme in any case (RFC 7235) with any spaces after it, or llama-server's X-Api-Key.
+  for (const httplib::Headers& h : {httplib::Headers{{"Authorization", "Bearer sekret"}}, httplib::Headers{{"Authorization", "bearer sekret"}},
+                                    httplib::Headers{{"Authorization", "BEARER sekret"}}, httplib::Headers{{"Authorization", "Bearer    sekret"}},
+                                    httplib::Headers{{"X-Api-Key", "sekret"}}, httplib::Headers{{"x-api-key", "other"}},
+                                    httplib::Headers{{"Authorization", "Bearer wrong"}, {"X-Api-Key", "sekret"}}}) {
+    EXPECT_EQ(Get(port, "/v1/models", h).status, 200) << h.begin()->first << ": " << h.begin()->second;
+    Reply c = Post(port, "/v1/completions", R"({"prompt":[2,5],"max_tokens":1})", h);
+    EXPECT_EQ(c.status, 200) << h.begin()->first << ": " << h.begin()->second << " -> " << c.raw;
+  }
+  for (const httplib::Headers& h : {httplib::Headers{{"X-Api-Key", "wrong"}}, httplib::Headers{{"Authorization", "bearer wrong"}},
+                                    httplib::Headers{{"Authorization", "Basic sekret"}}, httplib::Headers{{"X-Api-Key", ""}}}) {
+    Reply r = Get(port, "/v1/models", h);
+    EXPECT_EQ(r.status, 401) << h.begin()->first << ": " << h.begin()->second;
+    EXPECT_EQ(r.body["error"]["code"], "invalid_api_key");
+  }
+  Reply missing = Get(port, "/v1/models");
+  EXPECT_EQ(missing.status, 401);
+  EXPECT_EQ(missing.body["error"]["message"], "missing API key: send Authorization: Bearer <key> (or X-Api-Key: <key>)");
   Reply models = Get(port, "/v1/models", {{"Authorization", "Bearer other"}});
   ASSERT_EQ(models.status, 200);
   EXPECT_EQ(models.body["data"][0]["id"], "gemma4-e2b-tiny");
@@ -659,6 +677,53 @@ TEST_F(ServerHttpRealTest, SameSeedSameSample) {
   EXPECT_EQ(s.text, a.body["choices"][0]["text"].get<std::string>());
 }
 
+// seed -1 (llama.cpp's "random seed") is accepted and samples; what it resolves to is checked in
+// ServerApiTest.SeedMinusOneIsRandom (two requests, two sampler seeds), not here on sampled text.
+TEST_F(ServerHttpRealTest, SeedMinusOneIsAcceptedAndOtherNegativeSeedsAre400) {
+  json req = {{"prompt", "Once upon a time"}, {"max_tokens", 4}, {"temperature", 1.0}, {"seed", -1}};
+  Reply a = Post(port(), "/v1/completions", req.dump());
+  ASSERT_EQ(a.status, 200) << a.raw;
+  EXPECT_GT(a.body["usage"]["completion_tokens"].get<int>(), 0);
+  req["seed"] = -2;
+  Reply b = Post(port(), "/v1/completions", req.dump());
+  EXPECT_EQ(b.status, 400);
+  EXPECT_EQ(b.body["error"]["param"], "seed");
+}
+
+// llama-server's repeat_penalty is vLLM's repetition_penalty: the same greedy tokens as with
+// repetition_penalty of the same value, and not those without a penalty.
+TEST_F(ServerHttpRealTest, RepeatPenaltyIsAppliedAsRepetitionPenalty) {
+  auto ids = [&](const json& extra) {
+    json req = {{"prompt", kCapitals}, {"max_tokens", 12}, {"temperature", 0}, {"return_token_ids", true}, {"ignore_eos", true}};
+    if (!extra.is_null()) req.update(extra);
+    Reply r = Post(port(), "/v1/completions", req.dump());
+    EXPECT_EQ(r.status, 200) << r.raw;
+    return r.status == 200 ? r.body["choices"][0]["token_ids"].get<std::vector<int32_t>>() : std::vector<int32_t>{};
+  };
+  const std::vector<int32_t> none = ids({});
+  const std::vector<int32_t> llama = ids({{"repeat_penalty", 5}});
+  const std::vector<int32_t> vllm = ids({{"repetition_penalty", 5}});
+  ASSERT_EQ(none.size(), 12u);
+  EXPECT_EQ(llama, vllm);
+  EXPECT_NE(llama, none) << "a penalty of 5 changes this greedy continuation";
+  EXPECT_EQ(ids({{"repeat_penalty", 5}, {"repetition_penalty", 5}}), vllm);
+  Reply zero = Post(port(), "/v1/completions", json{{"prompt", kCapitals}, {"repeat_penalty", 0}}.dump());
+  EXPECT_EQ(zero.status, 400);
+  EXPECT_EQ(zero.body["error"]["param"], "repeat_penalty");
+  EXPECT_EQ(zero.body["error"]["message"], "repeat_penalty must be a finite number > 0 (1 = disabled), got 0");
+  Reply differ = Post(port(), "/v1/chat/completions",
+                      json{{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"repeat_penalty", 5}, {"repetition_penalty", 1.1}}.dump());
+  EXPECT_EQ(differ.status, 400);
+  EXPECT_EQ(differ.body["error"]["param"], "repeat_penalty");
+  // n_predict (llama-server's max_tokens) bounds the output too; mirostat (not implemented) is refused.
+  Reply n = Post(port(), "/v1/completions", json{{"prompt", kCapitals}, {"n_predict", 3}, {"temperature", 0}, {"ignore_eos", true}}.dump());
+  ASSERT_EQ(n.status, 200) << n.raw;
+  EXPECT_EQ(n.body["usage"]["completion_tokens"], 3);
+  Reply m = Post(port(), "/v1/completions", json{{"prompt", kCapitals}, {"mirostat", 2}}.dump());
+  EXPECT_EQ(m.status, 400);
+  EXPECT_EQ(m.body["error"]["code"], "unsupported_parameter");
+}
+
 TEST_F(ServerHttpRealTest, EveryBadInputGetsItsStatusAndParamWhileOthersRunUndisturbed) {
   GenerateResult want = ref_->Run(ref_->Completion(kCapitals), 6);
   json good = {{"prompt", kCapitals}, {"max_tokens", 6}, {"temperature", 0}, {"stream", true}};
@@ -731,6 +796,12 @@ TEST_F(ServerHttpRealTest, TokenizeDetokenizeRoundTripAndApplyTemplate) {
   Reply a = Post(port(), "/apply-template", R"({"messages":[{"role":"user","content":"Hi"}]})");
   ASSERT_EQ(a.status, 200);
   EXPECT_EQ(a.body["prompt"], "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
+  Reply with = Post(port(), "/apply-template", R"({"messages":[{"role":"user","content":"Hi"}],"add_generation_prompt":true})");
+  ASSERT_EQ(with.status, 200);
+  EXPECT_EQ(with.body["prompt"], "<bos><start_of_turn>user\nHi<end_of_turn>\n<start_of_turn>model\n");
+  Reply without = Post(port(), "/apply-template", R"({"messages":[{"role":"user","content":"Hi"}],"add_generation_prompt":false})");
+  ASSERT_EQ(without.status, 200);
+  EXPECT_EQ(without.body["prompt"], "<bos><start_of_turn>user\nHi<end_of_turn>\n");
 }
 
 TEST_F(ServerHttpRealTest, MetricsAfterSomeRequests) {

@@ -8,6 +8,7 @@
 // MODEL defaults to $GEMMA4RT_MODEL, else the default model fetched by
 // scripts/fetch-default-model.sh (~/.cache/gemma4rt/gemma-3-270m-q4_k_m.gguf).
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -64,6 +65,22 @@ g4::StatusOr<std::vector<int32_t>> ParseTokens(const std::string& text) {
   }
   if (ids.empty()) return g4::InvalidArgument("--tokens: no token ids given");
   return ids;
+}
+
+// -s/--seed: an integer in [0, 2^64) fixes the sampler's RNG; -1 (llama.cpp's "random seed") or no
+// flag draws a fresh seed per run. Errors: InvalidArgument for anything else (other negative
+// numbers, text, values past 2^64 - 1), with the server's wording.
+g4::StatusOr<std::optional<uint64_t>> ParseSeedFlag(const std::string& text) {
+  if (text.empty() || text == "-1") return std::optional<uint64_t>();
+  auto bad = [&] {
+    return g4::InvalidArgument("--seed: seed must be an integer in [0, 2^64), or -1 for a random seed; got " + text);
+  };
+  if (text.find_first_not_of("0123456789") != std::string::npos) return bad();
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (errno == ERANGE || *end != '\0') return bad();
+  return std::optional<uint64_t>(v);
 }
 
 // Range-checks the sampling flags given on the command line without the model: each one alone in
@@ -166,6 +183,7 @@ int Main(int argc, char** argv) {
   bool json_out = false, chat = false, think = false, ignore_eos = false, show_ids = false;
   std::optional<float> temp, top_p, min_p, repeat_penalty;
   std::optional<int> top_k;
+  std::string seed_flag;  // ParseSeedFlag
   std::optional<uint64_t> seed;
   float presence = 0, frequency = 0;
   std::vector<std::string> stops;
@@ -223,7 +241,8 @@ int Main(int argc, char** argv) {
   gen->add_option("--repeat-penalty", repeat_penalty, "repetition penalty (1 = off)");
   gen->add_option("--presence-penalty", presence, "presence penalty in [-2, 2]");
   gen->add_option("--frequency-penalty", frequency, "frequency penalty in [-2, 2]");
-  gen->add_option("-s,--seed", seed, "sampling seed (same seed, same output)");
+  gen->add_option("-s,--seed", seed_flag, "sampling seed: same seed, same output; -1 (the default) = a random seed, printed at the end")
+      ->type_name("INT");
   gen->add_option("--stop", stops, "stop string (repeatable; empty ones are ignored, as the server does)");
   gen->add_flag("--ignore-eos", ignore_eos, "do not stop at end-of-generation tokens");
   gen->add_flag("--show-ids", show_ids, "print the generated token ids after the text");
@@ -246,6 +265,8 @@ int Main(int argc, char** argv) {
   if (gen->parsed()) {
     if (Status st = ValidateSamplingFlags(temp, top_k, top_p, min_p, repeat_penalty, presence, frequency); !st.ok())
       return Fail(st);
+    if (auto s = ParseSeedFlag(seed_flag); s.ok()) seed = *s;
+    else return Fail(s.status());
   }
   g4::LoadOptions load_options;
   load_options.ple_bits = ple_bits;
@@ -376,9 +397,11 @@ int Main(int argc, char** argv) {
   const int n = static_cast<int>(result.tokens.size());
   std::fprintf(stderr,
                "gemma4rt: finish_reason=%s prompt=%d tokens, prefill %.1f tokens/s, time to first token %.3f s; "
-               "generated=%d tokens, decode %.1f tokens/s\n",
+               "generated=%d tokens, decode %.1f tokens/s%s\n",
                result.finish_reason.c_str(), result.prompt_tokens, result.prompt_tokens / std::max(1e-9, result.prefill_seconds),
-               result.prefill_seconds, n, n > 1 ? (n - 1) / std::max(1e-9, result.decode_seconds) : 0.0);
+               result.prefill_seconds, n, n > 1 ? (n - 1) / std::max(1e-9, result.decode_seconds) : 0.0,
+               // The seed that was used (drawn when -s was -1 or absent), so a sampled run can be repeated.
+               req.sampling.temperature > 0 ? ("; seed=" + std::to_string(result.seed)).c_str() : "");
   return 0;
 }
 }  // namespace

@@ -79,6 +79,7 @@ Status Generate(Engine& engine, const Tokenizer* tokenizer, int seq, const Gener
   if (tokenizer != nullptr) detok.emplace(*tokenizer, /*skip_special=*/true);
   *result = GenerateResult{};
   result->prompt_tokens = static_cast<int>(req.prompt.size());
+  result->seed = sampler.seed();
   auto emit = [&](const std::string& piece) {
     if (piece.empty()) return;
     result->text += piece;

@@ -31,6 +31,7 @@ struct GenerateResult {
   double prefill_seconds = 0;         // prompt processing, i.e. time to first token
   double decode_seconds = 0;          // the remaining tokens
   int prompt_tokens = 0;
+  uint64_t seed = 0;                  // the sampler's seed: the request's, or the one drawn without one
 };
 
 // The tokenizer that belongs to a loaded model: the GGUF's vocabulary, or tokenizer.json in a

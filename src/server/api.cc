@@ -239,18 +239,35 @@ ApiOr<std::vector<ChatMessage>> ParseMessages(const json& o) {
   return out;
 }
 
+// Template switches: chat_template_kwargs.{enable_thinking, add_generation_prompt} and the top-level
+// add_generation_prompt (llama-server's /apply-template and vLLM's chat requests put it there; both
+// places mean the same, and different values in the two are a 400). continue_final_message (vLLM)
+// would render the last message as an open turn, which the renderers cannot do: true is a 400.
 MaybeError ParseTemplateOptions(const json& o, ChatTemplateOptions* opts) {
-  const json* k = Field(o, "chat_template_kwargs");
-  if (!k) return std::nullopt;
-  if (!k->is_object()) return WrongType("chat_template_kwargs", "an object", *k);
-  if (const json* t = Field(*k, "enable_thinking")) {
-    if (!t->is_boolean()) return WrongType("chat_template_kwargs.enable_thinking", "a boolean", *t);
-    opts->enable_thinking = t->get<bool>();
+  std::optional<bool> top_level_agp, kwargs_agp, continue_final;
+  API_RETURN_IF_ERROR(OptBool(o, "add_generation_prompt", &top_level_agp));
+  API_RETURN_IF_ERROR(OptBool(o, "continue_final_message", &continue_final));
+  if (continue_final.value_or(false))
+    return BadRequest("continue_final_message is not supported (the last message is always a closed turn)",
+                      "continue_final_message", "unsupported_parameter");
+  if (const json* k = Field(o, "chat_template_kwargs")) {
+    if (!k->is_object()) return WrongType("chat_template_kwargs", "an object", *k);
+    if (const json* t = Field(*k, "enable_thinking")) {
+      if (!t->is_boolean()) return WrongType("chat_template_kwargs.enable_thinking", "a boolean", *t);
+      opts->enable_thinking = t->get<bool>();
+    }
+    if (const json* t = Field(*k, "add_generation_prompt")) {
+      if (!t->is_boolean()) return WrongType("chat_template_kwargs.add_generation_prompt", "a boolean", *t);
+      kwargs_agp = t->get<bool>();
+    }
   }
-  if (const json* t = Field(*k, "add_generation_prompt")) {
-    if (!t->is_boolean()) return WrongType("chat_template_kwargs.add_generation_prompt", "a boolean", *t);
-    opts->add_generation_prompt = t->get<bool>();
-  }
+  if (top_level_agp && kwargs_agp && *top_level_agp != *kwargs_agp)
+    return BadRequest("add_generation_prompt and chat_template_kwargs.add_generation_prompt disagree (" +
+                          std::string(*top_level_agp ? "true" : "false") + " and " + (*kwargs_agp ? "true" : "false") +
+                          "); give one of them",
+                      "add_generation_prompt");
+  if (top_level_agp) opts->add_generation_prompt = *top_level_agp;
+  if (kwargs_agp) opts->add_generation_prompt = *kwargs_agp;
   return std::nullopt;
 }
 
@@ -309,13 +326,29 @@ MaybeError ParsePrompt(const json& o, const ModelInfo& model, ParsedRequest* r) 
   return std::nullopt;
 }
 
+// Another server's name for one of our fields (see "Field names from other servers" in api.h):
+// sets *given to the name the request used (`ours` when neither or both are there). Both there with
+// different values: 400 naming the alias.
+MaybeError PickAlias(const json& o, const char* ours, const char* alias, const char* origin, const char** given) {
+  const json* a = Field(o, ours);
+  const json* b = Field(o, alias);
+  *given = b && !a ? alias : ours;
+  if (a && b && *a != *b)
+    return BadRequest(std::string(alias) + " (" + origin + "'s name) and " + ours + " are the same setting but differ (" +
+                          Dump(*b) + " and " + Dump(*a) + "); give one of them",
+                      alias);
+  return std::nullopt;
+}
+
 MaybeError ParseSampling(const json& o, const ModelInfo& model, SamplingParams* s) {
+  const char* repetition_key = "repetition_penalty";
+  API_RETURN_IF_ERROR(PickAlias(o, "repetition_penalty", "repeat_penalty", "llama-server", &repetition_key));
   struct F {
     const char* key;
     float* out;
   } floats[] = {{"temperature", &s->temperature},          {"top_p", &s->top_p},
                 {"min_p", &s->min_p},                      {"presence_penalty", &s->presence_penalty},
-                {"frequency_penalty", &s->frequency_penalty}, {"repetition_penalty", &s->repetition_penalty}};
+                {"frequency_penalty", &s->frequency_penalty}, {repetition_key, &s->repetition_penalty}};
   for (const F& f : floats) {
     std::optional<double> d;
     API_RETURN_IF_ERROR(OptNumber(o, f.key, &d));
@@ -329,13 +362,18 @@ MaybeError ParseSampling(const json& o, const ModelInfo& model, SamplingParams* 
     API_RETURN_IF_ERROR(IntValue(*v, "top_k", -1, std::numeric_limits<int32_t>::max(), &k));
     s->top_k = static_cast<int>(k);
   }
+  // seed: [0, 2^64) fixes the RNG; -1 is llama.cpp's "random seed", the same as no seed (a fresh
+  // one per request); other negative values are a 400 (they used to wrap around to 2^64 - n).
   if (const json* v = Field(o, "seed")) {
     if (v->is_number_unsigned()) {
       s->seed = v->get<uint64_t>();
     } else {
       int64_t seed = 0;
       API_RETURN_IF_ERROR(IntValue(*v, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), &seed));
-      s->seed = static_cast<uint64_t>(seed);
+      if (seed < -1)
+        return BadRequest("seed must be an integer in [0, 2^64), or -1 for a random seed; got " + std::to_string(seed), "seed");
+      if (seed == -1) s->seed = std::nullopt;
+      else s->seed = static_cast<uint64_t>(seed);
     }
   }
   if (const json* v = Field(o, "logit_bias")) {
@@ -361,7 +399,101 @@ MaybeError ParseSampling(const json& o, const ModelInfo& model, SamplingParams* 
     }
   }
   Status st = s->ValidateForVocab(model.vocab_size);
-  if (!st.ok()) return BadRequest(st.message(), ParamFromMessage(st.message(), true));
+  if (!st.ok()) {
+    std::string message = st.message();
+    std::string param = ParamFromMessage(message, true);
+    if (param == "repetition_penalty" && std::string_view(repetition_key) != param) {  // named as the request did
+      message = repetition_key + message.substr(param.size());
+      param = repetition_key;
+    }
+    return BadRequest(message, param);
+  }
+  return std::nullopt;
+}
+
+// Fields of llama-server and vLLM that would change generation and that this server does not
+// implement: accepted at the value that switches them off, else 400 unsupported_parameter. The
+// policy is in api.h ("Field names from other servers").
+enum class OffWhen { kZero, kAtMostZero, kAtMostOne, kAtLeastOne, kFalse, kEmpty };
+struct Inert {
+  const char* key;
+  const char* what;  // what it asks for, for the message
+  OffWhen off;
+};
+constexpr Inert kInert[] = {
+    // llama-server (/completion and its OpenAI-compatible routes)
+    {"typical_p", "locally typical sampling", OffWhen::kAtLeastOne},
+    {"top_n_sigma", "top-n-sigma sampling", OffWhen::kAtMostZero},
+    {"xtc_probability", "XTC sampling", OffWhen::kAtMostZero},
+    {"dynatemp_range", "dynamic temperature", OffWhen::kAtMostZero},
+    {"mirostat", "Mirostat sampling", OffWhen::kZero},
+    {"dry_multiplier", "the DRY repetition penalty", OffWhen::kZero},
+    {"min_keep", "a minimum number of candidates kept by the filters", OffWhen::kAtMostOne},
+    {"n_probs", "token probabilities", OffWhen::kAtMostZero},
+    {"t_max_predict_ms", "a time limit on generation", OffWhen::kAtMostZero},
+    {"n_indent", "an indentation stop", OffWhen::kAtMostZero},
+    {"grammar", "grammar-constrained generation", OffWhen::kEmpty},
+    {"json_schema", "schema-constrained generation", OffWhen::kEmpty},
+    {"samplers", "a sampler order (here it is fixed: penalties, temperature, top_k, top_p, min_p)", OffWhen::kEmpty},
+    // vLLM extra parameters
+    {"min_tokens", "a minimum output length", OffWhen::kAtMostZero},
+    {"use_beam_search", "beam search", OffWhen::kFalse},
+    {"include_stop_str_in_output", "stop strings kept in the output", OffWhen::kFalse},
+    {"bad_words", "banned words", OffWhen::kEmpty},
+    {"allowed_token_ids", "a token whitelist", OffWhen::kEmpty},
+    {"stop_token_ids", "extra stop token ids (use stop strings)", OffWhen::kEmpty},
+    {"guided_json", "guided decoding", OffWhen::kEmpty},
+    {"guided_regex", "guided decoding", OffWhen::kEmpty},
+    {"guided_choice", "guided decoding", OffWhen::kEmpty},
+    {"guided_grammar", "guided decoding", OffWhen::kEmpty},
+    {"structured_outputs", "structured outputs", OffWhen::kEmpty},
+};
+
+MaybeError ParseInert(const json& o, const SamplingParams& sampling) {
+  for (const Inert& f : kInert) {
+    const json* v = Field(o, f.key);
+    if (!v) continue;
+    bool off = false;
+    const char* off_text = "";
+    switch (f.off) {
+      case OffWhen::kZero:
+      case OffWhen::kAtMostZero:
+      case OffWhen::kAtMostOne:
+      case OffWhen::kAtLeastOne: {
+        if (!v->is_number()) return WrongType(f.key, "a number", *v);
+        const double d = v->get<double>();
+        if (f.off == OffWhen::kZero) off = d == 0, off_text = "0";
+        if (f.off == OffWhen::kAtMostZero) off = d <= 0, off_text = "0";
+        if (f.off == OffWhen::kAtMostOne) off = d <= 1, off_text = "0 or 1";
+        if (f.off == OffWhen::kAtLeastOne) off = d >= 1, off_text = "1";
+        break;
+      }
+      case OffWhen::kFalse:
+        if (!v->is_boolean()) return WrongType(f.key, "a boolean", *v);
+        off = !v->get<bool>();
+        off_text = "false";
+        break;
+      case OffWhen::kEmpty:
+        off = v->is_string() ? v->get_ref<const std::string&>().empty() : (v->is_array() || v->is_object()) && v->empty();
+        off_text = "null or empty";
+        break;
+    }
+    if (!off)
+      return BadRequest(std::string(f.key) + " (" + f.what + ") is not supported by this server; leave it out or send " + off_text +
+                            " (got " + Dump(*v) + ")",
+                        f.key, "unsupported_parameter");
+  }
+  // repeat_last_n (llama-server): the window of the repetition penalty, 64 tokens there by default.
+  // Here the penalty covers the whole prompt and output, which is repeat_last_n = -1; another window
+  // is only refused when a repetition penalty is in effect (clients send their default 64 along).
+  if (const json* v = Field(o, "repeat_last_n")) {
+    int64_t n = 0;
+    API_RETURN_IF_ERROR(IntValue(*v, "repeat_last_n", -1, std::numeric_limits<int32_t>::max(), &n));
+    if (n != -1 && sampling.repetition_penalty != 1.0f)
+      return BadRequest("repeat_last_n: the repetition penalty here covers the whole prompt and output (repeat_last_n -1); "
+                            "a window of " + std::to_string(n) + " tokens is not supported",
+                        "repeat_last_n", "unsupported_value");
+  }
   return std::nullopt;
 }
 
@@ -462,6 +594,26 @@ ApiError FromStatus(const Status& s) {
 
 bool IsValidUtf8(std::string_view s) { return utf8::IsValid(s); }
 
+std::vector<std::string> PresentedApiKeys(std::string_view authorization, std::string_view x_api_key) {
+  auto is_space = [](char c) { return c == ' ' || c == '\t'; };
+  auto trim = [&](std::string_view v) {
+    while (!v.empty() && is_space(v.front())) v.remove_prefix(1);
+    while (!v.empty() && is_space(v.back())) v.remove_suffix(1);
+    return v;
+  };
+  std::vector<std::string> keys;
+  std::string_view auth = trim(authorization);
+  constexpr std::string_view kBearer = "bearer";
+  if (auth.size() > kBearer.size() && is_space(auth[kBearer.size()]) &&
+      std::equal(kBearer.begin(), kBearer.end(), auth.begin(),
+                 [](char a, char b) { return a == std::tolower(static_cast<unsigned char>(b)); })) {
+    const std::string_view token = trim(auth.substr(kBearer.size()));
+    if (!token.empty()) keys.emplace_back(token);
+  }
+  if (const std::string_view key = trim(x_api_key); !key.empty()) keys.emplace_back(key);
+  return keys;
+}
+
 ApiOr<json> ParseJsonBody(std::string_view body) {
   if (TooDeep(body)) return BadRequest("malformed JSON: nesting deeper than " + std::to_string(kMaxDepth) + " levels", "", "invalid_json");
   if (utf8::IsValid(body)) return ParseText(body);
@@ -515,6 +667,7 @@ ApiOr<ParsedRequest> ParseRequestJson(const json& o, Endpoint ep, const ModelInf
   }
   r.completion.sampling = model.default_sampling;
   API_RETURN_IF_ERROR(ParseSampling(o, model, &r.completion.sampling));
+  API_RETURN_IF_ERROR(ParseInert(o, r.completion.sampling));
   r.completion.stop_ids = model.default_stop_ids;
   auto stops = ParseStop(o);
   if (!stops.ok()) return stops.error();
@@ -522,11 +675,24 @@ ApiOr<ParsedRequest> ParseRequestJson(const json& o, Endpoint ep, const ModelInf
   if (!r.completion.stop.empty() && !model.tokenizer)
     return BadRequest("stop: this model has no tokenizer, so stop strings cannot be matched", "stop", "unsupported_value");
 
-  std::optional<int64_t> max_tokens, max_completion;
+  std::optional<int64_t> max_tokens, max_completion, n_predict;
   API_RETURN_IF_ERROR(OptInt(o, "max_tokens", &max_tokens));
   API_RETURN_IF_ERROR(OptInt(o, "max_completion_tokens", &max_completion));
   const char* mt_param = max_completion ? "max_completion_tokens" : "max_tokens";
   if (max_completion) max_tokens = max_completion;
+  // n_predict (llama-server's name): the same as max_tokens, and -1 = until the context is full.
+  bool until_full = false;
+  API_RETURN_IF_ERROR(OptInt(o, "n_predict", &n_predict));
+  if (n_predict) {
+    if (*n_predict == 0 || *n_predict < -1)
+      return BadRequest("n_predict must be -1 (until the context is full) or at least 1, got " + std::to_string(*n_predict), "n_predict");
+    if (max_tokens && *max_tokens != *n_predict)
+      return BadRequest(std::string("n_predict (llama-server's name) and ") + mt_param + " are the same setting but differ (" +
+                            std::to_string(*n_predict) + " and " + std::to_string(*max_tokens) + "); give one of them",
+                        "n_predict");
+    if (*n_predict == -1) until_full = true;
+    else if (!max_tokens) max_tokens = n_predict, mt_param = "n_predict";
+  }
   if (max_tokens && *max_tokens < 1)
     return BadRequest(std::string(mt_param) + " must be at least 1, got " + std::to_string(*max_tokens), mt_param);
   if (max_tokens && *max_tokens > model.context_size)
@@ -556,7 +722,8 @@ ApiOr<ParsedRequest> ParseRequestJson(const json& o, Endpoint ep, const ModelInf
                           std::to_string(*max_tokens) + " for the completion). Reduce the prompt or " + mt_param + ".",
                       mt_param, "context_length_exceeded");
   const int64_t room = model.context_size - p;
-  r.completion.max_tokens = static_cast<int>(max_tokens ? *max_tokens : (ep == Endpoint::kChat ? room : std::min<int64_t>(16, room)));
+  r.completion.max_tokens =
+      static_cast<int>(max_tokens ? *max_tokens : (ep == Endpoint::kChat || until_full ? room : std::min<int64_t>(16, room)));
   return r;
 }
 

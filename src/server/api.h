@@ -12,16 +12,44 @@
 //   max_completion_tokens / max_tokens   int >= 1 (the former wins). Default: chat = the rest of
 //                      the context (vLLM), completions = 16 (OpenAI, vLLM). prompt + max_tokens must
 //                      fit the context (400 context_length_exceeded).
-//   temperature, top_p, top_k, min_p, presence_penalty, frequency_penalty, repetition_penalty,
-//   seed, logit_bias   as SamplingParams (ranges in sampler.h); unset fields keep the model's
-//                      generation defaults (generation_config.json).
+//   n_predict          llama-server's max_tokens: int >= 1, or -1 = the rest of the context (both
+//                      endpoints). Given with max_tokens / max_completion_tokens: must be equal (400).
+//   temperature, top_p, top_k, min_p, presence_penalty, frequency_penalty, repetition_penalty
+//   (alias repeat_penalty, llama-server's name), logit_bias   as SamplingParams (ranges in
+//                      sampler.h); unset fields keep the model's generation defaults
+//                      (generation_config.json). presence/frequency_penalty count generated tokens
+//                      only (OpenAI), not llama.cpp's last-64-tokens window of prompt and output.
+//   seed               int in [0, 2^64) = reproducible; -1 (llama.cpp's "random") = no seed: a
+//                      fresh random one per request; other negative values: 400.
 //   stop               string | [string] (empty strings ignored, at most 16)
 //   n                  int; only 1 is supported (n > 1: 400 naming `n`)
 //   logprobs / top_logprobs   validated; asking for log-probabilities is refused (400)
 //   stream, stream_options.include_usage   (stream_options without stream: 400)
 //   chat_template_kwargs.enable_thinking   Gemma 4 thinking switch
+//   add_generation_prompt (top level, llama-server/vLLM) or chat_template_kwargs.add_generation_prompt
+//                      bool, default true: end the prompt with the model turn's header. The two
+//                      places disagreeing: 400. continue_final_message true (vLLM): 400.
 //   ignore_eos (vLLM), return_token_ids (vLLM: choice.token_ids + prompt_token_ids)
 //   echo / suffix / best_of > 1 / tools / non-text response_format: 400 (not supported)
+//
+// Field names from other servers (users arrive with llama-server's and vLLM's request bodies). A
+// field that would change what is generated is never silently ignored: it is either
+//   - an alias honoured with the same meaning and validation as ours: repeat_penalty =
+//     repetition_penalty, n_predict = max_tokens; the alias and our name together with different
+//     values are a 400 naming the alias; or
+//   - accepted only at the value that switches it off and a 400 unsupported_parameter otherwise
+//     (api.cc kInert): typical_p 1, top_n_sigma <= 0, xtc_probability 0, dynatemp_range 0,
+//     mirostat 0, dry_multiplier 0, min_keep <= 1, n_probs 0, t_max_predict_ms 0, n_indent 0,
+//     empty grammar / json_schema / samplers (llama-server); min_tokens 0, use_beam_search false,
+//     include_stop_str_in_output false, empty bad_words / allowed_token_ids / stop_token_ids /
+//     guided_json / guided_regex / guided_choice / guided_grammar / structured_outputs (vLLM);
+//     repeat_last_n only -1 while a repetition penalty is in effect (the penalty covers the whole
+//     prompt and output here), anything in [-1, 2^31) otherwise.
+// Fields that cannot change the tokens are ignored like any unknown field: cache_prompt, id_slot,
+// n_keep, n_discard (no context shifting here: a prompt that does not fit is a 400), the settings
+// of samplers that are off (xtc_threshold, dry_base, dry_allowed_length, dry_penalty_last_n,
+// dry_sequence_breakers, mirostat_tau, mirostat_eta, dynatemp_exponent), and penalize_nl and tfs_z,
+// which llama.cpp no longer reads either.
 // Unknown fields are ignored (OpenAI SDKs send extras). Every error is an ApiError with the HTTP
 // status, an OpenAI `type`, the offending `param` (JSON path, e.g. "messages[1].content") and a
 // `code` where one applies.
@@ -121,7 +149,9 @@ ApiOr<nlohmann::json> ParseJsonBody(std::string_view body);
 //   POST /tokenize     {"content": str, "add_special": bool=false, "parse_special": bool=true,
 //                       "with_pieces": bool=false} -> {"tokens": [id | {"id", "piece"}]}
 //   POST /detokenize   {"tokens": [int]} -> {"content": str}
-//   POST /apply-template  {"messages": [...], "chat_template_kwargs": {...}} -> {"prompt": str}
+//   POST /apply-template  {"messages": [...], "add_generation_prompt": bool=true,
+//                       "chat_template_kwargs": {...}} -> {"prompt": str}: the chat request's
+//                       rendering (same template options), not tokenized
 ApiOr<nlohmann::json> HandleTokenize(std::string_view body, const ModelInfo& model);
 ApiOr<nlohmann::json> HandleDetokenize(std::string_view body, const ModelInfo& model);
 ApiOr<nlohmann::json> HandleApplyTemplate(std::string_view body, const ModelInfo& model);
@@ -183,5 +213,13 @@ std::string ErrorChunks(const ApiError& e);
 
 // Whether `s` is valid UTF-8 (shortest forms, no surrogates, <= U+10FFFF).
 bool IsValidUtf8(std::string_view s);
+
+// The API keys a request presents, from its Authorization and X-Api-Key header values ("" when a
+// header is absent): the token of `Authorization: Bearer TOKEN`, the scheme in any case ("bearer",
+// "BEARER": RFC 7235 schemes are case-insensitive) and any spaces or tabs around the token; then the
+// value of `X-Api-Key: KEY` (llama-server's header), trimmed. Another scheme ("Basic ...", or a bare
+// key without a scheme) presents nothing. The server accepts a request when any of them is one of
+// its keys. No errors; 0, 1 or 2 keys.
+std::vector<std::string> PresentedApiKeys(std::string_view authorization, std::string_view x_api_key);
 
 }  // namespace g4::server

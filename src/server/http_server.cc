@@ -450,15 +450,14 @@ void HttpServer::Impl::Routes() {
   });
   svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (opt.api_keys.empty() || req.path == "/health" || req.path == "/v1/health") return httplib::Server::HandlerResponse::Unhandled;
-    const std::string auth = req.get_header_value("Authorization");
-    constexpr std::string_view kBearer = "Bearer ";
+    const std::string auth = req.get_header_value("Authorization"), x_api_key = req.get_header_value("X-Api-Key");
     bool ok = false;
-    if (auth.size() > kBearer.size() && auth.compare(0, kBearer.size(), kBearer) == 0) {
-      const std::string key = auth.substr(kBearer.size());
+    for (const std::string& key : PresentedApiKeys(auth, x_api_key))
       for (const std::string& k : opt.api_keys) ok |= SameKey(key, k);
-    }
     if (ok) return httplib::Server::HandlerResponse::Unhandled;
-    SetError(res, ErrorForStatus(401, auth.empty() ? "missing API key: send Authorization: Bearer <key>" : "invalid API key"));
+    SetError(res, ErrorForStatus(401, auth.empty() && x_api_key.empty()
+                                          ? "missing API key: send Authorization: Bearer <key> (or X-Api-Key: <key>)"
+                                          : "invalid API key (send Authorization: Bearer <key> or X-Api-Key: <key>)"));
     return httplib::Server::HandlerResponse::Handled;
   });
   // Counted before the response is written (the logger runs after it is sent, so a client could

@@ -6,7 +6,8 @@
 // GET /health (200 {"status":"ok"}, 503 while loading), GET /metrics (with `metrics` only),
 // POST /tokenize, POST /detokenize, POST /apply-template. Unknown routes: 404 JSON. A known route
 // asked with another method (GET /v1/completions, POST /v1/models): 405 JSON with an Allow header.
-// Every route but /health needs `Authorization: Bearer KEY` when api_keys is not empty (401).
+// Every route but /health needs `Authorization: Bearer KEY` (scheme in any case) or `X-Api-Key: KEY`
+// when api_keys is not empty (401; PresentedApiKeys in api.h).
 // Bodies over max_body_bytes: 413. Queue full: 429. Internal errors: 500. All errors are
 // {"error": {"message", "type", "param", "code"}}; no input can take the server down.
 // A streaming client that goes away has its request cancelled at the next write, which frees the

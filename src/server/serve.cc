@@ -70,9 +70,10 @@ ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
   app.add_option("--parallel", o.parallel, "parallel slots (continuous batching); -np works too")
       ->envname("GEMMA4RT_PARALLEL")->check(CLI::Range(1, 1024));
   app.add_option("-t,--threads", o.threads, "CPU threads (0 = all cores)")->envname("GEMMA4RT_THREADS")->check(CLI::Range(0, 1024));
-  CLI::Option* api_key_opt =
-      app.add_option("--api-key", api_key, "API key clients must send as 'Authorization: Bearer KEY' (comma-separated for several)")
-          ->envname("GEMMA4RT_API_KEY");
+  CLI::Option* api_key_opt = app.add_option("--api-key", api_key,
+                                            "API key clients must send as 'Authorization: Bearer KEY' or 'X-Api-Key: KEY' "
+                                            "(comma-separated for several)")
+                                 ->envname("GEMMA4RT_API_KEY");
   app.add_option("--api-key-file", api_key_file, "file with API keys, one per line")->envname("GEMMA4RT_API_KEY_FILE");
   app.add_flag("--metrics", o.metrics, "serve Prometheus metrics at GET /metrics")->envname("GEMMA4RT_METRICS");
   app.add_option("--alias", o.alias, "model id in /v1/models and responses (default: the model's file name)")->envname("GEMMA4RT_ALIAS");
