@@ -114,6 +114,34 @@ TEST(SamplerTest, RepetitionPenaltyDividesPositiveMultipliesNegative) {
   EXPECT_EQ(SampleOnce(p, {1.0f, 1.5f}, {0}), 0);
 }
 
+// repetition_window (llama-server's repeat_last_n): only the last N tokens of prompt + output
+// are penalised; -1 = all; 0 = none. Frequency/presence penalties still count every output token.
+TEST(SamplerTest, RepetitionWindowPenalisesOnlyTheLastTokens) {
+  SamplingParams p = Greedy();
+  p.repetition_penalty = 2.0f;
+  // logits {2.0, 1.5, 1.2}; penalised: {1.0, 0.75, 0.6}.
+  const std::vector<float> logits = {2.0f, 1.5f, 1.2f};
+  // Prompt {0}, output {1}: with all of it (and a window of 2), 0 and 1 are penalised -> 2 wins.
+  EXPECT_EQ(SampleOnce(p, logits, {0}, {1}), 2);
+  p.repetition_window = 2;
+  EXPECT_EQ(SampleOnce(p, logits, {0}, {1}), 2);
+  // The last token only (output 1): 0 keeps 2.0 and wins.
+  p.repetition_window = 1;
+  EXPECT_EQ(SampleOnce(p, logits, {0}, {1}), 0);
+  EXPECT_EQ(SampleOnce(p, logits, {1}, {0}), 1) << "output 0 is the last token: 0 -> 1.0 < 1.5";
+  EXPECT_EQ(SampleOnce(p, logits, {1, 0}, {}), 1) << "prompt only: its last token (0) is penalised";
+  EXPECT_EQ(SampleOnce(p, logits, {0, 1}, {}), 0) << "prompt only: 0 is outside the window";
+  // 0: no token penalised.
+  p.repetition_window = 0;
+  EXPECT_EQ(SampleOnce(p, logits, {0, 1, 2}, {0}), 0);
+  // Frequency penalty over an output token before the window still counts: 2.0 - 1.0 = 1.0 < 1.5.
+  p.repetition_penalty = 1.0f;
+  p.frequency_penalty = 1.0f;
+  EXPECT_EQ(SampleOnce(p, logits, {}, {0, 2}), 1);
+  p.repetition_window = -2;
+  EXPECT_EQ(p.Validate().message(), "repeat_last_n must be -1 (the whole prompt and output) or >= 0, got -2");
+}
+
 TEST(SamplerTest, FrequencyPenaltyCountsGeneratedTokensOnly) {
   SamplingParams p = Greedy();
   p.frequency_penalty = 0.3f;

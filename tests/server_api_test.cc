@@ -628,17 +628,15 @@ TEST(ServerApiTest, OtherServersGenerationFieldsAreOffOrRefused) {
   auto tuning = Chat({{"messages", UserMsg("Hi")}, {"xtc_threshold", 0.2}, {"dry_base", 1.75}, {"mirostat_tau", 5},
                       {"dynatemp_exponent", 1}, {"cache_prompt", true}, {"n_keep", 4}, {"penalize_nl", true}, {"tfs_z", 1}});
   EXPECT_TRUE(tuning.ok()) << tuning.error().message;
-  // repeat_last_n: the window of llama.cpp's repetition penalty. Here the penalty covers the whole
-  // prompt and output (-1); another window is refused only while a penalty is in effect.
-  EXPECT_TRUE(Chat({{"messages", UserMsg("Hi")}, {"repeat_last_n", 64}}).ok()) << "no penalty: the window changes nothing";
-  EXPECT_TRUE(Chat({{"messages", UserMsg("Hi")}, {"repeat_last_n", 64}, {"repeat_penalty", 1.0}}).ok());
-  EXPECT_TRUE(Chat({{"messages", UserMsg("Hi")}, {"repeat_last_n", -1}, {"repeat_penalty", 1.1}}).ok());
-  auto window = Chat({{"messages", UserMsg("Hi")}, {"repeat_last_n", 64}, {"repeat_penalty", 1.1}});
-  EXPECT_API_ERROR(window, 400, "repeat_last_n");
-  EXPECT_EQ(window.error().message,
-            "repeat_last_n: the repetition penalty here covers the whole prompt and output (repeat_last_n -1); a window of 64 "
-            "tokens is not supported");
-  EXPECT_API_ERROR(Chat({{"messages", UserMsg("Hi")}, {"repeat_last_n", 0}, {"repetition_penalty", 1.1}}), 400, "repeat_last_n");
+  // repeat_last_n: the window of llama.cpp's repetition penalty, the last N tokens (0: none, -1:
+  // all, the default).
+  for (int n : {64, 0, -1}) {
+    auto r = Chat({{"messages", UserMsg("Hi")}, {"repeat_last_n", n}, {"repeat_penalty", 1.1}});
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r.value().completion.sampling.repetition_window, n);
+    EXPECT_FLOAT_EQ(r.value().completion.sampling.repetition_penalty, 1.1f);
+  }
+  EXPECT_EQ(Chat({{"messages", UserMsg("Hi")}}).value().completion.sampling.repetition_window, -1);
   EXPECT_API_ERROR(Chat({{"messages", UserMsg("Hi")}, {"repeat_last_n", -2}}), 400, "repeat_last_n");
 }
 

@@ -40,6 +40,10 @@ Status SamplingParams::Validate() const {
   if (!(min_p >= 0.0f && min_p <= 1.0f)) {
     return InvalidArgument("min_p must be in [0, 1], got " + Num(min_p));
   }
+  if (repetition_window < -1) {
+    return InvalidArgument("repeat_last_n must be -1 (the whole prompt and output) or >= 0, got " +
+                           std::to_string(repetition_window));
+  }
   if (!(std::isfinite(repetition_penalty) && repetition_penalty > 0.0f)) {
     return InvalidArgument("repetition_penalty must be a finite number > 0 (1 = disabled), got " +
                            Num(repetition_penalty));
@@ -128,22 +132,26 @@ Status Sampler::ApplyPenaltiesAndMasks(std::span<float> logits, std::span<const 
       output_count_.assign(logits.size(), 0);
       touched_.clear();
     }
-    for (int32_t t : prompt_tokens) {
-      if (!seen_[t]) {
-        seen_[t] = 1;
-        touched_.push_back(t);
-      }
-    }
-    for (int32_t t : output_tokens) {
-      if (!seen_[t]) {
-        seen_[t] = 1;
-        touched_.push_back(t);
-      }
+    // seen_[t]: bit 0 = t is among the tokens the repetition penalty looks at (the last
+    // repetition_window of prompt + output, or all), bit 1 = t was touched for another reason (an
+    // output token before the window, counted for step 2).
+    const int64_t P = static_cast<int64_t>(prompt_tokens.size());
+    const int64_t total = P + static_cast<int64_t>(output_tokens.size());
+    const int64_t window = params_.repetition_window;
+    const int64_t first = window < 0 ? 0 : std::max<int64_t>(0, total - window);
+    auto mark = [&](int32_t t, int bit) {
+      if (!seen_[t]) touched_.push_back(t);
+      seen_[t] |= bit;
+    };
+    for (int64_t i = first; i < P; ++i) mark(prompt_tokens[i], 1);
+    for (int64_t i = 0; i < total - P; ++i) {
+      const int32_t t = output_tokens[i];
+      mark(t, P + i >= first ? 1 : 2);
       ++output_count_[t];
     }
     for (int32_t t : touched_) {
       float& l = logits[t];
-      if (rep != 1.0f) l = l > 0.0f ? l / rep : l * rep;  // step 1, once per distinct id
+      if (rep != 1.0f && (seen_[t] & 1)) l = l > 0.0f ? l / rep : l * rep;  // step 1, once per distinct id
       const int32_t count = output_count_[t];
       if (count > 0) l -= static_cast<float>(count) * freq + pres;  // step 2
       seen_[t] = 0;

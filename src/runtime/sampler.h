@@ -4,7 +4,9 @@
 // Order of operations in Sampler::Sample (every step works on a private copy of the logits):
 //   1. repetition_penalty (HF RepetitionPenaltyLogitsProcessor / vLLM semantics): for every
 //      distinct token id seen in prompt + output, logit > 0 is divided by the penalty, logit <= 0
-//      is multiplied by it (applied once per id, however often it occurs).
+//      is multiplied by it (applied once per id, however often it occurs). With
+//      repetition_window = N >= 0 (llama-server's repeat_last_n) only the last N tokens of
+//      prompt + output count (0: none).
 //   2. frequency_penalty and presence_penalty (OpenAI semantics, generated tokens only):
 //      logit[t] -= count_output(t) * frequency_penalty + (count_output(t) > 0) * presence_penalty.
 //      (1 then 2 is vLLM's order.)
@@ -58,6 +60,8 @@ struct SamplingParams {
   float top_p = 1.0f;               // (0, 1]; 1 = disabled
   float min_p = 0.0f;               // [0, 1]; 0 = disabled
   float repetition_penalty = 1.0f;  // > 0, finite; 1 = disabled (HF/vLLM)
+  int repetition_window = -1;       // tokens of prompt + output the penalty looks at: -1 = all (HF/vLLM),
+                                    // N >= 0 = the last N (llama-server's repeat_last_n, 64 there)
   float presence_penalty = 0.0f;    // [-2, 2] (OpenAI)
   float frequency_penalty = 0.0f;   // [-2, 2] (OpenAI)
   std::optional<uint64_t> seed;     // per-request RNG seed; nullopt = nondeterministic

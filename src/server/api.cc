@@ -449,7 +449,8 @@ constexpr Inert kInert[] = {
     {"structured_outputs", "structured outputs", OffWhen::kEmpty},
 };
 
-MaybeError ParseInert(const json& o, const SamplingParams& sampling) {
+// The kInert fields (refused unless off) and repeat_last_n (into sampling.repetition_window).
+MaybeError ParseInert(const json& o, SamplingParams& sampling) {
   for (const Inert& f : kInert) {
     const json* v = Field(o, f.key);
     if (!v) continue;
@@ -483,16 +484,13 @@ MaybeError ParseInert(const json& o, const SamplingParams& sampling) {
                             " (got " + Dump(*v) + ")",
                         f.key, "unsupported_parameter");
   }
-  // repeat_last_n (llama-server): the window of the repetition penalty, 64 tokens there by default.
-  // Here the penalty covers the whole prompt and output, which is repeat_last_n = -1; another window
-  // is only refused when a repetition penalty is in effect (clients send their default 64 along).
+  // repeat_last_n (llama-server): the window of the repetition penalty, the last N tokens of
+  // prompt + output (64 there by default; 0 = none), -1 = all of them (HF/vLLM, this server's
+  // default): SamplingParams::repetition_window.
   if (const json* v = Field(o, "repeat_last_n")) {
     int64_t n = 0;
     API_RETURN_IF_ERROR(IntValue(*v, "repeat_last_n", -1, std::numeric_limits<int32_t>::max(), &n));
-    if (n != -1 && sampling.repetition_penalty != 1.0f)
-      return BadRequest("repeat_last_n: the repetition penalty here covers the whole prompt and output (repeat_last_n -1); "
-                            "a window of " + std::to_string(n) + " tokens is not supported",
-                        "repeat_last_n", "unsupported_value");
+    sampling.repetition_window = static_cast<int>(n);
   }
   return std::nullopt;
 }
