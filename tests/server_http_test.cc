@@ -472,6 +472,46 @@ TEST(ServerHttpTinyTest, StalledClientsLeaveRoomForOthers) {
   for (int fd : stalled) close(fd);
 }
 
+// Found by a fresh user: OPTIONS (a browser's CORS preflight) was 404, so no page on another
+// origin could call the server. As llama-server and vLLM: the preflight is 204 with the allowed
+// methods and headers, before and whatever the API key, and every response allows any origin;
+// the request itself still needs the key.
+TEST(ServerHttpTinyTest, BrowsersMayCallFromOtherOrigins) {
+  ServeOptions o = Options(TinyModel(), 64, 1);
+  o.api_keys = {"sekret"};
+  auto srv = StartServer(o);
+  ASSERT_TRUE(srv);
+  auto c = Client(srv->port());
+  httplib::Request pre;
+  pre.method = "OPTIONS";
+  pre.path = "/v1/chat/completions";
+  pre.headers = {{"Origin", "http://example.com"}, {"Access-Control-Request-Method", "POST"},
+                 {"Access-Control-Request-Headers", "authorization, content-type"}};
+  auto r = c->send(pre);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 204);
+  EXPECT_EQ(r->get_header_value("Access-Control-Allow-Origin"), "*");
+  EXPECT_EQ(r->get_header_value("Access-Control-Allow-Methods"), "GET, POST, OPTIONS");
+  EXPECT_EQ(r->get_header_value("Access-Control-Allow-Headers"), "authorization, content-type");
+  pre.headers = {{"Origin", "http://example.com"}, {"Access-Control-Request-Method", "GET"}};
+  pre.path = "/v1/models";
+  r = c->send(pre);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 204);
+  EXPECT_EQ(r->get_header_value("Access-Control-Allow-Headers"), "Authorization, Content-Type, X-Api-Key");
+  // The requests: the key still decides, and the answers allow any origin.
+  const httplib::Headers origin = {{"Origin", "http://example.com"}};
+  auto denied = c->Get("/v1/models", origin);
+  ASSERT_TRUE(denied);
+  EXPECT_EQ(denied->status, 401);
+  EXPECT_EQ(denied->get_header_value("Access-Control-Allow-Origin"), "*");
+  auto ok = c->Post("/v1/completions", {{"Origin", "http://example.com"}, {"Authorization", "Bearer sekret"}},
+                    R"({"prompt":[2,5],"max_tokens":2})", "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200) << ok->body;
+  EXPECT_EQ(ok->get_header_value("Access-Control-Allow-Origin"), "*");
+}
+
 // GET on a POST-only endpoint (and POST/PUT/DELETE on GET-only ones) is 405 Method Not Allowed
 // with an Allow header and an OpenAI-shaped error, as OpenAI and vLLM answer; not 404.
 TEST(ServerHttpTinyTest, WrongMethodOnAKnownRouteIs405WithAllow) {

@@ -448,7 +448,23 @@ void HttpServer::Impl::Routes() {
     }
     SetError(res, ErrorForStatus(res.status, utf8::Sanitize(msg)));
   });
+  // CORS, as llama-server and vLLM (its default allowed origins "*") answer: every response
+  // carries Access-Control-Allow-Origin: *, and a browser's preflight (OPTIONS, sent without
+  // credentials) is answered 204 before the API-key check, allowing GET/POST and the headers it
+  // asks for (Authorization, Content-Type, X-Api-Key by default). Without this a page on another
+  // origin could not call the server at all (found by a fresh user: OPTIONS was 404). Requests
+  // themselves still need the key where one is set.
+  svr.set_default_headers({{"Access-Control-Allow-Origin", "*"}});
   svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (req.method == "OPTIONS") {
+      res.status = 204;
+      res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+      const std::string asked = req.get_header_value("Access-Control-Request-Headers");
+      res.set_header("Access-Control-Allow-Headers",
+                     asked.empty() ? std::string("Authorization, Content-Type, X-Api-Key") : utf8::Sanitize(asked.substr(0, 1024)));
+      res.set_header("Access-Control-Max-Age", "86400");
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (opt.api_keys.empty() || req.path == "/health" || req.path == "/v1/health") return httplib::Server::HandlerResponse::Unhandled;
     const std::string auth = req.get_header_value("Authorization"), x_api_key = req.get_header_value("X-Api-Key");
     bool ok = false;
