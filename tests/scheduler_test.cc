@@ -2,6 +2,7 @@
 // queue limits, context admission and the degeneracy guard.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <future>
@@ -110,6 +111,33 @@ TEST(SchedulerTest, ConcurrentRequestsMatchTheirSoloRuns) {
   EXPECT_EQ(st.generated_tokens_total, 160u);
   EXPECT_EQ(st.busy_slots, 0);
   EXPECT_EQ(st.ttft_count, 8u);
+}
+
+// stop_token_ids (vLLM's): the first generated id among them ends the request with "stop", even
+// with ignore_eos, and is part of the output; ids outside the vocabulary are refused.
+TEST(SchedulerTest, StopTokenIdsEndTheRequestAfterTheirToken) {
+  auto engine = TinyEngine(1);
+  Scheduler s(*engine, nullptr, SchedulerOptions{});
+  auto [free_run, ev0] = SubmitAndCollect(s, Greedy({2, 10, 20}, 12)).get();
+  ASSERT_EQ(free_run.size(), 12u);
+  ASSERT_EQ(ev0.finish_reason, "length");
+  // The first position k >= 2 whose id did not occur before it: stopping on that id ends at k.
+  size_t k = 2;
+  while (k < free_run.size() && std::find(free_run.begin(), free_run.begin() + k, free_run[k]) != free_run.begin() + k) ++k;
+  ASSERT_LT(k, free_run.size()) << "the tiny model's greedy run repeats from its start";
+  CompletionRequest r = Greedy({2, 10, 20}, 12);  // Greedy sets ignore_eos
+  r.stop_token_ids = {free_run[k]};
+  auto [stopped, ev] = SubmitAndCollect(s, r).get();
+  EXPECT_EQ(ev.finish_reason, "stop");
+  EXPECT_EQ(stopped, std::vector<int32_t>(free_run.begin(), free_run.begin() + k + 1));
+  EXPECT_EQ(ev.completion_tokens, static_cast<int>(k + 1));
+  CompletionRequest bad = Greedy({2, 10, 20}, 4);
+  bad.stop_token_ids = {5, engine->config().vocab};
+  auto refused = s.Submit(bad, nullptr);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.status().message(), "stop_token_ids[1]: token id " + std::to_string(engine->config().vocab) +
+                                            " is outside the vocabulary [0, " + std::to_string(engine->config().vocab) + ")");
 }
 
 TEST(SchedulerTest, CancelFreesTheSlotAtOnce) {

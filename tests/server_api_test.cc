@@ -594,7 +594,6 @@ TEST(ServerApiTest, OtherServersGenerationFieldsAreOffOrRefused) {
       {"include_stop_str_in_output", {{false, true}, {true, false}}},
       {"bad_words", {{json::array(), true}, {json::array({"no"}), false}}},
       {"allowed_token_ids", {{json::array(), true}, {json::array({5, 6}), false}}},
-      {"stop_token_ids", {{json::array(), true}, {json::array({106}), false}}},
       {"guided_json", {{json::object(), true}, {{{"type", "object"}}, false}}},
       {"guided_regex", {{"", true}, {"a+", false}}},
       {"guided_choice", {{json::array(), true}, {json::array({"a", "b"}), false}}},
@@ -638,6 +637,19 @@ TEST(ServerApiTest, OtherServersGenerationFieldsAreOffOrRefused) {
   }
   EXPECT_EQ(Chat({{"messages", UserMsg("Hi")}}).value().completion.sampling.repetition_window, -1);
   EXPECT_API_ERROR(Chat({{"messages", UserMsg("Hi")}, {"repeat_last_n", -2}}), 400, "repeat_last_n");
+}
+
+// stop_token_ids (vLLM): parsed into CompletionRequest::stop_token_ids, validated as token ids.
+TEST(ServerApiTest, StopTokenIds) {
+  auto r = Chat({{"messages", UserMsg("Hi")}, {"stop_token_ids", {106, 1}}});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r.value().completion.stop_token_ids, (std::vector<int32_t>{106, 1}));
+  EXPECT_TRUE(Chat({{"messages", UserMsg("Hi")}}).value().completion.stop_token_ids.empty());
+  EXPECT_TRUE(Chat({{"messages", UserMsg("Hi")}, {"stop_token_ids", nullptr}}).ok());
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("Hi")}, {"stop_token_ids", 106}}), 400, "stop_token_ids");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("Hi")}, {"stop_token_ids", {"a"}}}), 400, "stop_token_ids[0]");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("Hi")}, {"stop_token_ids", {-1}}}), 400, "stop_token_ids");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("Hi")}, {"stop_token_ids", std::vector<int>(65, 1)}}), 400, "stop_token_ids");
 }
 
 // add_generation_prompt (top level, as llama-server's /apply-template and vLLM take it, or in

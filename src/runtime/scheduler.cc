@@ -98,6 +98,10 @@ StatusOr<std::shared_ptr<RequestHandle>> Scheduler::Submit(CompletionRequest req
     return InvalidArgument("context_length_exceeded: the prompt has " + std::to_string(req.prompt.size()) +
                            " tokens and max_tokens is " + std::to_string(req.max_tokens) +
                            "; together they exceed the context size of " + std::to_string(ctx) + " tokens");
+  for (size_t i = 0; i < req.stop_token_ids.size(); ++i)
+    if (req.stop_token_ids[i] < 0 || req.stop_token_ids[i] >= c.vocab)
+      return InvalidArgument("stop_token_ids[" + std::to_string(i) + "]: token id " + std::to_string(req.stop_token_ids[i]) +
+                             " is outside the vocabulary [0, " + std::to_string(c.vocab) + ")");
   G4_RETURN_IF_ERROR(req.sampling.ValidateForVocab(c.vocab));
   if (tokenizer_ == nullptr && !req.stop.empty()) return InvalidArgument("stop: stop strings need a tokenizer");
   G4_RETURN_IF_ERROR(StopMatcher::Create(req.stop).status());
@@ -218,6 +222,10 @@ bool Scheduler::SampleNext(Slot& s, std::span<float> logits) {
   if (s.p->cb && (!ev.text.empty() || !tokenizer_)) s.p->cb(ev);
   if (sr.stopped) {
     Finish(s, "stop");
+    return false;
+  }
+  if (std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), tok) != r.stop_token_ids.end()) {
+    Finish(s, "stop");  // after its text went out
     return false;
   }
   if (static_cast<int>(s.generated.size()) >= r.max_tokens) {

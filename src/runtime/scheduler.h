@@ -51,7 +51,11 @@ struct CompletionRequest {
   SamplingParams sampling;
   std::vector<std::string> stop;       // stop strings
   std::vector<int32_t> stop_ids;       // extra stop token ids (the tokenizer's end-of-generation ids always stop)
-  bool ignore_eos = false;
+  bool ignore_eos = false;             // true: neither end-of-generation ids nor stop_ids end it
+  // The request's own stop token ids (vLLM's stop_token_ids): generating one ends the request
+  // with "stop" even with ignore_eos; the token is part of the output (its text too, unless it is
+  // a special token, which the text never shows), as in vLLM. Each in [0, vocab).
+  std::vector<int32_t> stop_token_ids;
 };
 
 // One event per call of the request's callback, on the scheduler thread. Text deltas come in

@@ -441,7 +441,6 @@ constexpr Inert kInert[] = {
     {"include_stop_str_in_output", "stop strings kept in the output", OffWhen::kFalse},
     {"bad_words", "banned words", OffWhen::kEmpty},
     {"allowed_token_ids", "a token whitelist", OffWhen::kEmpty},
-    {"stop_token_ids", "extra stop token ids (use stop strings)", OffWhen::kEmpty},
     {"guided_json", "guided decoding", OffWhen::kEmpty},
     {"guided_regex", "guided decoding", OffWhen::kEmpty},
     {"guided_choice", "guided decoding", OffWhen::kEmpty},
@@ -667,6 +666,15 @@ ApiOr<ParsedRequest> ParseRequestJson(const json& o, Endpoint ep, const ModelInf
   API_RETURN_IF_ERROR(ParseSampling(o, model, &r.completion.sampling));
   API_RETURN_IF_ERROR(ParseInert(o, r.completion.sampling));
   r.completion.stop_ids = model.default_stop_ids;
+  // stop_token_ids (vLLM): ids whose generation ends the request, even with ignore_eos
+  // (CompletionRequest::stop_token_ids); up to 64, each in the vocabulary.
+  if (const json* v = Field(o, "stop_token_ids")) {
+    if (!v->is_null()) {
+      if (!v->is_array()) return WrongType("stop_token_ids", "an array of token ids", *v);
+      if (v->size() > 64) return BadRequest("stop_token_ids: at most 64 ids, got " + std::to_string(v->size()), "stop_token_ids");
+      API_RETURN_IF_ERROR(TokenIds(*v, "stop_token_ids", model, &r.completion.stop_token_ids));
+    }
+  }
   auto stops = ParseStop(o);
   if (!stops.ok()) return stops.error();
   r.completion.stop = std::move(stops.value());

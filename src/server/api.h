@@ -41,10 +41,12 @@
 //     (api.cc kInert): typical_p 1, top_n_sigma <= 0, xtc_probability 0, dynatemp_range 0,
 //     mirostat 0, dry_multiplier 0, min_keep <= 1, n_probs 0, t_max_predict_ms 0, n_indent 0,
 //     empty grammar / json_schema / samplers (llama-server); min_tokens 0, use_beam_search false,
-//     include_stop_str_in_output false, empty bad_words / allowed_token_ids / stop_token_ids /
+//     include_stop_str_in_output false, empty bad_words / allowed_token_ids /
 //     guided_json / guided_regex / guided_choice / guided_grammar / structured_outputs (vLLM).
 //   - repeat_last_n (llama-server): the repetition penalty's window (SamplingParams::
-//     repetition_window), -1 (all of prompt + output) to 2^31 - 1.
+//     repetition_window), -1 (all of prompt + output) to 2^31 - 1; stop_token_ids (vLLM): up to
+//     64 ids that end the request when generated, even with ignore_eos
+//     (CompletionRequest::stop_token_ids).
 // Fields that cannot change the tokens are ignored like any unknown field: cache_prompt, id_slot,
 // n_keep, n_discard (no context shifting here: a prompt that does not fit is a 400), the settings
 // of samplers that are off (xtc_threshold, dry_base, dry_allowed_length, dry_penalty_last_n,
