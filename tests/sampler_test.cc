@@ -138,6 +138,16 @@ TEST(SamplerTest, RepetitionWindowPenalisesOnlyTheLastTokens) {
   p.repetition_penalty = 1.0f;
   p.frequency_penalty = 1.0f;
   EXPECT_EQ(SampleOnce(p, logits, {}, {0, 2}), 1);
+  // Both penalties, window 1, output {0, 2}: 0 is before the window (frequency only: 2.0 - 1 =
+  // 1.0), 2 in it (both: 1.2 / 2 - 1 = -0.4), 1 untouched (1.5) wins; with the whole history, 1
+  // still wins and 0 has 2.0 / 2 - 1 = 0.
+  p.repetition_penalty = 2.0f;
+  p.repetition_window = 1;
+  EXPECT_EQ(SampleOnce(p, logits, {}, {0, 2}), 1);
+  p.frequency_penalty = 0.6f;  // 0: 2.0 - 0.6 = 1.4 (frequency only) < 1.5; penalised too it would be 0.4
+  EXPECT_EQ(SampleOnce(p, {2.0f, 1.3f, 1.2f}, {}, {0, 2}), 0) << "0 before the window keeps 1.4 > 1.3";
+  p.repetition_window = -1;
+  EXPECT_EQ(SampleOnce(p, {2.0f, 1.3f, 1.2f}, {}, {0, 2}), 1) << "in the window 0 falls to 0.4 < 1.3";
   p.repetition_window = -2;
   EXPECT_EQ(p.Validate().message(), "repeat_last_n must be -1 (the whole prompt and output) or >= 0, got -2");
 }

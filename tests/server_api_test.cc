@@ -3,6 +3,9 @@
 // response and SSE shapes, Prometheus text.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <fstream>
+
 #include <cstdlib>
 #include <set>
 #include <sstream>
@@ -636,6 +639,11 @@ TEST(ServerApiTest, OtherServersGenerationFieldsAreOffOrRefused) {
     EXPECT_FLOAT_EQ(r.value().completion.sampling.repetition_penalty, 1.1f);
   }
   EXPECT_EQ(Chat({{"messages", UserMsg("Hi")}}).value().completion.sampling.repetition_window, -1);
+  // llama-server's name alone brings llama-server's window (64); vLLM's name, or both, the whole context.
+  EXPECT_EQ(Chat({{"messages", UserMsg("Hi")}, {"repeat_penalty", 1.1}}).value().completion.sampling.repetition_window, 64);
+  EXPECT_EQ(Chat({{"messages", UserMsg("Hi")}, {"repetition_penalty", 1.1}}).value().completion.sampling.repetition_window, -1);
+  EXPECT_EQ(Chat({{"messages", UserMsg("Hi")}, {"repeat_penalty", 1.1}, {"repetition_penalty", 1.1}})
+                .value().completion.sampling.repetition_window, -1);
   EXPECT_API_ERROR(Chat({{"messages", UserMsg("Hi")}, {"repeat_last_n", -2}}), 400, "repeat_last_n");
 }
 
@@ -790,6 +798,8 @@ TEST(ServeFlagsTest, FlagsEnvironmentAndPrecedence) {
   EXPECT_EQ(np.options->threads_http, 0);
   EXPECT_EQ(DefaultHttpThreads(4, 64), 512);
   EXPECT_EQ(DefaultHttpThreads(64, 1000), 1080);
+  EXPECT_EQ(DefaultHttpThreads(4, 1 << 20), kMaxHttpThreads) << "--max-queue's range would ask for a million threads";
+  EXPECT_FALSE(ParseServeFlags({"--threads-http", "100000"}).options.has_value());
   ParsedFlags http = ParseServeFlags({"--threads-http", "100"});
   ASSERT_TRUE(http.options.has_value());
   EXPECT_EQ(http.options->threads_http, 100);
@@ -826,6 +836,18 @@ TEST(ServeFlagsTest, AnEmptyApiKeyIsAnErrorNotAnOpenServer) {
   ParsedFlags none = ParseServeFlags({});
   ASSERT_TRUE(none.options.has_value()) << "no key at all: a server without authentication, as asked";
   EXPECT_TRUE(none.options->api_keys.empty());
+  // An empty variable beside a key file (docker-compose's ${KEY:-}): the file's keys guard it.
+  const std::string file = testing::TempDir() + "/gemma4rt-keys.txt";
+  {
+    std::ofstream f(file);
+    f << "from-file\n";
+  }
+  setenv("GEMMA4RT_API_KEY", "", 1);
+  ParsedFlags with_file = ParseServeFlags({"--api-key-file", file});
+  unsetenv("GEMMA4RT_API_KEY");
+  ASSERT_TRUE(with_file.options.has_value());
+  EXPECT_EQ(with_file.options->api_keys, std::vector<std::string>{"from-file"});
+  std::remove(file.c_str());
 }
 
 }  // namespace

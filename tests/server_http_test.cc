@@ -388,8 +388,9 @@ TEST(ServerHttpTinyTest, BodiesAreJsonWhateverTheContentTypeUpToTheLimit) {
 
 // Found by a fresh user: a negative Content-Length (and other non-numbers) was read as a huge
 // count and answered 413 only after the 30 s read timeout, holding a worker thread meanwhile. A
-// Content-Length that is not a byte count is 400 at once, before the body is read, and the
-// connection closes; one over --max-body-bytes whose body is sent is 413 saying both figures.
+// Content-Length that is not a byte count is 400 at once, before the body is read, on every
+// route; one over --max-body-bytes whose body is sent is 413 saying both figures; chunked bodies
+// are counted against the limit as they arrive.
 TEST(ServerHttpTinyTest, ContentLengthIsJudgedBeforeTheBodyArrives) {
   ServeOptions o = Options(TinyModel(), 64, 1);
   o.max_body_bytes = 1000;
@@ -425,6 +426,33 @@ TEST(ServerHttpTinyTest, ContentLengthIsJudgedBeforeTheBodyArrives) {
     } else {
       EXPECT_NE(message.find("invalid Content-Length header '" + c.length + "'"), std::string::npos) << message;
     }
+  }
+  // Every route, not only the API's: a bad length to a GET-only route or an unknown one is 400 at
+  // once too (a reviewer found them waiting for the read timeout, then 413).
+  for (const char* path : {"/v1/models", "/v1/nothing"}) {
+    double seconds = 0;
+    const std::string got = RawExchange(srv->port(), std::string("POST ") + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                                        "Content-Length: -5\r\n\r\n{}", 10s, &seconds);
+    EXPECT_LT(seconds, 3.0) << path;
+    EXPECT_EQ(got.rfind("HTTP/1.1 400 ", 0), 0u) << path << ": " << got;
+    const std::string none = RawExchange(srv->port(), std::string("POST ") + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+                                         10s, &seconds);
+    EXPECT_LT(seconds, 3.0) << path << " without a body";
+    EXPECT_EQ(none.rfind(std::string("HTTP/1.1 ") + (std::string(path) == "/v1/models" ? "405 " : "404 "), 0), 0u) << path << ": " << none;
+  }
+  // Chunked bodies count against the limit as they arrive (they had none): 1200 bytes in two
+  // chunks over a limit of 1000 is 413; 600 bytes go through (and fail as JSON, 400).
+  for (const auto& [size, status] : {std::pair{1200, 413}, std::pair{600, 400}}) {
+    const std::string half(static_cast<size_t>(size / 2), ' ');
+    char hex[16];
+    std::snprintf(hex, sizeof hex, "%x", size / 2);
+    const std::string request = std::string("POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\n") +
+                                "Transfer-Encoding: chunked\r\n\r\n" + hex + "\r\n" + half + "\r\n" + hex + "\r\n" + half +
+                                "\r\n0\r\n\r\n";
+    double seconds = 0;
+    const std::string got = RawExchange(srv->port(), request, 10s, &seconds);
+    EXPECT_EQ(std::atoi(got.c_str() + 9), status) << size << ": " << got;
+    if (status == 413) EXPECT_NE(got.find("larger than the limit of 1000 bytes"), std::string::npos) << got;
   }
   // No Content-Length and not chunked: no body (was read until the client closed), 400 at once.
   double seconds = 0;
@@ -510,6 +538,20 @@ TEST(ServerHttpTinyTest, BrowsersMayCallFromOtherOrigins) {
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200) << ok->body;
   EXPECT_EQ(ok->get_header_value("Access-Control-Allow-Origin"), "*");
+  // --no-cors: no preflight, no header (browsers then keep other origins from the answers).
+  ServeOptions closed = Options(TinyModel(), 64, 1);
+  closed.no_cors = true;
+  auto srv2 = StartServer(closed);
+  ASSERT_TRUE(srv2);
+  auto c2 = Client(srv2->port());
+  auto r2 = c2->send(pre);
+  ASSERT_TRUE(r2);
+  EXPECT_EQ(r2->status, 404);
+  EXPECT_FALSE(r2->has_header("Access-Control-Allow-Origin"));
+  auto plain = c2->Get("/v1/models", origin);
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->status, 200);
+  EXPECT_FALSE(plain->has_header("Access-Control-Allow-Origin"));
 }
 
 // GET on a POST-only endpoint (and POST/PUT/DELETE on GET-only ones) is 405 Method Not Allowed

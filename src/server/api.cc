@@ -490,6 +490,10 @@ MaybeError ParseInert(const json& o, SamplingParams& sampling) {
     int64_t n = 0;
     API_RETURN_IF_ERROR(IntValue(*v, "repeat_last_n", -1, std::numeric_limits<int32_t>::max(), &n));
     sampling.repetition_window = static_cast<int>(n);
+  } else if (Field(o, "repeat_penalty") != nullptr && Field(o, "repetition_penalty") == nullptr) {
+    // A penalty under llama-server's name means what llama-server does with it: the last 64
+    // tokens (its repeat_last_n default), not the whole context (a reviewer's finding).
+    sampling.repetition_window = 64;
   }
   return std::nullopt;
 }

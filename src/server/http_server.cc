@@ -1,5 +1,6 @@
 #include "server/http_server.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -454,9 +455,9 @@ void HttpServer::Impl::Routes() {
   // asks for (Authorization, Content-Type, X-Api-Key by default). Without this a page on another
   // origin could not call the server at all (found by a fresh user: OPTIONS was 404). Requests
   // themselves still need the key where one is set.
-  svr.set_default_headers({{"Access-Control-Allow-Origin", "*"}});
+  if (opt.cors) svr.set_default_headers({{"Access-Control-Allow-Origin", "*"}});
   svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (req.method == "OPTIONS") {
+    if (opt.cors && req.method == "OPTIONS") {
       res.status = 204;
       res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
       const std::string asked = req.get_header_value("Access-Control-Request-Headers");
@@ -515,46 +516,71 @@ void HttpServer::Impl::Routes() {
   // into form fields and refuses one over 8 KiB with a 413 before any handler runs. The API reads
   // its JSON whatever the content type says, up to --max-body-bytes (set_payload_max_length,
   // enforced while reading: 413). Multipart bodies are refused with 415.
-  // A Content-Length that is not a decimal byte count (a sign, letters, 20 digits or more) is
-  // refused with 400 before any of the body is read: httplib 0.11 reads it with strtoull, so
-  // `-5` became 2^64 - 5 and the server waited for that many bytes until its 30 s read timeout,
-  // holding a worker thread, then said 413 (found by a fresh user). Nothing of such a body is read
-  // (what did arrive is taken as the connection's next request, which fails to parse: a second
-  // 400), and the reply says Connection: close. A valid count over the limit is read and dropped
-  // as before, then 413: a client
-  // that sends what it announced gets its 413 (cutting it off would reset the connection under
-  // its upload); one that announces more than it sends waits for the read timeout.
-  auto with_body = [this](httplib::Server::Handler h) {
-    return [this, h](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read) {
+  // Every request that may carry a body (POST, PUT, PATCH, DELETE) reaches a handler that reads
+  // it (httplib's content-reader routes): the API's bodies are kept up to --max-body-bytes, any
+  // other route's body is read and dropped (so a keep-alive connection stays in step) before its
+  // 404 or 405. Before anything is read:
+  //  - a Content-Length that is not a decimal byte count (a sign, letters, 20 digits or more) is
+  //    400 at once: httplib 0.11 reads it with strtoull, so `-5` became 2^64 - 5 and the server
+  //    waited for that many bytes until its 30 s read timeout, holding a worker thread, then said
+  //    413 (found by a fresh user). Nothing of such a body is read: what did arrive is taken as
+  //    the connection's next request, which fails to parse (a second 400).
+  //  - a request with neither a length nor chunking has no body (RFC 9112 6.3): httplib 0.11
+  //    would read until the client closed or the read timeout passed. An API route answers 400;
+  //    another route its 404/405 without reading.
+  // A valid count over the limit is read and dropped (by httplib), then 413: a client that sends
+  // what it announced gets its 413 (cutting it off would reset the connection under its upload);
+  // one that announces more than it sends waits for the read timeout. Chunked and compressed
+  // bodies (Debian's httplib inflates gzip/brotli before the reader sees it) are counted as they
+  // arrive: past the limit, 413 (a reviewer found them unbounded: one request could fill memory).
+  // Returns an error, or nullopt when the body may be read; *has_body: whether there is one.
+  auto framing = [](const httplib::Request& req, bool* has_body) -> std::optional<ApiError> {
+    const bool chunked = strcasecmp(req.get_header_value("Transfer-Encoding").c_str(), "chunked") == 0;
+    *has_body = chunked || req.has_header("Content-Length");
+    if (req.has_header("Content-Length")) {
+      const std::string cl = req.get_header_value("Content-Length");
+      if (cl.empty() || cl.size() > 19 || cl.find_first_not_of("0123456789") != std::string::npos)
+        return ErrorForStatus(400, utf8::Sanitize("invalid Content-Length header '" + cl.substr(0, 64) +
+                                                  "': not a decimal byte count below 10^19"));
+    }
+    return std::nullopt;
+  };
+  // Reads the body through `read`, handing each piece to `keep` (nullptr: dropped); an error past
+  // --max-body-bytes (httplib's own 413 for a Content-Length over it, ours for chunked/inflated
+  // bytes) or when the read broke off.
+  auto read_body = [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read,
+                          std::string* keep) -> std::optional<ApiError> {
+    size_t got = 0;
+    bool too_big = false;
+    const bool complete = read([&](const char* data, size_t n) {
+      got += n;
+      if (got > opt.max_body_bytes) {
+        too_big = true;
+        return false;
+      }
+      if (keep != nullptr) keep->append(data, n);
+      return true;
+    });
+    if (complete) return std::nullopt;
+    if (too_big || res.status == 413) {
+      const std::string cl = req.get_header_value("Content-Length");
+      return ErrorForStatus(413, "the request body" + (cl.empty() ? std::string() : " (Content-Length " + cl + " bytes)") +
+                                     " is larger than the limit of " + std::to_string(opt.max_body_bytes) +
+                                     " bytes (--max-body-bytes)");
+    }
+    return ErrorForStatus(400, "the request body could not be read in full");
+  };
+  auto with_body = [framing, read_body](httplib::Server::Handler h) {
+    return [framing, read_body, h](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read) {
       if (req.is_multipart_form_data())
         return SetError(res, ErrorForStatus(415, "multipart/form-data bodies are not accepted; send the request as JSON"));
-      const bool chunked = strcasecmp(req.get_header_value("Transfer-Encoding").c_str(), "chunked") == 0;
-      if (!req.has_header("Content-Length") && !chunked) {
-        // No length and not chunked: the request has no body (RFC 9112 6.3); httplib 0.11 would
-        // read until the client closed or the 30 s read timeout passed.
+      bool has_body = false;
+      if (auto e = framing(req, &has_body)) return SetError(res, *e);
+      if (!has_body)
         return SetError(res, ErrorForStatus(400, "the request has no body: send the JSON request with a Content-Length "
                                                  "or Transfer-Encoding: chunked"));
-      }
-      if (req.has_header("Content-Length")) {
-        const std::string cl = req.get_header_value("Content-Length");
-        if (cl.empty() || cl.size() > 19 || cl.find_first_not_of("0123456789") != std::string::npos) {
-          res.set_header("Connection", "close");  // the client should not send the rest
-          return SetError(res, ErrorForStatus(400, utf8::Sanitize("invalid Content-Length header '" + cl.substr(0, 64) +
-                                                                  "': not a decimal byte count below 10^19")));
-        }
-      }
       httplib::Request with = req;
-      const bool complete = read([&with](const char* data, size_t n) {
-        with.body.append(data, n);
-        return true;
-      });
-      if (!complete) {  // httplib sets 413 when the body passes the limit; else the read broke off
-        if (res.status == 413)
-          return SetError(res, ErrorForStatus(413, "the request body (Content-Length " + req.get_header_value("Content-Length") +
-                                                       " bytes) is larger than the limit of " +
-                                                       std::to_string(opt.max_body_bytes) + " bytes (--max-body-bytes)"));
-        return SetError(res, ErrorForStatus(400, "the request body could not be read in full"));
-      }
+      if (auto e = read_body(req, res, read, &with.body)) return SetError(res, *e);
       h(with, res);
     };
   };
@@ -585,21 +611,32 @@ void HttpServer::Impl::Routes() {
       res.set_header("Allow", allow);
     };
   };
-  for (const char* path : {"/v1/chat/completions", "/chat/completions", "/v1/completions", "/completions", "/tokenize",
-                           "/detokenize", "/apply-template"}) {
-    svr.Get(path, not_allowed("POST"));
-    svr.Put(path, not_allowed("POST"));
-    svr.Patch(path, not_allowed("POST"));
-    svr.Delete(path, not_allowed("POST"));
-  }
-  std::vector<const char*> get_only = {"/health", "/v1/health", "/v1/models", "/models", R"(/v1/models/(.+))", R"(/models/(.+))"};
-  if (opt.metrics) get_only.push_back("/metrics");  // without --metrics, /metrics is 404 for every method
-  for (const char* path : get_only) {
-    svr.Post(path, not_allowed("GET, HEAD"));
-    svr.Put(path, not_allowed("GET, HEAD"));
-    svr.Patch(path, not_allowed("GET, HEAD"));
-    svr.Delete(path, not_allowed("GET, HEAD"));
-  }
+  const std::vector<std::string> body_routes = {"/v1/chat/completions", "/chat/completions", "/v1/completions",
+                                                "/completions", "/tokenize", "/detokenize", "/apply-template"};
+  for (const std::string& path : body_routes) svr.Get(path, not_allowed("POST"));
+  // Any other request that may carry a body: its body is read and dropped (within the limit),
+  // then 405 on a known route (the API routes take POST; /health, /v1/models[/id] and, with
+  // --metrics, /metrics take GET and HEAD) or 404 (without --metrics, /metrics is 404 for every
+  // method).
+  auto other = [this, framing, read_body, body_routes, not_allowed](const httplib::Request& req, httplib::Response& res,
+                                                                   const httplib::ContentReader& read) {
+    bool has_body = false;
+    if (auto e = framing(req, &has_body)) return SetError(res, *e);
+    if (has_body)
+      if (auto e = read_body(req, res, read, nullptr)) return SetError(res, *e);
+    const std::string& p = req.path;
+    const bool get_route = p == "/health" || p == "/v1/health" || p == "/v1/models" || p == "/models" ||
+                           (opt.metrics && p == "/metrics") || (p.rfind("/v1/models/", 0) == 0 && p.size() > 11) ||
+                           (p.rfind("/models/", 0) == 0 && p.size() > 8);
+    const bool post_route = std::find(body_routes.begin(), body_routes.end(), p) != body_routes.end();
+    res.status = -1;  // read_body may have left httplib's 413
+    if (get_route || post_route) return not_allowed(get_route ? "GET, HEAD" : "POST")(req, res);
+    SetError(res, ErrorForStatus(404, utf8::Sanitize("no route for " + req.method + " " + p)));
+  };
+  svr.Post(".*", other);
+  svr.Put(".*", other);
+  svr.Patch(".*", other);
+  svr.Delete(".*", other);
 }
 
 HttpServer::HttpServer(HttpOptions options) : impl_(std::make_unique<Impl>()) { impl_->opt = std::move(options); }

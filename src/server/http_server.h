@@ -7,8 +7,10 @@
 // POST /tokenize, POST /detokenize, POST /apply-template. Unknown routes: 404 JSON. A known route
 // asked with another method (GET /v1/completions, POST /v1/models): 405 JSON with an Allow header.
 // Every route but /health needs `Authorization: Bearer KEY` (scheme in any case) or `X-Api-Key: KEY`
-// when api_keys is not empty (401; PresentedApiKeys in api.h).
-// Bodies over max_body_bytes: 413. Queue full: 429. Internal errors: 500. All errors are
+// when api_keys is not empty (401; PresentedApiKeys in api.h). With `cors` (the default) any
+// origin may call: OPTIONS on any path is a 204 preflight, before the key check.
+// Bodies over max_body_bytes (by Content-Length, or counted as they arrive: chunked, inflated):
+// 413; a Content-Length that is not a byte count: 400. Queue full: 429. Internal errors: 500. All errors are
 // {"error": {"message", "type", "param", "code"}}; no input can take the server down.
 // A streaming client that goes away has its request cancelled at the next write, which frees the
 // slot at the scheduler's next step.
@@ -33,6 +35,10 @@ struct HttpOptions {
   size_t max_body_bytes = 8u << 20;     // larger request bodies get 413
   int http_threads = 0;                 // worker threads, one per open connection; 0 = 64 (serve: DefaultHttpThreads)
   bool log_requests = true;             // one stderr line per completion request
+  // CORS: every response says Access-Control-Allow-Origin: * and a preflight OPTIONS (any path)
+  // is 204 before the API-key check, as llama-server and vLLM answer. false: no CORS headers,
+  // OPTIONS is 404, and browsers keep pages on other origins from reading the answers.
+  bool cors = true;
 };
 
 class HttpServer {

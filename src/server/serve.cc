@@ -1,9 +1,11 @@
 #include "backends/cpu/kernels.h"
 #include "server/serve.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -53,7 +55,9 @@ void OnSignal(int sig) { g_signal.store(sig); }
 
 std::string DefaultServeModel() { return DefaultModelFile(); }
 
-int DefaultHttpThreads(int parallel, int max_queue) { return std::max(512, parallel + max_queue + 16); }
+int DefaultHttpThreads(int parallel, int max_queue) {
+  return static_cast<int>(std::clamp<int64_t>(int64_t{parallel} + max_queue + 16, 512, kMaxHttpThreads));
+}
 
 ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
   ServeOptions o;
@@ -82,8 +86,10 @@ ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
   app.add_option("--max-queue", o.max_queue, "requests that may wait for a slot besides the -np running ones; more get 429")
       ->envname("GEMMA4RT_MAX_QUEUE")->check(CLI::Range(0, 1 << 20))->capture_default_str();
   app.add_option("--threads-http", o.threads_http,
-                 "HTTP worker threads, one per open connection (0 = max(512, parallel + max queue + 16))")
-      ->envname("GEMMA4RT_THREADS_HTTP")->check(CLI::Range(0, 1 << 16))->capture_default_str();
+                 "HTTP worker threads, one per open connection (0 = parallel + max queue + 16, at least 512, at most 8192)")
+      ->envname("GEMMA4RT_THREADS_HTTP")->check(CLI::Range(0, kMaxHttpThreads))->capture_default_str();
+  app.add_flag("--no-cors", o.no_cors, "no CORS headers: browsers refuse pages on other origins the answers "
+               "(default: any origin may call, as llama-server and vLLM)")->envname("GEMMA4RT_NO_CORS");
   app.add_flag("--no-degeneracy-check", no_degeneracy, "do not end generations that loop")->envname("GEMMA4RT_NO_DEGENERACY_CHECK");
   app.add_option("--quantize", o.quantize, "quantise an F32/F16/BF16 checkpoint at load: q8_0, q4_0 or w4a16")
       ->envname("GEMMA4RT_QUANTIZE")->check(CLI::IsMember({"q8_0", "q4_0", "w4a16"}));
@@ -138,7 +144,7 @@ ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
   // every client while its user believes it guarded (found by a fresh user): an error, as an
   // --api-key-file without a key is. CLI11 skips an empty environment variable, so it is read here.
   const char* env_key = std::getenv("GEMMA4RT_API_KEY");
-  if (o.api_keys.empty() && (api_key_opt->count() > 0 || (env_key != nullptr && Trim(env_key).empty()))) {
+  if (o.api_keys.empty() && api_key_file.empty() && (api_key_opt->count() > 0 || (env_key != nullptr && Trim(env_key).empty()))) {
     std::fprintf(stderr, "gemma4rt serve: error: %s is empty: the server would answer every client; give a key, or "
                  "leave it out to run without one\n", api_key_opt->count() > 0 ? "--api-key" : "GEMMA4RT_API_KEY");
     return ParsedFlags{std::nullopt, 1};
@@ -183,6 +189,7 @@ StatusOr<std::unique_ptr<ServeInstance>> ServeInstance::Start(const ServeOptions
   h.max_body_bytes = options.max_body_bytes;
   h.http_threads = options.threads_http > 0 ? options.threads_http : DefaultHttpThreads(options.parallel, options.max_queue);
   h.log_requests = options.log_requests;
+  h.cors = !options.no_cors;
   s->http_ = std::make_unique<HttpServer>(h);
   G4_RETURN_IF_ERROR(s->http_->Start());
   // Listening starts before the model loads (as llama-server): /health answers 503 "loading"

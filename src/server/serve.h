@@ -43,6 +43,7 @@ struct ServeOptions {
   // answered (a streaming reply for its whole length; a client that stalls mid-request until the
   // 30 s read timeout). 0: DefaultHttpThreads(parallel, max_queue).
   int threads_http = 0;
+  bool no_cors = false;               // --no-cors: HttpOptions::cors off
   bool degeneracy_check = true;
   int prefill_chunk = 256;            // tokens per prefill step of the scheduler
   bool log_requests = true;
@@ -53,12 +54,15 @@ struct ServeOptions {
   bool no_repack = false;             // --no-repack: Q4_0 weights stay as stored (LoadOptions::pack_q4_0)
 };
 
-// The HTTP worker threads `serve` starts when --threads-http is 0: max(512, parallel + max_queue
-// + 16), so that every request the scheduler may hold (running or queued) has a thread plus room
+// The HTTP worker threads `serve` starts when --threads-http is 0: parallel + max_queue + 16,
+// at least 512 and at most kMaxHttpThreads, so that every request the scheduler may hold (running or queued) has a thread plus room
 // for /health, /metrics and a few hundred idle or stalled connections (a fresh user found 64
 // stalled clients enough to leave /health unanswered when the floor was 64). Threads that wait
 // cost no CPU and little memory (their stacks are touched only as deep as they run).
 int DefaultHttpThreads(int parallel, int max_queue);
+// The most HTTP worker threads serve starts (--threads-http's range, DefaultHttpThreads' cap): a
+// thread pool of a million (max_queue's range allows one) would fail to start.
+inline constexpr int kMaxHttpThreads = 8192;
 
 // The default model path: $GEMMA4RT_DEFAULT_MODEL, else $GEMMA4RT_CACHE (or ~/.cache/gemma4rt)
 // /gemma-3-270m-q4_k_m.gguf ($GEMMA4RT_MODEL is read as the -m flag's environment variable).
