@@ -128,7 +128,6 @@ StatusOr<std::shared_ptr<RequestHandle>> Scheduler::Submit(CompletionRequest req
     }
     ++stats_.requests_total;
     queue_.push_back(std::move(pending));
-    stats_.queue_depth = LiveQueued();
   }
   cv_.notify_all();
   return handle;
@@ -143,7 +142,7 @@ int Scheduler::LiveQueued() const {
 SchedulerStats Scheduler::Stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   SchedulerStats s = stats_;
-  s.queue_depth = LiveQueued();  // a cancelled request still in queue_ is not waiting for anything
+  s.queue_depth = LiveQueued();  // made here only: a cancelled request still in queue_ is not waiting
   return s;
 }
 
@@ -277,7 +276,6 @@ void Scheduler::Loop() {
           }
         }
       }
-      stats_.queue_depth = static_cast<int>(queue_.size());
     }
     const auto dropped_at = Clock::now();
     for (auto& p : dropped) {

@@ -97,7 +97,7 @@ struct SchedulerStats {
   uint64_t requests_total = 0, requests_finished = 0, requests_rejected = 0, requests_cancelled = 0;
   uint64_t requests_degenerate = 0, requests_failed = 0;
   uint64_t prompt_tokens_total = 0, generated_tokens_total = 0;
-  int queue_depth = 0, busy_slots = 0, slots = 0;
+  int queue_depth = 0, busy_slots = 0, slots = 0;  // queue_depth: made by Stats() (waiting, not cancelled)
   int64_t kv_tokens_used = 0, kv_tokens_capacity = 0;
   static constexpr double kBuckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
   static constexpr int kNumBuckets = 12;

@@ -629,7 +629,6 @@ void HttpServer::Impl::Routes() {
                            (opt.metrics && p == "/metrics") || (p.rfind("/v1/models/", 0) == 0 && p.size() > 11) ||
                            (p.rfind("/models/", 0) == 0 && p.size() > 8);
     const bool post_route = std::find(body_routes.begin(), body_routes.end(), p) != body_routes.end();
-    res.status = -1;  // read_body may have left httplib's 413
     if (get_route || post_route) return not_allowed(get_route ? "GET, HEAD" : "POST")(req, res);
     SetError(res, ErrorForStatus(404, utf8::Sanitize("no route for " + req.method + " " + p)));
   };
