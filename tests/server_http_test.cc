@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -230,6 +231,73 @@ std::string RawExchange(int port, const std::string& request, std::chrono::milli
   close(fd);
   return got;
 }
+
+// One raw TCP connection to 127.0.0.1:port that the test keeps open across requests, to check
+// that each response answers the request it was sent for (keep-alive). Reads wait up to 20 s.
+class RawConnection {
+ public:
+  struct Response {
+    int status = 0;    // 0: the connection ended (or the wait timed out) before a whole response
+    std::string head;  // status line and headers
+    std::string body;  // Content-Length bytes
+  };
+
+  explicit RawConnection(int port) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    EXPECT_GE(fd_, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    timeval tv{20, 0};
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  }
+  ~RawConnection() { close(fd_); }
+  RawConnection(const RawConnection&) = delete;
+  RawConnection& operator=(const RawConnection&) = delete;
+
+  // Sends all of `bytes`; false if the connection refused them.
+  bool Send(const std::string& bytes) {
+    return send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size());
+  }
+
+  // Reads the next response: its head up to the blank line, then a body of its Content-Length.
+  Response Read() {
+    Response r;
+    size_t end;
+    while ((end = buf_.find("\r\n\r\n")) == std::string::npos)
+      if (!Fill()) return r;
+    r.head = buf_.substr(0, end + 2);
+    size_t length = 0;
+    std::string lower = r.head;
+    for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    if (const size_t cl = lower.find("\r\ncontent-length:"); cl != std::string::npos)
+      length = std::strtoul(r.head.c_str() + cl + 17, nullptr, 10);
+    while (buf_.size() < end + 4 + length)
+      if (!Fill()) return r;
+    r.body = buf_.substr(end + 4, length);
+    buf_.erase(0, end + 4 + length);
+    if (r.head.rfind("HTTP/1.1 ", 0) == 0) r.status = std::atoi(r.head.c_str() + 9);
+    return r;
+  }
+
+  // True when the server closed the connection with nothing more sent: the next read is its end.
+  bool ClosedByServer() { return buf_.empty() && !Fill() && eof_; }
+
+ private:
+  bool Fill() {
+    char b[65536];
+    const ssize_t n = recv(fd_, b, sizeof b, 0);
+    if (n == 0) eof_ = true;
+    if (n <= 0) return false;
+    buf_.append(b, static_cast<size_t>(n));
+    return true;
+  }
+  int fd_ = -1;
+  std::string buf_;
+  bool eof_ = false;
+};
 
 // ---------------------------------------------------------------- tiny golden checkpoint
 
@@ -552,6 +620,122 @@ TEST(ServerHttpTinyTest, BrowsersMayCallFromOtherOrigins) {
   ASSERT_TRUE(plain);
   EXPECT_EQ(plain->status, 200);
   EXPECT_FALSE(plain->has_header("Access-Control-Allow-Origin"));
+}
+
+// Found by a reviewer: a POST with a body and a missing or wrong API key was answered 401 before
+// its body was read, so on a keep-alive connection the body was parsed as the client's next
+// request (a stray 400, requests mixed up). The body is now read and dropped first: the
+// connection stays in step, whatever the route, the method or the framing. The bodies are larger
+// than httplib's 4 KiB read buffer and sent apart from the head, so they cannot vanish with it.
+TEST(ServerHttpTinyTest, A401LeavesTheKeepAliveConnectionInStep) {
+  ServeOptions o = Options(TinyModel(), 64, 1);
+  o.api_keys = {"sekret"};
+  auto srv = StartServer(o);
+  ASSERT_TRUE(srv);
+  const std::string body = R"({"prompt":[2,5],"max_tokens":1,"user":")" + std::string(65536, 'x') + "\"}\r\n\r\n";
+  const std::string health = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+  char hex[16];
+  std::snprintf(hex, sizeof hex, "%zx", body.size());
+  const std::string chunked = std::string(hex) + "\r\n" + body + "\r\n0\r\n\r\n";
+  const std::string form = "--xx\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\n" + body + "\r\n--xx--\r\n";
+  const struct {
+    std::string request_line, key, framing, body;
+  } cases[] = {
+      {"POST /v1/completions", "", "Content-Length: " + std::to_string(body.size()), body},
+      {"POST /v1/completions", "Authorization: Bearer wrong\r\n", "Content-Length: " + std::to_string(body.size()), body},
+      {"POST /v1/chat/completions", "X-Api-Key: wrong\r\n", "Transfer-Encoding: chunked", chunked},
+      {"POST /v1/nothing", "", "Content-Length: " + std::to_string(body.size()), body},
+      {"PUT /v1/models", "Authorization: Bearer wrong\r\n", "Content-Length: " + std::to_string(body.size()), body},
+      {"POST /v1/completions", "", "Content-Type: multipart/form-data; boundary=xx\r\nContent-Length: " +
+                                       std::to_string(form.size()), form},
+  };
+  for (const auto& c : cases) {
+    RawConnection conn(srv->port());
+    ASSERT_TRUE(conn.Send(c.request_line + " HTTP/1.1\r\nHost: x\r\n" + c.key + c.framing + "\r\n\r\n"));
+    ASSERT_TRUE(conn.Send(c.body));
+    const RawConnection::Response denied = conn.Read();
+    EXPECT_EQ(denied.status, 401) << c.request_line << " " << c.key << denied.head;
+    EXPECT_EQ(json::parse(denied.body, nullptr, false)["error"]["code"], "invalid_api_key") << denied.body;
+    EXPECT_EQ(denied.head.find("Connection: close"), std::string::npos) << denied.head;
+    // The same connection answers the next request, and the one after it.
+    ASSERT_TRUE(conn.Send(health));
+    const RawConnection::Response next = conn.Read();
+    EXPECT_EQ(next.status, 200) << c.request_line << " " << c.key << ": " << next.head << next.body;
+    EXPECT_EQ(next.body, R"({"status":"ok"})");
+    const std::string good = R"({"prompt":[2,5],"max_tokens":1})";
+    ASSERT_TRUE(conn.Send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sekret\r\nContent-Length: " +
+                          std::to_string(good.size()) + "\r\n\r\n" + good));
+    const RawConnection::Response done = conn.Read();
+    EXPECT_EQ(done.status, 200) << c.request_line << " " << c.key << ": " << done.head << done.body;
+    EXPECT_EQ(json::parse(done.body, nullptr, false)["usage"]["completion_tokens"], 1) << done.body;
+  }
+}
+
+// Found by a reviewer: where a body is not read to its end (a Content-Length that is not a byte
+// count, a chunked body over --max-body-bytes, the body of a GET or OPTIONS, which httplib never
+// reads), its bytes were parsed as the connection's next request. The connection is now closed
+// after the answer, which says `Connection: close`.
+TEST(ServerHttpTinyTest, AnAnswerGivenWithoutTheWholeBodyClosesTheConnection) {
+  ServeOptions o = Options(TinyModel(), 64, 1);
+  o.max_body_bytes = 1000;
+  auto srv = StartServer(o);
+  ASSERT_TRUE(srv);
+  const std::string junk = std::string(65536, 'x') + "\r\n\r\n";
+  const std::string chunk = "258\r\n" + std::string(600, ' ') + "\r\n";  // 0x258 = 600 bytes
+  const struct {
+    std::string head, body;
+    int status;
+  } cases[] = {
+      {"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n", junk, 400},
+      {"POST /v1/nothing HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n", junk, 400},
+      {"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n",
+       chunk + chunk + "10000\r\n" + std::string(65536, ' ') + "\r\n0\r\n\r\n", 413},
+      {"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(junk.size()) + "\r\n\r\n", junk, 200},
+      {"GET /v1/nothing HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(junk.size()) + "\r\n\r\n", junk, 404},
+      {"OPTIONS /v1/models HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(junk.size()) + "\r\n\r\n", junk, 204},
+  };
+  for (const auto& c : cases) {
+    RawConnection conn(srv->port());
+    ASSERT_TRUE(conn.Send(c.head));
+    ASSERT_TRUE(conn.Send(c.body));
+    const RawConnection::Response r = conn.Read();
+    EXPECT_EQ(r.status, c.status) << c.head << r.head << r.body;
+    EXPECT_NE(r.head.find("\r\nConnection: close\r\n"), std::string::npos) << r.head;
+    EXPECT_EQ(r.head.find("Keep-Alive"), std::string::npos) << r.head;
+    if (c.status != 204) EXPECT_TRUE(json::parse(r.body, nullptr, false).is_object()) << r.body;
+    EXPECT_TRUE(conn.ClosedByServer()) << c.head << ": the leftover body was answered as a request";
+  }
+  // A body read in full keeps the connection: two requests on one connection.
+  RawConnection conn(srv->port());
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(conn.Send("POST /v1/nothing HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"));
+    const RawConnection::Response r = conn.Read();
+    EXPECT_EQ(r.status, 404) << r.head;
+    EXPECT_EQ(r.head.find("Connection: close"), std::string::npos) << r.head;
+  }
+  EXPECT_EQ(Get(srv->port(), "/health").status, 200);
+}
+
+// Found by a reviewer: httplib URL-decodes header values, so a configured key with a literal %XX
+// (`sk-a%41b`) never matched what a client sent (it arrived as `sk-aAb`). A client sending exactly
+// the configured key is accepted; so is the spelling it decodes to (the documented consequence).
+TEST(ServerHttpTinyTest, AnApiKeyWithAPercentSequenceIsAcceptedAsConfigured) {
+  ServeOptions o = Options(TinyModel(), 64, 1);
+  o.api_keys = {"sk-a%41b"};
+  auto srv = StartServer(o);
+  ASSERT_TRUE(srv);
+  const int port = srv->port();
+  for (const httplib::Headers& h : {httplib::Headers{{"Authorization", "Bearer sk-a%41b"}}, httplib::Headers{{"X-Api-Key", "sk-a%41b"}},
+                                    httplib::Headers{{"Authorization", "Bearer sk-aAb"}}}) {
+    EXPECT_EQ(Get(port, "/v1/models", h).status, 200) << h.begin()->second;
+    Reply c = Post(port, "/v1/completions", R"({"prompt":[2,5],"max_tokens":1})", h);
+    EXPECT_EQ(c.status, 200) << h.begin()->second << " -> " << c.raw;
+  }
+  for (const httplib::Headers& h : {httplib::Headers{{"Authorization", "Bearer sk-a%42b"}}, httplib::Headers{{"X-Api-Key", "sk-a%41"}},
+                                    httplib::Headers{{"Authorization", "Bearer sk-a%2541b"}}}) {
+    EXPECT_EQ(Get(port, "/v1/models", h).status, 401) << h.begin()->second;
+    EXPECT_EQ(Post(port, "/v1/completions", R"({"prompt":[2,5],"max_tokens":1})", h).status, 401) << h.begin()->second;
+  }
 }
 
 // GET on a POST-only endpoint (and POST/PUT/DELETE on GET-only ones) is 405 Method Not Allowed

@@ -55,6 +55,59 @@ bool SameKey(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
+// The configured API keys as httplib hands a request's header values to us: cpp-httplib 0.11
+// URL-decodes every header value as it parses it (detail::parse_header calls decode_url), so a
+// client sending the key `sk-a%41b` is seen presenting `sk-aAb`. Comparing against the keys
+// decoded the same way accepts a client that sends exactly the configured key. The consequence:
+// every spelling that decodes alike is accepted too (`sk-aAb` for `sk-a%41b`, `%61` for `a`); the
+// secret is then the decoded string, no weaker than a key configured in that form.
+std::vector<std::string> DecodedKeys(const std::vector<std::string>& keys) {
+  std::vector<std::string> out;
+  out.reserve(keys.size());
+  for (const std::string& k : keys) out.push_back(httplib::detail::decode_url(k, false));
+  return out;
+}
+
+// A request's body that httplib 0.11 never reads: it reads bodies only for POST, PUT, PATCH,
+// DELETE and PRI (detail::expect_content), so the body of a GET, HEAD or OPTIONS (or any other
+// method) with a Content-Length or chunking would be parsed as the connection's next request.
+bool UnreadBodyOfOtherMethod(const httplib::Request& req) {
+  const std::string& m = req.method;
+  if (m == "POST" || m == "PUT" || m == "PATCH" || m == "DELETE") return false;
+  if (strcasecmp(req.get_header_value("Transfer-Encoding").c_str(), "chunked") == 0) return true;
+  return req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0";
+}
+
+// A response header that asks the post-routing handler to close the connection after the response
+// (a request's body was not read in full, so what follows it on the connection is not a request).
+// Never sent: the post-routing handler removes it.
+constexpr const char* kCloseMarker = "X-Gemma4rt-Close-Connection";
+void MarkClose(httplib::Response& res) {
+  if (!res.has_header(kCloseMarker)) res.set_header(kCloseMarker, "1");
+}
+
+// Reads and drops what the peer of connected socket `fd` still sends, after sending our FIN
+// (shutdown SHUT_WR pushes what is queued first), until it closes, 1 MiB has been dropped or 2 s
+// have passed ("lingering close", as Apache and nginx do). Closing a TCP socket with unread bytes
+// in its receive buffer sends a reset, which may destroy the response still in flight to the
+// client; after this the close is normally a plain FIN.
+void LingeringDrain(int fd) {
+  if (fd < 0) return;
+  ::shutdown(fd, SHUT_WR);
+  const auto end = Clock::now() + std::chrono::seconds(2);
+  size_t dropped = 0;
+  char buf[16384];
+  while (dropped < (1u << 20)) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()).count();
+    if (left <= 0) break;
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, static_cast<int>(left)) <= 0) break;
+    const ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+    if (n <= 0) break;
+    dropped += static_cast<size_t>(n);
+  }
+}
+
 // Events of one request, pushed by the scheduler thread and drained by an HTTP worker.
 struct EventQueue {
   std::mutex mu;
@@ -147,6 +200,36 @@ bool PeerClosed(int fd) {
   return false;
 }
 
+// Makes httplib close the connection once `res` is sent, and says so (Connection: close).
+// cpp-httplib 0.11 keeps a connection open unless the *request* said `Connection: close` (read
+// before routing) or writing the response failed: a response's own `Connection: close` header is
+// sent but not acted on (Server::process_request / process_server_socket_core). So the body moves
+// into a content provider that writes it, drains what the client still sends (LingeringDrain) and
+// then reports failure, which ends httplib's keep-alive loop; the client has the whole response
+// (its Content-Length is already set). For the post-routing handler (it runs after httplib has
+// set the length headers). A HEAD response writes no body, so the provider never runs and the
+// connection is not closed.
+void CloseAfterResponse(const httplib::Request& req, httplib::Response& res) {
+  res.headers.erase("Keep-Alive");
+  res.headers.erase("Connection");
+  res.set_header("Connection", "close");
+  if (res.content_provider_) return;  // a handler's own provider (a stream): never marked so
+  if (!res.has_header("Content-Length")) res.set_header("Content-Length", std::to_string(res.body.size()));
+  const int fd = ConnectionSocket(req);
+  auto body = std::make_shared<std::string>(std::move(res.body));
+  res.body.clear();
+  const bool had_type = res.has_header("Content-Type");
+  const std::string type = res.get_header_value("Content-Type");
+  res.headers.erase("Content-Type");
+  // Without a length: httplib's ranges and chunking leave such a provider alone.
+  res.set_content_provider(type, [body, fd](size_t, httplib::DataSink& sink) {
+    if (!body->empty()) sink.write(body->data(), body->size());
+    LingeringDrain(fd);
+    return false;
+  });
+  if (!had_type) res.headers.erase("Content-Type");
+}
+
 }  // namespace
 
 struct HttpServer::Impl {
@@ -192,6 +275,22 @@ struct HttpServer::Impl {
                  e.prompt_ms, e.predicted_ms, e.degenerate.empty() ? "" : " degenerate=\"",
                  e.degenerate.c_str(), e.degenerate.empty() ? "" : "\"");
     if (!e.error.ok()) std::fprintf(stderr, "gemma4rt: %s failed: %s\n", meta.id.c_str(), e.error.ToString().c_str());
+  }
+
+  std::vector<std::string> api_keys;  // opt.api_keys as httplib decodes header values (DecodedKeys)
+
+  // nullopt when `req` may proceed: no keys are set, the path is /health, or it presents one of
+  // the keys (compared in constant time); else the 401 to answer.
+  std::optional<ApiError> Authorize(const httplib::Request& req) const {
+    if (api_keys.empty() || req.path == "/health" || req.path == "/v1/health") return std::nullopt;
+    const std::string auth = req.get_header_value("Authorization"), x_api_key = req.get_header_value("X-Api-Key");
+    bool ok = false;
+    for (const std::string& key : PresentedApiKeys(auth, x_api_key))
+      for (const std::string& k : api_keys) ok |= SameKey(key, k);
+    if (ok) return std::nullopt;
+    return ErrorForStatus(401, auth.empty() && x_api_key.empty()
+                                   ? "missing API key: send Authorization: Bearer <key> (or X-Api-Key: <key>)"
+                                   : "invalid API key (send Authorization: Bearer <key> or X-Api-Key: <key>)");
   }
 
   bool CheckReady(httplib::Response& res) {
@@ -436,9 +535,12 @@ void HttpServer::Impl::Routes() {
     SetError(res, ErrorForStatus(500, what));
   });
   // Statuses httplib produces itself (404 no route, 413 body too large, 400 unparsable HTTP)
-  // arrive here with an empty body; ours already carry JSON.
+  // arrive here with an empty body; ours already carry JSON. After httplib's 400 (the request's
+  // line or headers did not parse), 414 (URI too long) or 416 (bad Range) nothing of the body
+  // was read, and after a 400 not even all of the headers: the connection is closed.
   svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
+    if (res.status == 400 || res.status == 414 || res.status == 416) MarkClose(res);
     std::string msg;
     switch (res.status) {
       case 404: msg = "no route for " + req.method + " " + req.path; break;
@@ -455,6 +557,11 @@ void HttpServer::Impl::Routes() {
   // asks for (Authorization, Content-Type, X-Api-Key by default). Without this a page on another
   // origin could not call the server at all (found by a fresh user: OPTIONS was 404). Requests
   // themselves still need the key where one is set.
+  // The key is checked here for requests without a body to read (GET, HEAD, ...); for POST, PUT,
+  // PATCH and DELETE the content-reader handlers below check it after reading and dropping the
+  // body: a 401 given here would leave the body on a keep-alive connection, to be parsed as the
+  // client's next request (found by a reviewer: the request after a 401 got a stray 400).
+  api_keys = DecodedKeys(opt.api_keys);
   if (opt.cors) svr.set_default_headers({{"Access-Control-Allow-Origin", "*"}});
   svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (opt.cors && req.method == "OPTIONS") {
@@ -466,20 +573,25 @@ void HttpServer::Impl::Routes() {
       res.set_header("Access-Control-Max-Age", "86400");
       return httplib::Server::HandlerResponse::Handled;
     }
-    if (opt.api_keys.empty() || req.path == "/health" || req.path == "/v1/health") return httplib::Server::HandlerResponse::Unhandled;
-    const std::string auth = req.get_header_value("Authorization"), x_api_key = req.get_header_value("X-Api-Key");
-    bool ok = false;
-    for (const std::string& key : PresentedApiKeys(auth, x_api_key))
-      for (const std::string& k : opt.api_keys) ok |= SameKey(key, k);
-    if (ok) return httplib::Server::HandlerResponse::Unhandled;
-    SetError(res, ErrorForStatus(401, auth.empty() && x_api_key.empty()
-                                          ? "missing API key: send Authorization: Bearer <key> (or X-Api-Key: <key>)"
-                                          : "invalid API key (send Authorization: Bearer <key> or X-Api-Key: <key>)"));
-    return httplib::Server::HandlerResponse::Handled;
+    const std::string& m = req.method;
+    if (m == "POST" || m == "PUT" || m == "PATCH" || m == "DELETE") return httplib::Server::HandlerResponse::Unhandled;
+    if (auto e = Authorize(req)) {
+      SetError(res, *e);
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
   });
   // Counted before the response is written (the logger runs after it is sent, so a client could
-  // read /metrics on another connection before its previous response was counted).
-  svr.set_post_routing_handler([this](const httplib::Request&, httplib::Response& res) { counters.Count(res.status); });
+  // read /metrics on another connection before its previous response was counted). Then, where
+  // the request's body was not read in full (MarkClose by a handler, or a GET/HEAD/OPTIONS body,
+  // which httplib never reads), the connection is closed after the response: whatever follows on
+  // it is not the client's next request.
+  svr.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    counters.Count(res.status);
+    const bool marked = res.has_header(kCloseMarker);
+    res.headers.erase(kCloseMarker);
+    if (marked || UnreadBodyOfOtherMethod(req)) CloseAfterResponse(req, res);
+  });
 
   auto health = guard([this](const httplib::Request&, httplib::Response& res) {
     if (ready.load(std::memory_order_acquire)) return SetJson(res, json{{"status", "ok"}});
@@ -523,11 +635,18 @@ void HttpServer::Impl::Routes() {
   //  - a Content-Length that is not a decimal byte count (a sign, letters, 20 digits or more) is
   //    400 at once: httplib 0.11 reads it with strtoull, so `-5` became 2^64 - 5 and the server
   //    waited for that many bytes until its 30 s read timeout, holding a worker thread, then said
-  //    413 (found by a fresh user). Nothing of such a body is read: what did arrive is taken as
-  //    the connection's next request, which fails to parse (a second 400).
+  //    413 (found by a fresh user). Nothing of such a body is read, so the connection is closed
+  //    after the 400 (what did arrive was taken as the connection's next request, found by a
+  //    reviewer).
   //  - a request with neither a length nor chunking has no body (RFC 9112 6.3): httplib 0.11
   //    would read until the client closed or the read timeout passed. An API route answers 400;
   //    another route its 404/405 without reading.
+  // Any answer given without reading the whole body (a bad Content-Length, a chunked or inflated
+  // body over the limit, a body that could not be read, a DELETE's chunked body, which httplib
+  // 0.11 skips) closes the connection after it (MarkClose, CloseAfterResponse).
+  // A request without the API key has its body read and dropped (not kept), then 401, so its
+  // keep-alive connection stays usable (found by a reviewer: the 401 was given before the body was
+  // read, and the body then parsed as the client's next request). Multipart bodies too, then 415.
   // A valid count over the limit is read and dropped (by httplib), then 413: a client that sends
   // what it announced gets its 413 (cutting it off would reset the connection under its upload);
   // one that announces more than it sends waits for the read timeout. Chunked and compressed
@@ -545,14 +664,15 @@ void HttpServer::Impl::Routes() {
     }
     return std::nullopt;
   };
-  // Reads the body through `read`, handing each piece to `keep` (nullptr: dropped); an error past
-  // --max-body-bytes (httplib's own 413 for a Content-Length over it, ours for chunked/inflated
-  // bytes) or when the read broke off.
+  // Reads the body through `read`, handing each piece to `keep` (nullptr: dropped; a multipart
+  // body is always dropped); an error past --max-body-bytes (httplib's own 413 for a
+  // Content-Length over it, ours for chunked/inflated bytes) or when the read broke off. Where the
+  // body was not read to its end, MarkClose(res): the connection is closed after the answer.
   auto read_body = [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read,
                           std::string* keep) -> std::optional<ApiError> {
     size_t got = 0;
     bool too_big = false;
-    const bool complete = read([&](const char* data, size_t n) {
+    auto receive = [&](const char* data, size_t n) {
       got += n;
       if (got > opt.max_body_bytes) {
         too_big = true;
@@ -560,8 +680,17 @@ void HttpServer::Impl::Routes() {
       }
       if (keep != nullptr) keep->append(data, n);
       return true;
-    });
+    };
+    const bool chunked = strcasecmp(req.get_header_value("Transfer-Encoding").c_str(), "chunked") == 0;
+    // httplib 0.11 reads no body of a DELETE without a Content-Length, chunked or not.
+    if (chunked && req.method == "DELETE" && !req.has_header("Content-Length")) MarkClose(res);
+    const bool complete = req.is_multipart_form_data()
+                              ? read([](const httplib::MultipartFormData&) { return true; },
+                                     [&](const char* data, size_t n) { return receive(data, n); })
+                              : read(receive);
     if (complete) return std::nullopt;
+    // httplib's own 413 (a Content-Length over the limit) has skipped the body: still in step.
+    if (too_big || res.status != 413) MarkClose(res);
     if (too_big || res.status == 413) {
       const std::string cl = req.get_header_value("Content-Length");
       return ErrorForStatus(413, "the request body" + (cl.empty() ? std::string() : " (Content-Length " + cl + " bytes)") +
@@ -570,17 +699,31 @@ void HttpServer::Impl::Routes() {
     }
     return ErrorForStatus(400, "the request body could not be read in full");
   };
-  auto with_body = [framing, read_body](httplib::Server::Handler h) {
-    return [framing, read_body, h](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read) {
-      if (req.is_multipart_form_data())
-        return SetError(res, ErrorForStatus(415, "multipart/form-data bodies are not accepted; send the request as JSON"));
+  // A Content-Length that is not a byte count: the body's end is unknown, so the connection is
+  // closed after the 400 (MarkClose).
+  auto bad_framing = [framing](const httplib::Request& req, httplib::Response& res, bool* has_body) {
+    auto e = framing(req, has_body);
+    if (!e) return false;
+    SetError(res, *e);
+    MarkClose(res);
+    return true;
+  };
+  auto with_body = [this, bad_framing, read_body](httplib::Server::Handler h) {
+    return [this, bad_framing, read_body, h](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read) {
       bool has_body = false;
-      if (auto e = framing(req, &has_body)) return SetError(res, *e);
+      if (bad_framing(req, res, &has_body)) return;
+      const std::optional<ApiError> denied = Authorize(req);
+      const bool multipart = req.is_multipart_form_data();
       if (!has_body)
-        return SetError(res, ErrorForStatus(400, "the request has no body: send the JSON request with a Content-Length "
-                                                 "or Transfer-Encoding: chunked"));
+        return SetError(res, denied      ? *denied
+                             : multipart ? ErrorForStatus(415, "multipart/form-data bodies are not accepted; send the request as JSON")
+                                         : ErrorForStatus(400, "the request has no body: send the JSON request with a Content-Length "
+                                                               "or Transfer-Encoding: chunked"));
       httplib::Request with = req;
-      if (auto e = read_body(req, res, read, &with.body)) return SetError(res, *e);
+      const std::optional<ApiError> read_error = read_body(req, res, read, denied || multipart ? nullptr : &with.body);
+      if (denied) return SetError(res, *denied);
+      if (read_error) return SetError(res, *read_error);
+      if (multipart) return SetError(res, ErrorForStatus(415, "multipart/form-data bodies are not accepted; send the request as JSON"));
       h(with, res);
     };
   };
@@ -618,12 +761,13 @@ void HttpServer::Impl::Routes() {
   // then 405 on a known route (the API routes take POST; /health, /v1/models[/id] and, with
   // --metrics, /metrics take GET and HEAD) or 404 (without --metrics, /metrics is 404 for every
   // method).
-  auto other = [this, framing, read_body, body_routes, not_allowed](const httplib::Request& req, httplib::Response& res,
-                                                                   const httplib::ContentReader& read) {
+  auto other = [this, bad_framing, read_body, body_routes, not_allowed](const httplib::Request& req, httplib::Response& res,
+                                                                       const httplib::ContentReader& read) {
     bool has_body = false;
-    if (auto e = framing(req, &has_body)) return SetError(res, *e);
-    if (has_body)
-      if (auto e = read_body(req, res, read, nullptr)) return SetError(res, *e);
+    if (bad_framing(req, res, &has_body)) return;
+    const std::optional<ApiError> read_error = has_body ? read_body(req, res, read, nullptr) : std::nullopt;
+    if (auto denied = Authorize(req)) return SetError(res, *denied);
+    if (read_error) return SetError(res, *read_error);
     const std::string& p = req.path;
     const bool get_route = p == "/health" || p == "/v1/health" || p == "/v1/models" || p == "/models" ||
                            (opt.metrics && p == "/metrics") || (p.rfind("/v1/models/", 0) == 0 && p.size() > 11) ||

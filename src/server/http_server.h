@@ -7,10 +7,14 @@
 // POST /tokenize, POST /detokenize, POST /apply-template. Unknown routes: 404 JSON. A known route
 // asked with another method (GET /v1/completions, POST /v1/models): 405 JSON with an Allow header.
 // Every route but /health needs `Authorization: Bearer KEY` (scheme in any case) or `X-Api-Key: KEY`
-// when api_keys is not empty (401; PresentedApiKeys in api.h). With `cors` (the default) any
+// when api_keys is not empty (401; PresentedApiKeys in api.h; a request's body is read and dropped
+// before its 401, so a keep-alive connection stays usable). httplib URL-decodes header values, so
+// keys are compared decoded alike: `%41` in a key also matches `A`. With `cors` (the default) any
 // origin may call: OPTIONS on any path is a 204 preflight, before the key check.
 // Bodies over max_body_bytes (by Content-Length, or counted as they arrive: chunked, inflated):
-// 413; a Content-Length that is not a byte count: 400. Queue full: 429. Internal errors: 500. All errors are
+// 413; a Content-Length that is not a byte count: 400. An answer given without reading the
+// whole body (that 400, a chunked body over the limit, a GET or OPTIONS with a body) says
+// `Connection: close` and closes the connection. Queue full: 429. Internal errors: 500. All errors are
 // {"error": {"message", "type", "param", "code"}}; no input can take the server down.
 // A streaming client that goes away has its request cancelled at the next write, which frees the
 // slot at the scheduler's next step.
