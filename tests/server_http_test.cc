@@ -702,7 +702,11 @@ TEST(ServerHttpTinyTest, AnAnswerGivenWithoutTheWholeBodyClosesTheConnection) {
     EXPECT_EQ(r.status, c.status) << c.head << r.head << r.body;
     EXPECT_NE(r.head.find("\r\nConnection: close\r\n"), std::string::npos) << r.head;
     EXPECT_EQ(r.head.find("Keep-Alive"), std::string::npos) << r.head;
-    if (c.status != 204) EXPECT_TRUE(json::parse(r.body, nullptr, false).is_object()) << r.body;
+    if (c.status == 204) {
+      EXPECT_EQ(r.body, "");
+    } else {
+      EXPECT_TRUE(json::parse(r.body, nullptr, false).is_object()) << r.body;
+    }
     EXPECT_TRUE(conn.ClosedByServer()) << c.head << ": the leftover body was answered as a request";
   }
   // A body read in full keeps the connection: two requests on one connection.
