@@ -186,13 +186,15 @@ TEST_P(GoldenTest, Bf16ActivationsStayCloseToTransformers) {
   std::printf("%s: bf16 activations, max |logit - transformers| / max |transformers| = %.2e\n", GetParam().c_str(), err);
 }
 
-// The fused gated MLP (CpuBackendOptions::fuse_mlp, the default) and the activations prepared
-// once per input for all threads (int8 blocks; BF16's reordered floats, shared by q/k/v and
-// gate/up) give the bits of three separate ops on one thread, in prefill and in decode.
+// The fused gated MLP (CpuBackendOptions::fuse_mlp, the default), q/k/v in one loop
+// (group_matmuls, the default) and the activations prepared once per input for all threads (int8
+// blocks; BF16's reordered floats, shared by q/k/v and gate/up) give the bits of separate ops on
+// one thread, in prefill and in decode.
 TEST_P(GoldenTest, FusedMlpOnTwoThreadsGivesTheBitsOfUnfusedOnOne) {
   Reference ref = LoadReference(GetParam());
   CpuBackendOptions unfused;
   unfused.fuse_mlp = false;
+  unfused.group_matmuls = false;
   auto a = MakeEngine(GetParam(), 512, 1, 2);
   auto b = MakeEngine(GetParam(), 512, 1, 1, unfused);
   ASSERT_TRUE(a != nullptr && b != nullptr);

@@ -28,6 +28,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "model/gemma.h"
 #include "model/model.h"
+#include "runtime/backend.h"
 #include "runtime/engine.h"
 
 namespace g4 {
@@ -156,7 +157,9 @@ TEST(GreedyLlamaCppTest, Gemma3_270mAnswersTheCapitalOfFrance) {
 // followed the cache/step boundary, and its split over threads depended on the batch).
 struct InvarianceConfig {
   int threads, chunk;
-  bool fuse_mlp = true;  // CpuBackendOptions::fuse_mlp: false runs gate, up and GeGlu as three ops
+  // CpuBackendOptions::fuse_mlp and group_matmuls: false runs gate, up and GeGlu as three ops and
+  // q, k and v as three loops.
+  bool fuse = true;
 };
 
 // Prefill of a 300-token prompt and one decode step, alone and batched with another sequence,
@@ -173,7 +176,7 @@ void ExpectSameLogitBits(bool int8_activations, std::span<const InvarianceConfig
     ASSERT_TRUE(m.ok());
     CpuBackendOptions bo;
     bo.int8_activations = int8_activations;
-    bo.fuse_mlp = c.fuse_mlp;
+    bo.fuse_mlp = bo.group_matmuls = c.fuse;
     auto e = Engine::Create(std::move(m).value(), MakeCpuBackend(c.threads, bo), EngineOptions{2, 512, c.chunk});
     ASSERT_TRUE(e.ok());
     std::vector<float> prefill, solo, batched;
@@ -188,7 +191,7 @@ void ExpectSameLogitBits(bool int8_activations, std::span<const InvarianceConfig
     const size_t V = solo.size();
     ASSERT_EQ(batched.size(), 2 * V);
     const std::string what = "threads " + std::to_string(c.threads) + " chunk " + std::to_string(c.chunk) +
-                             (c.fuse_mlp ? "" : " unfused MLP");
+                             (c.fuse ? "" : " unfused MLP, ungrouped q/k/v");
     for (size_t i = 0; i < V; ++i) ASSERT_EQ(batched[V + i], solo[i]) << what << ": batched decode, logit " << i;
     if (first_prefill.empty()) {
       first_prefill = prefill;
@@ -238,6 +241,43 @@ TEST(GreedyLlamaCppTest, Gemma3_270mFusedMlpStepHoldsOneMlpOutputLess) {
               bytes[0] / 1048576.0, bytes[1] / 1048576.0, mlp_output / 1048576.0);
   EXPECT_EQ(c.layers[0].mlp_width, 2048);
   EXPECT_LE(bytes[1] + mlp_output, bytes[0]);
+}
+
+// q, k and v of one norm run as one pool loop (CpuBackendOptions::group_matmuls), seen through the
+// backend's profile (CpuBackendOptions::profile, `gemma4rt bench --profile`): a decode step of the
+// 270M runs one grouped matmul per layer ("MatMul Q5_0 1024x640+256x640..."), and, ungrouped, none
+// and two more matmul loops per grouped pair. The profile counts each op once per step and names
+// its weights.
+TEST(GreedyLlamaCppTest, Gemma3_270mQkvRunAsOneLoopPerLayer) {
+  const std::string path = DefaultModelPath();
+  ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: run scripts/fetch-default-model.sh";
+  int64_t matmul_calls[2] = {0, 0}, grouped_calls[2] = {0, 0}, extra_members = 0;
+  int layers = 0;
+  for (bool group : {false, true}) {
+    auto m = LoadModel(path);
+    ASSERT_TRUE(m.ok());
+    layers = (*m)->config.num_layers;
+    CpuBackendOptions bo;
+    bo.group_matmuls = group;
+    bo.profile = true;
+    auto e = Engine::Create(std::move(m).value(), MakeCpuBackend(2, bo), EngineOptions{1, 64, 64});
+    ASSERT_TRUE(e.ok());
+    std::vector<float> logits;
+    ASSERT_TRUE((*e)->Prefill(0, std::vector<int32_t>{2, 818, 5279}, false, &logits).ok());
+    ASSERT_TRUE((*e)->Decode(std::vector<int32_t>{0}, std::vector<int32_t>{107}, &logits).ok());
+    for (const OpProfile& p : (*e)->backend().Profile()) {
+      if (p.step_tokens != 1 || p.op.rfind("MatMul ", 0) != 0) continue;
+      EXPECT_GT(p.weight_bytes, 0) << p.op;
+      EXPECT_GE(p.seconds, 0) << p.op;
+      matmul_calls[group] += p.calls;
+      if (p.op.find('+') == std::string::npos) continue;
+      grouped_calls[group] += p.calls;
+      extra_members += p.calls * std::count(p.op.begin(), p.op.end(), '+');
+    }
+  }
+  EXPECT_EQ(grouped_calls[0], 0);
+  EXPECT_EQ(grouped_calls[1], layers);  // every layer's q with at least its k
+  EXPECT_EQ(matmul_calls[0], matmul_calls[1] + extra_members);
 }
 
 }  // namespace

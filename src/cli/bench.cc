@@ -283,6 +283,42 @@ std::string GgufFileTypeName(int64_t ftype, const std::string& fallback) {
   return it == kNames.end() ? fallback : it->second;
 }
 
+// Adds to *spent what each op of `now` took beyond `before` (an earlier Backend::Profile snapshot).
+void AddProfileSince(const std::vector<OpProfile>& before, const std::vector<OpProfile>& now, std::vector<OpProfile>* spent) {
+  for (const OpProfile& p : now) {
+    OpProfile d = p;
+    for (const OpProfile& b : before)
+      if (b.op == p.op && b.step_tokens == p.step_tokens) d.calls -= b.calls, d.seconds -= b.seconds;
+    if (d.calls == 0) continue;
+    auto it = std::find_if(spent->begin(), spent->end(),
+                           [&](const OpProfile& s) { return s.op == d.op && s.step_tokens == d.step_tokens; });
+    if (it == spent->end()) {
+      spent->push_back(d);
+    } else {
+      it->calls += d.calls;
+      it->seconds += d.seconds;
+    }
+  }
+}
+
+// Prints (stderr) where a test's time went, per op kind, largest first: ms per token over
+// `tokens` tokens, the share of the ops' summed time, calls per token, µs per call, and the GB/s
+// (1e9 bytes) of weights an op that reads weights read while it ran.
+void PrintProfile(const std::string& test, std::vector<OpProfile> spent, double tokens) {
+  std::sort(spent.begin(), spent.end(), [](const OpProfile& a, const OpProfile& b) { return a.seconds > b.seconds; });
+  double total = 0;
+  for (const OpProfile& p : spent) total += p.seconds;
+  std::fprintf(stderr, "gemma4rt: profile of %s: %.3f ms per token in ops over %.0f tokens\n", test.c_str(),
+               total * 1e3 / tokens, tokens);
+  std::fprintf(stderr, "  %-40s %6s %9s %6s %9s %9s %7s\n", "op", "tokens", "ms/token", "share", "calls/tok", "us/call", "GB/s");
+  for (const OpProfile& p : spent) {
+    char gbps[16] = "";
+    if (p.weight_bytes > 0 && p.seconds > 0) std::snprintf(gbps, sizeof gbps, "%.1f", p.weight_bytes * p.calls / p.seconds / 1e9);
+    std::fprintf(stderr, "  %-40s %6d %9.3f %5.1f%% %9.1f %9.1f %7s\n", p.op.c_str(), p.step_tokens,
+                 p.seconds * 1e3 / tokens, 100 * p.seconds / total, p.calls / tokens, p.seconds * 1e6 / p.calls, gbps);
+  }
+}
+
 std::string TestName(const TestResult& r) {
   return r.test + (r.depth > 0 ? " @ d" + std::to_string(r.depth) : "");
 }
@@ -466,6 +502,9 @@ int BenchMain(int argc, char** argv) {
   app.add_flag("--json", json_flag, "same as -o json: one JSON object on stdout");
   app.add_option("--seed", seed, "seed of the random token ids");
   app.add_flag("--no-warmup", no_warmup, "skip the warm-up run");
+  bool profile = false;
+  app.add_flag("--profile", profile, "time every op of every step and print, after each test, where its time went "
+               "(per op kind: ms per token, share, GB/s of weights read) on stderr; costs two clock reads per op");
   app.add_option("--bw-mib", bw_mib, "buffer size of the memory-bandwidth tests (copy and read) in MiB, run after each "
                  "tg repetition with two such buffers; the peak RSS (VmHWM, and getrusage's ru_maxrss with it) is reset "
                  "around them so that they are not counted (0 = skip)")->check(CLI::Range(0, 1 << 20));
@@ -621,7 +660,9 @@ int BenchMain(int argc, char** argv) {
   opts.max_seqs = 1;
   opts.max_context = context;
   opts.prefill_chunk = ubatch;
-  auto engine_or = Engine::Create(std::move(loaded), MakeCpuBackend(threads, CpuBackendOptionsFor(f32_activations)), opts);
+  CpuBackendOptions backend_options = CpuBackendOptionsFor(f32_activations);
+  backend_options.profile = profile;
+  auto engine_or = Engine::Create(std::move(loaded), MakeCpuBackend(threads, backend_options), opts);
   if (!engine_or.ok()) return Fail(engine_or.status());
   Engine& engine = **engine_or;
 
@@ -688,8 +729,17 @@ int BenchMain(int argc, char** argv) {
     }
   };
 
+  // --profile: the op times of the current test's timed steps only (not the depth fills).
+  std::vector<OpProfile> profile_spent, profile_snap;
+  auto profile_start = [&] {
+    if (profile) profile_snap = engine.backend().Profile();
+  };
+  auto profile_stop = [&] {
+    if (profile) AddProfileSince(profile_snap, engine.backend().Profile(), &profile_spent);
+  };
   for (int depth : depths) {
     for (int p : n_prompt) {
+      profile_spent.clear();
       TestResult r;
       r.test = "pp" + std::to_string(p);
       r.prompt = true;
@@ -699,18 +749,22 @@ int BenchMain(int argc, char** argv) {
         Status st = fill(depth);
         if (!st.ok()) return Fail(st);
         const std::vector<int32_t> tokens = random_tokens(p);
+        profile_start();
         const auto t0 = Clock::now();
         st = engine.Prefill(seq, tokens, /*all_logits=*/false, &logits);
         const double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+        profile_stop();
         if (!st.ok()) return Fail(st);
         r.samples_ns.push_back(ns);
         r.samples_ts.push_back(p / (ns * 1e-9));
       }
       Summarize(&r);
       report(r);
+      if (profile) PrintProfile(TestName(r), profile_spent, static_cast<double>(p) * reps);
       results.push_back(r);
     }
     for (int n : n_gen) {
+      profile_spent.clear();
       TestResult r;
       r.test = "tg" + std::to_string(n);
       r.prompt = false;
@@ -719,9 +773,11 @@ int BenchMain(int argc, char** argv) {
       for (int rep = 0; rep < reps; ++rep) {
         Status st = fill(depth);
         if (!st.ok()) return Fail(st);
+        profile_start();
         const auto t0 = Clock::now();
         st = decode_steps(n);
         const double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
+        profile_stop();
         if (!st.ok()) return Fail(st);
         r.samples_ns.push_back(ns);
         r.samples_ts.push_back(n / (ns * 1e-9));
@@ -746,6 +802,7 @@ int BenchMain(int argc, char** argv) {
         r.read_bandwidth_fraction = Median(r.read_fraction_samples);
       }
       report(r);
+      if (profile) PrintProfile(TestName(r), profile_spent, static_cast<double>(n) * reps);
       results.push_back(r);
     }
   }

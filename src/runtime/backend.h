@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "graph/graph.h"
@@ -49,10 +50,24 @@ class Executable {
   virtual size_t StepBytes() const { return 0; }
 };
 
+// Time a backend spent in one kind of op, summed over the steps it ran (where it was built to profile, e.g. CpuBackendOptions::profile). `op` names the
+// op and, for a matmul, its weights ("MatMul Q4_0x4 2048x1536"; "fused MLP" for a gated MLP run
+// as one op); `step_tokens` the step's token count (1 for a one-sequence decode step).
+struct OpProfile {
+  std::string op;
+  int step_tokens = 0;
+  int64_t calls = 0;
+  double seconds = 0;        // wall time on the thread that ran the step, summed over calls
+  double weight_bytes = 0;   // weight bytes the op reads per call (0 where it reads none)
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string Name() const = 0;
+  // The per-op times of every step run so far, in no particular order (subtract an earlier
+  // snapshot for an interval); empty where the backend does not profile.
+  virtual std::vector<OpProfile> Profile() const { return {}; }
   // Compiles `graph` for steps of exactly `num_tokens` tokens and `num_output_rows` output rows.
   // Executables must not outlive their backend, and must not Run concurrently with each other.
   virtual StatusOr<std::unique_ptr<Executable>> Compile(const Graph& graph, int num_tokens, int num_output_rows) = 0;

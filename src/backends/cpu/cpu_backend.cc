@@ -1,6 +1,7 @@
 #include "backends/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -49,6 +50,15 @@ class CpuWorkspace {
   std::vector<float> act_reordered;     // or its f32 activations in its kernel's order (BF16)
   std::vector<std::vector<float>> mlp;  // per pool task: a fused MLP's second matmul, [rows, kMlpCols]
   std::vector<float> rope_cs;           // the current step's RoPE tables (CpuExecutable::rope_offset_)
+  // CpuBackendOptions::profile: the per-op table (Backend::Profile) and each entry's index by
+  // (op, step tokens).
+  std::vector<OpProfile> profile;
+  std::map<std::pair<std::string, int>, int> profile_index;
+  int ProfileSlot(const std::string& op, int step_tokens, double weight_bytes) {
+    auto [it, added] = profile_index.try_emplace({op, step_tokens}, static_cast<int>(profile.size()));
+    if (added) profile.push_back({op, step_tokens, 0, 0.0, weight_bytes});
+    return it->second;
+  }
 
  private:
   struct ArenaDelete {
@@ -135,6 +145,10 @@ class CpuExecutable : public Executable {
   // The fused gated MLP of GeGlu node `node` (see Plan, CpuBackendOptions::fuse_mlp): out [rows,
   // mlp_width] = GeGlu(gate, up), in blocks of kMlpCols output columns per thread.
   void RunFusedMlp(int node, int rows, float* out);
+  // The matmul group led by node `leader` (see Plan, CpuBackendOptions::group_matmuls): one pool
+  // loop over the weight rows of every member, end to end, each member's output at its own
+  // buffer.
+  void RunMatMulGroup(int leader, int rows);
   static constexpr int kMlpCols = 64;
   static_assert(kMlpCols % 4 == 0, "fused MLP blocks must hold whole kQ4_0x4 groups");
   // Splits the output columns (weight rows) of a matmul across the pool. The activations are
@@ -170,6 +184,11 @@ class CpuExecutable : public Executable {
   };
   std::vector<FusedMlp> mlp_of_;
   std::vector<bool> fused_away_;
+  // Matmul groups (CpuBackendOptions::group_matmuls): group_of_[leader] = the group's matmul
+  // nodes in graph order, the leader first (empty: not a leader); the other members are
+  // grouped_away_: run by the leader, their outputs live from the leader on.
+  std::vector<std::vector<int>> group_of_;
+  std::vector<bool> grouped_away_;
   // Read-ahead hints (ThreadPool::PrefetchHint), posted after each matmul, fused MLP (GeGlu),
   // attention and soft-cap node (those that run on the pool; not MoE blocks), for steps
   // of at most kHintMaxTokens tokens (decode: memory-bound; the pool's worker would
@@ -198,6 +217,8 @@ class CpuExecutable : public Executable {
   std::vector<int> rope_table_of_;
   std::vector<size_t> rope_offset_;
   std::vector<char> rope_ready_;
+  // CpuBackendOptions::profile: each node's entry in ws_->profile (-1: not timed).
+  std::vector<int> profile_slot_;
   // Every node output lives in the workspace arena (see Plan) at offset_of_[node] floats
   // (kNoBuffer: none); base_ is the arena as of the last Run.
   static constexpr size_t kNoBuffer = ~size_t{0};
@@ -300,6 +321,34 @@ void CpuExecutable::Plan() {
       reordered_floats = std::max(reordered_floats, static_cast<size_t>(K) * rows);
     }
   }
+  // Matmul groups: a plain matmul (not part of a fused MLP) that prepares its activations
+  // (int8 blocks or reordered) leads the matmuls after it that reuse them (act_reuse_) with the
+  // same weight type and rows, up to the next matmul that does not: q, k and v of one norm. The
+  // nodes between (q's norm and RoPE) do not read the members' outputs, which come later in SSA
+  // order.
+  group_of_.assign(n, {});
+  grouped_away_.assign(n, false);
+  if (opts_.group_matmuls) {
+    for (int i = 0; i < n; ++i) {
+      const auto* mi = std::get_if<MatMulOp>(&nodes[i].op);
+      if (mi == nullptr || fused_away_[i] || grouped_away_[i]) continue;
+      const int K = nodes[nodes[i].inputs[0]].cols;
+      if (!UsesQ8(*mi->w, K) && !Reorders(mi->w->dtype, K)) continue;
+      std::vector<int> members{i};
+      for (int j = i + 1; j < n; ++j) {
+        const Node* mm = matmul_at(j);
+        if (mm == nullptr) continue;
+        const auto* mj = std::get_if<MatMulOp>(&nodes[j].op);
+        if (mj == nullptr || mm != &nodes[j] || !act_reuse_[j] || mj->w->dtype != mi->w->dtype ||
+            nodes[j].inputs[0] != nodes[i].inputs[0] || nodes[j].rows != nodes[i].rows)
+          break;
+        members.push_back(j);
+      }
+      if (members.size() < 2) continue;
+      for (size_t m = 1; m < members.size(); ++m) grouped_away_[members[m]] = true;
+      group_of_[i] = std::move(members);
+    }
+  }
   if (ws_->act_q8.size() < q8_blocks) {  // sized here, never during a step; the old blocks go first
     ws_->act_q8 = {};
     ws_->act_sums = {};
@@ -367,6 +416,11 @@ void CpuExecutable::Plan() {
   };
   std::vector<Range> ranges;
   std::vector<int> range_of(n, -1);
+  std::vector<int> leader_of(n);  // where a node's output is written: its group's leader, or itself
+  for (int i = 0; i < n; ++i) {
+    leader_of[i] = i;
+    for (int m : group_of_[i]) leader_of[m] = i;
+  }
   size_t max_k = 1;
   for (int i = 0; i < n; ++i) {
     const Node& node = nodes[i];
@@ -383,7 +437,7 @@ void CpuExecutable::Plan() {
       continue;
     }
     range_of[i] = static_cast<int>(ranges.size());
-    ranges.push_back({i, i, last, size, 0});
+    ranges.push_back({i, leader_of[i], last, size, 0});
   }
   std::vector<int> order(ranges.size());
   for (size_t r = 0; r < order.size(); ++r) order[r] = static_cast<int>(r);
@@ -438,7 +492,7 @@ void CpuExecutable::Plan() {
     Hint next;
     for (int i = n - 1; i >= 0; --i) {
       const auto& op = nodes[i].op;
-      const bool on_pool = !fused_away_[i] && (std::holds_alternative<MatMulOp>(op) || mlp_of_[i].first >= 0 ||
+      const bool on_pool = !fused_away_[i] && !grouped_away_[i] && (std::holds_alternative<MatMulOp>(op) || mlp_of_[i].first >= 0 ||
                                                std::holds_alternative<AttentionOp>(op) ||
                                                std::holds_alternative<SoftcapOp>(op));
       if (on_pool) hint_after_[i] = next;
@@ -447,12 +501,20 @@ void CpuExecutable::Plan() {
         continue;
       }
       const Node* mm = matmul_at(i);
-      if (mm == nullptr) continue;
-      const Tensor& w = *std::get<MatMulOp>(mm->op).w;
-      const int g = RowGrain(w.dtype);
-      const int64_t units = w.shape[0] / g, chunks = pool_->ChunksFor(units);
-      const int64_t u0 = units * pool_->FirstChunkOf(1, chunks) / chunks;
-      const int64_t u1 = units * pool_->FirstChunkOf(2, chunks) / chunks;
+      if (mm == nullptr || grouped_away_[i]) continue;
+      // Worker 1's run starts at unit u0 of the loop: in a group, of the members' rows end to end.
+      std::vector<const Tensor*> ws{std::get<MatMulOp>(mm->op).w};
+      for (size_t m = 1; m < group_of_[i].size(); ++m) ws.push_back(std::get<MatMulOp>(nodes[group_of_[i][m]].op).w);
+      const int g = RowGrain(ws[0]->dtype);
+      int64_t units = 0;
+      for (const Tensor* w : ws) units += w->shape[0] / g;
+      const int64_t chunks = pool_->ChunksFor(units);
+      int64_t u0 = units * pool_->FirstChunkOf(1, chunks) / chunks;
+      int64_t u1 = units * pool_->FirstChunkOf(2, chunks) / chunks;
+      size_t wi = 0;
+      while (wi + 1 < ws.size() && u0 >= ws[wi]->shape[0] / g) u0 -= ws[wi]->shape[0] / g, u1 -= ws[wi++]->shape[0] / g;
+      const Tensor& w = *ws[wi];
+      u1 = std::min<int64_t>(u1, w.shape[0] / g);
       const size_t row_bytes = DTypeRowBytes(w.dtype, static_cast<int>(w.shape[1]));
       const size_t off = static_cast<size_t>(u0) * g * row_bytes;
       const size_t bytes = std::min(kHintBytes, static_cast<size_t>(u1 - u0) * g * row_bytes);
@@ -465,6 +527,35 @@ void CpuExecutable::Plan() {
   }
   attn_cache_rows_.assign(2 * static_cast<size_t>(num_tokens_), nullptr);
   seq_first_.assign(num_tokens_, 0);
+  profile_slot_.assign(n, -1);
+  if (opts_.profile) {
+    for (int i = 0; i < n; ++i) {
+      if (fused_away_[i] || grouped_away_[i]) continue;  // timed with its GeGlu node / group leader
+      std::string op = Graph::OpName(nodes[i].op);
+      double bytes = 0;
+      auto matmul_name = [&](const Node& mm, const char* what, int count) {
+        const Tensor& w = *std::get<MatMulOp>(mm.op).w;
+        bytes = static_cast<double>(count) * static_cast<double>(w.nbytes);
+        return std::string(what) + " " + std::string(DTypeName(w.dtype)) + " " + (count > 1 ? std::to_string(count) + "x" : "") +
+               std::to_string(w.shape[0]) + "x" + std::to_string(w.shape[1]);
+      };
+      if (mlp_of_[i].first >= 0) {
+        op = matmul_name(nodes[mlp_of_[i].first], "fused MLP", 2);
+      } else if (std::holds_alternative<MatMulOp>(nodes[i].op)) {
+        op = matmul_name(nodes[i], "MatMul", 1);
+        for (size_t m = 1; m < group_of_[i].size(); ++m) {  // "MatMul Q4_0x4 2048x1536+256x1536+256x1536"
+          const Tensor& w = *std::get<MatMulOp>(nodes[group_of_[i][m]].op).w;
+          op.append("+").append(std::to_string(w.shape[0])).append("x").append(std::to_string(w.shape[1]));
+          bytes += static_cast<double>(w.nbytes);
+        }
+      } else if (const auto* at = std::get_if<AttentionOp>(&nodes[i].op)) {
+        op.append(" D").append(std::to_string(at->head_dim)).append(at->window > 0 ? " sliding" : " full");
+      } else if (std::holds_alternative<RmsNormOp>(nodes[i].op)) {
+        op.append(" ").append(std::to_string(nodes[i].cols));
+      }
+      profile_slot_[i] = ws_->ProfileSlot(op, num_tokens_, bytes);
+    }
+  }
 }
 
 void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
@@ -480,9 +571,12 @@ void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
   base_ = ws_->Arena(arena_floats_);
   std::fill(rope_ready_.begin(), rope_ready_.end(), 0);  // the tables hold the last step's positions
   const auto& nodes = graph_.nodes();
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point t0;
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& node = nodes[i];
     const int rows = RowsOf(node);
+    if (profile_slot_[i] >= 0) t0 = Clock::now();
     float* out = node.cols > 0 ? Buf(static_cast<int>(i)) : nullptr;
     auto input = [&](int j) -> float* { return Buf(node.inputs[j]); };
     std::visit(Overloaded{
@@ -496,7 +590,8 @@ void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
           }
         },
         [&](const MatMulOp& op) {
-          if (fused_away_[i]) return;  // run by its GeGlu node
+          if (fused_away_[i] || grouped_away_[i]) return;  // run by its GeGlu node / its group's leader
+          if (!group_of_[i].empty()) return RunMatMulGroup(static_cast<int>(i), rows);
           ParallelMatMul(act_reuse_[i] ? nullptr : input(0), rows, graph_.node(node.inputs[0]).cols, *op.w, op.out_scale, out);
         },
         [&](const RmsNormOp& op) {
@@ -572,6 +667,11 @@ void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
         },
         [&](const MoEOp& op) { RunMoE(op, input(0), input(1), out, rows); },
     }, node.op);
+    if (profile_slot_[i] >= 0) {
+      OpProfile& p = ws_->profile[profile_slot_[i]];
+      ++p.calls;
+      p.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+    }
     const Hint& h = hint_after_[i];
     if (h.a != nullptr) pool_->PrefetchHint(h.a, h.a_bytes, h.b, h.b_bytes);
   }
@@ -695,6 +795,35 @@ void CpuExecutable::RunFusedMlp(int node, int rows, float* out) {
   });
 }
 
+void CpuExecutable::RunMatMulGroup(int leader, int rows) {
+  const std::vector<int>& members = group_of_[leader];
+  const Node& first = graph_.node(leader);
+  const Tensor& w0 = *std::get<MatMulOp>(first.op).w;
+  const int K = graph_.node(first.inputs[0]).cols;
+  const DType wt = w0.dtype;
+  const size_t row_bytes = DTypeRowBytes(wt, K);
+  CheckWorkspace(wt, K, rows);
+  const Activations a = Prepare(act_reuse_[leader] ? nullptr : Buf(first.inputs[0]), rows, K, wt, ws_->act_q8.data(),
+                                ws_->act_sums.data(), ws_->act_sb.data(), ws_->act_reordered.data());
+  const int g = RowGrain(wt);
+  int64_t units = 0;
+  for (int m : members) units += std::get<MatMulOp>(graph_.node(m).op).w->shape[0] / g;
+  pool_->ParallelFor(units, [&](int task, int64_t ub, int64_t ue) {
+    int64_t base = 0;  // the first unit of member m in the loop
+    for (int m : members) {
+      const auto& op = std::get<MatMulOp>(graph_.node(m).op);
+      const int M = static_cast<int>(op.w->shape[0]);
+      const int64_t b = std::max(ub, base), e = std::min(ue, base + M / g);
+      if (b < e) {
+        const int64_t mb = (b - base) * g;
+        MatMulPart(a, rows, K, op.w->data + mb * row_bytes, wt, static_cast<int>((e - b) * g), op.out_scale,
+                   Buf(m) + mb, M, task);
+      }
+      base += M / g;
+    }
+  });
+}
+
 void CpuExecutable::RunAttention(const AttentionOp& op, const float* q, const float* k, const float* v, float* out,
                                  const StepInput& in, KvCache& cache) {
   const int layer = op.cache_layer;
@@ -806,6 +935,7 @@ class CpuBackend : public Backend {
  public:
   CpuBackend(int threads, const CpuBackendOptions& opts) : pool_(threads), opts_(opts) {}
   std::string Name() const override { return "cpu"; }
+  std::vector<OpProfile> Profile() const override { return workspace_.profile; }
   StatusOr<std::unique_ptr<Executable>> Compile(const Graph& graph, int num_tokens, int num_output_rows) override {
     if (num_tokens <= 0) return InvalidArgument("a step needs at least one token");
     if (num_output_rows < 0 || num_output_rows > num_tokens) return InvalidArgument("output rows must be in [0, tokens]");

@@ -30,6 +30,17 @@ struct CpuBackendOptions {
   // same rows: the same bits as unfused (tests/greedy_llamacpp_test.cc, tests/golden_test.cc).
   // false: three ops, for those tests.
   bool fuse_mlp = true;
+  // Matmuls of one input that take the same prepared activations and weight type -- q, k and v
+  // of one norm -- run as one pool loop over their weight rows end to end, each output written
+  // where its own node would write it: one hand-off instead of three, and the 256-row k/v
+  // matrices (Gemma 4 E2B) are read as part of one longer stream per thread instead of two
+  // short ones. The same kernels on the same rows: the same bits as separate loops
+  // (tests/greedy_llamacpp_test.cc, tests/golden_test.cc). false: one loop per matmul.
+  bool group_matmuls = true;
+  // Times every node of every step (two steady_clock reads around each op, on the calling
+  // thread) into the table Backend::Profile() returns (`gemma4rt bench --profile`). A pool loop's
+  // time includes the wait for its last chunk. false: no clock reads.
+  bool profile = false;
 };
 
 // The options behind the CLI's --f32-activations: f32 activations for every weight type (what
