@@ -520,7 +520,9 @@ TEST(ServerHttpTinyTest, ContentLengthIsJudgedBeforeTheBodyArrives) {
     double seconds = 0;
     const std::string got = RawExchange(srv->port(), request, 10s, &seconds);
     EXPECT_EQ(std::atoi(got.c_str() + 9), status) << size << ": " << got;
-    if (status == 413) EXPECT_NE(got.find("larger than the limit of 1000 bytes"), std::string::npos) << got;
+    if (status == 413) {
+      EXPECT_NE(got.find("larger than the limit of 1000 bytes"), std::string::npos) << got;
+    }
   }
   // No Content-Length and not chunked: no body (was read until the client closed), 400 at once.
   double seconds = 0;

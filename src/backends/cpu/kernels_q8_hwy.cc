@@ -673,6 +673,16 @@ HWY_NOINLINE void PairRowsTile(const ActBlockQ8* xq, const float* sums, const fl
 // Against PairTile on Q4_0 (four 128-bit loads and inserts, four 2-byte scale loads and inserts,
 // a vphaddd and a float offset per unit) the in-cache decode of 6144 x 1536 takes ~2/3 of the
 // time, and streamed it reads faster: docs/PERFORMANCE.md.
+// Q4_0x4Rows prefetches this many bytes ahead of the group it reads (a group of four rows is
+// 4 * 18 * K / 32 bytes, contiguous, so a matrix or a thread's chunk of it is one stream). It was
+// four groups ahead: 13.5 KiB at K = 1536 but 108 KiB at K = 12288, where the first third of each
+// 331 KiB chunk then had no software prefetch. E2B's matrices on 2 threads, alternating in one
+// process (each 300 MB of one shape), speed at 8 KiB / four groups ahead: 1536 x 12288 1.033-1.056,
+// 1536 x 6144 1.035-1.043, 1536 x 2048 1.036, 12288 x 1536 0.995-1.008, 2048 x 1536 1.008-1.025;
+// 4 KiB was slower (0.77 at 1536 x 12288), 12 and 16 KiB between. E2B Q4_0 decode with 8 KiB on
+// alternate tokens in one process (`bench -t 2 -p 0 -n 64 -r 4`): 1.035x and 1.038x (12 KiB 1.018x).
+constexpr size_t kQ4_0x4PrefetchBytes = 8192;
+
 template <int R, bool kVnni>
 HWY_NOINLINE void Q4_0x4Rows(const ActBlockQ8* xq, const int32_t* neg, size_t nb, int m0, int m1, const uint8_t* w,
                              size_t row_bytes, float scale, float* y, size_t ldy) {
@@ -682,8 +692,9 @@ HWY_NOINLINE void Q4_0x4Rows(const ActBlockQ8* xq, const int32_t* neg, size_t nb
   for (int m = m0; m < m1; m += 4) {
     const uint8_t* sc = w + static_cast<size_t>(m) * row_bytes;
     const uint8_t* qs = sc + 8 * nb;
-    // The group kPrefetchTiles groups ahead, into L2, as many bytes per block as are read.
-    const char* next = reinterpret_cast<const char*>(sc + static_cast<size_t>(kPrefetchTiles) * 4 * row_bytes);
+    // kQ4_0x4PrefetchBytes ahead in the matrix's one stream, into L2, as many bytes per block as
+    // are read.
+    const char* next = reinterpret_cast<const char*>(sc) + kQ4_0x4PrefetchBytes;
     __m512 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
     for (size_t b = 0; b < nb; ++b) {
