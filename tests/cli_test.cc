@@ -76,7 +76,7 @@ TEST(CliTest, PackedQ4_0WeightsGiveTheLogitsOfTheStoredLayout) {
   ASSERT_TRUE(ref.ok());
   const Tensor* ids = (*ref)->Find("input_ids");
   std::string tokens;
-  for (int64_t i = 0; i < ids->numel(); ++i) tokens += (i ? "," : "") + std::to_string(static_cast<int>(ids->GetF32(i)));
+  for (int64_t i = 0; i < ids->numel(); ++i) tokens.append(i ? "," : "").append(std::to_string(static_cast<int>(ids->GetF32(i))));
   const std::string cmd = "logits -m " + Fixture("gemma4-e2b-tiny") + " --quantize q4_0 --tokens " + tokens +
                           " --top 1 --json --chunk 7";
   CliResult packed = RunCli(cmd), stored = RunCli(cmd + " --no-repack"), f32 = RunCli(cmd + " --f32-activations");

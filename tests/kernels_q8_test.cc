@@ -278,14 +278,16 @@ TEST_P(KernelsQ8Test, VnniGivesTheSameBitsAsByteMultiplyAdds) {
 }
 
 // PrepareActSuperblocks (kernels_q8.h): superblock j in Q6_K's unit order at out[2 j], in Q4_K's
-// at out[2 j + 1], each with the sums of q per 16 elements and the superblock's scale.
-TEST(KernelsQ8Superblocks, HaveTheDocumentedLayout) {
+// at out[2 j + 1], each with the sums of q per 16 elements and the superblock's scale, on every
+// SIMD target (the sums are SIMD byte sums; here also at the int8 extremes, sum -2032..2032).
+TEST_P(KernelsQ8Test, SuperblocksHaveTheDocumentedLayout) {
   std::mt19937 rng(41);
   const int rows = 3, K = 512, nsb = K / 256;
   const std::vector<float> x = RandomActs(rows, K, rng);
   std::vector<cpu::ActBlockQ8> xq(static_cast<size_t>(rows) * K / 32);
   std::vector<float> sums(static_cast<size_t>(rows) * K / 16);
   cpu::QuantizeRowsQ8(x.data(), rows, K, xq.data(), sums.data(), 256);
+  for (int l = 0; l < 32; ++l) xq[0].q[l] = -127, xq[1].q[l] = 127, xq[2].q[l] = static_cast<int8_t>(l % 2 ? -128 : 127);
   std::vector<cpu::ActSuperblockQ8> xs(2 * rows * nsb);
   cpu::PrepareActSuperblocks(xq.data(), rows, K, xs.data());
   const int q4k_unit[8] = {0, 2, 1, 3, 4, 6, 5, 7};

@@ -552,6 +552,9 @@ void CpuExecutable::Plan() {
         op.append(" D").append(std::to_string(at->head_dim)).append(at->window > 0 ? " sliding" : " full");
       } else if (std::holds_alternative<RmsNormOp>(nodes[i].op)) {
         op.append(" ").append(std::to_string(nodes[i].cols));
+      } else if (const auto* em = std::get_if<EmbedOp>(&nodes[i].op)) {  // "Embed Q8_0 262144x8960"
+        op.append(" ").append(DTypeName(em->table->dtype)).append(" ").append(std::to_string(em->table->shape[0]));
+        op.append("x").append(std::to_string(em->table->shape[1]));
       }
       profile_slot_[i] = ws_->ProfileSlot(op, num_tokens_, bytes);
     }

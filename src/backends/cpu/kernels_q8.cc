@@ -46,28 +46,6 @@ bool UseArmDotprod() { return dotprod_allowed.load(std::memory_order_relaxed) &&
 
 void SetArmDotprodForTest(bool enabled) { dotprod_allowed.store(enabled, std::memory_order_relaxed); }
 
-void PrepareActSuperblocks(const ActBlockQ8* xq, int rows, int K, ActSuperblockQ8* out) {
-  G4_CHECK(K % 256 == 0);
-  static constexpr int kQ4KUnitAt[8] = {0, 2, 1, 3, 4, 6, 5, 7};
-  const size_t n = static_cast<size_t>(rows) * (K / 256);
-  for (size_t i = 0; i < n; ++i) {
-    const ActBlockQ8* u = xq + 8 * i;
-    ActSuperblockQ8& a = out[2 * i];
-    ActSuperblockQ8& b = out[2 * i + 1];
-    for (int k = 0; k < 8; ++k) {
-      std::memcpy(a.q[k / 2] + 32 * (k % 2), u[k].q, 32);
-      std::memcpy(b.q[k / 2] + 32 * (k % 2), u[kQ4KUnitAt[k]].q, 32);
-    }
-    for (int g = 0; g < 16; ++g) {
-      int t = 0;
-      for (int l = 0; l < 16; ++l) t += u[g / 2].q[16 * (g % 2) + l];
-      a.s[g] = static_cast<int16_t>(t);
-      b.s[g] = static_cast<int16_t>(-t);
-    }
-    a.dx = b.dx = u[0].d;
-  }
-}
-
 bool MatMulQ8Supports(DType t) {
   switch (t) {
     case DType::kQ8_0:

@@ -76,7 +76,7 @@ static_assert(sizeof(ActSuperblockQ8) == 320);
 // Superblocks of xq [rows, K / 32] quantised with group 256 (K % 256 == 0): superblock j = r * K
 // / 256 + i (i < K / 256) in Q6_K's order at out[2 j] and in Q4_K's at out[2 j + 1] (2 rows * K /
 // 256 in all; Q4_K's with s negated). Integers copied and summed exactly: the same bytes for every
-// caller.
+// caller and SIMD target (kernels_q8_hwy.cc).
 void PrepareActSuperblocks(const ActBlockQ8* xq, int rows, int K, ActSuperblockQ8* out);
 
 // Whether MatMulQ8 reads ActSuperblockQ8 for weights of type wt with rows of K and activations
