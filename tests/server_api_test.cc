@@ -847,6 +847,22 @@ TEST(ServeFlagsTest, AnEmptyApiKeyIsAnErrorNotAnOpenServer) {
   unsetenv("GEMMA4RT_API_KEY");
   ASSERT_TRUE(with_file.options.has_value());
   EXPECT_EQ(with_file.options->api_keys, std::vector<std::string>{"from-file"});
+  // Comment lines are not keys (a fresh user's "# comment" line answered 200 as a key), and a
+  // file of comments alone holds no key: an error, not a server guarded by "# only comment".
+  {
+    std::ofstream f(file);
+    f << "# production keys\n  sk-one  \n\n   # indented comment\nsk-two\n";
+  }
+  ParsedFlags commented = ParseServeFlags({"--api-key-file", file});
+  ASSERT_TRUE(commented.options.has_value());
+  EXPECT_EQ(commented.options->api_keys, (std::vector<std::string>{"sk-one", "sk-two"}));
+  {
+    std::ofstream f(file);
+    f << "# only comment\n";
+  }
+  ParsedFlags only_comments = ParseServeFlags({"--api-key-file", file});
+  EXPECT_FALSE(only_comments.options.has_value());
+  EXPECT_EQ(only_comments.exit_code, 1);
   std::remove(file.c_str());
 }
 

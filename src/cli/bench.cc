@@ -301,21 +301,24 @@ void AddProfileSince(const std::vector<OpProfile>& before, const std::vector<OpP
   }
 }
 
-// Prints (stderr) where a test's time went, per op kind, largest first: ms per token over
-// `tokens` tokens, the share of the ops' summed time, calls per token, µs per call, and the GB/s
-// (1e9 bytes) of weights an op that reads weights read while it ran.
+// Prints (stderr) where a test's time went, per op kind and step size (`tokens`: the step's
+// tokens, 1 for decode; a prefill chunk otherwise), largest first: ms per token over `tokens`
+// tokens, the share of the ops' summed time, calls in all, µs per call, and the GB/s (1e9 bytes)
+// of weights an op that reads weights read while it ran (in prefill steps the matmuls are bound by
+// arithmetic, not by this figure).
 void PrintProfile(const std::string& test, std::vector<OpProfile> spent, double tokens) {
   std::sort(spent.begin(), spent.end(), [](const OpProfile& a, const OpProfile& b) { return a.seconds > b.seconds; });
   double total = 0;
   for (const OpProfile& p : spent) total += p.seconds;
   std::fprintf(stderr, "gemma4rt: profile of %s: %.3f ms per token in ops over %.0f tokens\n", test.c_str(),
                total * 1e3 / tokens, tokens);
-  std::fprintf(stderr, "  %-40s %6s %9s %6s %9s %9s %7s\n", "op", "tokens", "ms/token", "share", "calls/tok", "us/call", "GB/s");
+  std::fprintf(stderr, "  %-40s %6s %9s %6s %8s %9s %7s\n", "op", "tokens", "ms/token", "share", "calls", "us/call", "GB/s");
   for (const OpProfile& p : spent) {
     char gbps[16] = "";
     if (p.weight_bytes > 0 && p.seconds > 0) std::snprintf(gbps, sizeof gbps, "%.1f", p.weight_bytes * p.calls / p.seconds / 1e9);
-    std::fprintf(stderr, "  %-40s %6d %9.3f %5.1f%% %9.1f %9.1f %7s\n", p.op.c_str(), p.step_tokens,
-                 p.seconds * 1e3 / tokens, 100 * p.seconds / total, p.calls / tokens, p.seconds * 1e6 / p.calls, gbps);
+    std::fprintf(stderr, "  %-40s %6d %9.3f %5.1f%% %8lld %9.1f %7s\n", p.op.c_str(), p.step_tokens,
+                 p.seconds * 1e3 / tokens, 100 * p.seconds / total, static_cast<long long>(p.calls),
+                 p.seconds * 1e6 / p.calls, gbps);
   }
 }
 
@@ -503,8 +506,9 @@ int BenchMain(int argc, char** argv) {
   app.add_option("--seed", seed, "seed of the random token ids");
   app.add_flag("--no-warmup", no_warmup, "skip the warm-up run");
   bool profile = false;
-  app.add_flag("--profile", profile, "time every op of every step and print, after each test, where its time went "
-               "(per op kind: ms per token, share, GB/s of weights read) on stderr; costs two clock reads per op");
+  app.add_flag("--profile", profile, "time every op of every step and print, after each test, where its time went, on "
+               "stderr: per op kind and step size (tokens per step), ms per token, share, calls, us per call and the GB/s "
+               "of weights read; costs two clock reads per op");
   app.add_option("--bw-mib", bw_mib, "buffer size of the memory-bandwidth tests (copy and read) in MiB, run after each "
                  "tg repetition with two such buffers; the peak RSS (VmHWM, and getrusage's ru_maxrss with it) is reset "
                  "around them so that they are not counted (0 = skip)")->check(CLI::Range(0, 1 << 20));

@@ -78,7 +78,7 @@ ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
                                             "API key clients must send as 'Authorization: Bearer KEY' or 'X-Api-Key: KEY' "
                                             "(comma-separated for several)")
                                  ->envname("GEMMA4RT_API_KEY");
-  app.add_option("--api-key-file", api_key_file, "file with API keys, one per line")->envname("GEMMA4RT_API_KEY_FILE");
+  app.add_option("--api-key-file", api_key_file, "file with API keys, one per line (blank lines and lines starting with # are skipped)")->envname("GEMMA4RT_API_KEY_FILE");
   app.add_flag("--metrics", o.metrics, "serve Prometheus metrics at GET /metrics")->envname("GEMMA4RT_METRICS");
   app.add_option("--alias", o.alias, "model id in /v1/models and responses (default: the model's file name)")->envname("GEMMA4RT_ALIAS");
   app.add_option("--max-body-bytes", o.max_body_bytes, "largest request body accepted (larger: 413)")
@@ -157,7 +157,11 @@ ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
     }
     std::stringstream ss;
     ss << f.rdbuf();
+    // Blank lines and comment lines (`#` first) are not keys: a commented key file made
+    // "# comment" a key that opened the server (found by a fresh user). A key that starts with
+    // `#` can still be given with --api-key.
     std::vector<std::string> keys = SplitKeys(ss.str(), '\n');
+    std::erase_if(keys, [](const std::string& k) { return k[0] == '#'; });
     if (keys.empty()) {
       std::fprintf(stderr, "gemma4rt serve: error: --api-key-file '%s' holds no key\n", api_key_file.c_str());
       return ParsedFlags{std::nullopt, 1};
