@@ -673,6 +673,44 @@ TEST(ServerHttpTinyTest, A401LeavesTheKeepAliveConnectionInStep) {
   }
 }
 
+// Found by a fresh user: with `Expect: 100-continue` (curl's way for bodies over 1 MiB) httplib
+// answered "100 Continue" to a client without the key, inviting its whole upload before the 401.
+// Such a client, and one announcing a body over --max-body-bytes, now gets the final status at
+// once and the connection closes; a client with the key gets its 100 and then its answer.
+TEST(ServerHttpTinyTest, ExpectContinueIsRefusedBeforeTheUpload) {
+  ServeOptions o = Options(TinyModel(), 64, 1);
+  o.api_keys = {"sekret"};
+  o.max_body_bytes = 1000;
+  auto srv = StartServer(o);
+  ASSERT_TRUE(srv);
+  const std::string good = R"({"prompt":[2,5],"max_tokens":1})";
+  const struct {
+    std::string key;
+    size_t length;
+    int status;
+  } refused[] = {{"", 500, 401}, {"Authorization: Bearer wrong\r\n", 500, 401}, {"X-Api-Key: sekret\r\n", 5000, 413}};
+  for (const auto& c : refused) {
+    RawConnection conn(srv->port());
+    ASSERT_TRUE(conn.Send("POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + c.key + "Expect: 100-continue\r\nContent-Length: " +
+                          std::to_string(c.length) + "\r\n\r\n"));
+    const RawConnection::Response r = conn.Read();
+    EXPECT_EQ(r.status, c.status) << c.key << r.head << r.body;
+    EXPECT_NE(r.head.find("Connection: close"), std::string::npos) << r.head;
+    if (c.status == 413) {
+      EXPECT_NE(r.body.find("larger than the limit of 1000 bytes"), std::string::npos) << r.body;
+    }
+    EXPECT_TRUE(conn.ClosedByServer()) << c.key;
+  }
+  RawConnection conn(srv->port());
+  ASSERT_TRUE(conn.Send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sekret\r\n"
+                        "Expect: 100-continue\r\nContent-Length: " + std::to_string(good.size()) + "\r\n\r\n"));
+  EXPECT_EQ(conn.Read().status, 100);
+  ASSERT_TRUE(conn.Send(good));
+  const RawConnection::Response done = conn.Read();
+  EXPECT_EQ(done.status, 200) << done.head << done.body;
+  EXPECT_EQ(json::parse(done.body, nullptr, false)["usage"]["completion_tokens"], 1) << done.body;
+}
+
 // Found by a reviewer: where a body is not read to its end (a Content-Length that is not a byte
 // count, a chunked body over --max-body-bytes, the body of a GET or OPTIONS, which httplib never
 // reads), its bytes were parsed as the connection's next request. The connection is now closed

@@ -581,6 +581,25 @@ void HttpServer::Impl::Routes() {
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });
+  // `Expect: 100-continue` (curl sends it before bodies over 1 MiB): httplib 0.11 answers "100
+  // Continue" before routing, inviting the upload. A request without the API key, or announcing a
+  // body over --max-body-bytes, gets its final 401 / 413 instead, before any of the body is sent
+  // (found by a fresh user: an unauthenticated client was invited to upload everything), and the
+  // connection is closed after it (MarkClose): a client may still send the body it announced.
+  svr.set_expect_100_continue_handler([this](const httplib::Request& req, httplib::Response& res) {
+    std::optional<ApiError> e = Authorize(req);
+    if (!e && req.has_header("Content-Length")) {
+      const std::string cl = req.get_header_value("Content-Length");
+      if (!cl.empty() && cl.find_first_not_of("0123456789") == std::string::npos && cl.size() < 20 &&
+          std::stoull(cl) > opt.max_body_bytes)
+        e = ErrorForStatus(413, "the request body (Content-Length " + cl + " bytes) is larger than the limit of " +
+                                    std::to_string(opt.max_body_bytes) + " bytes (--max-body-bytes)");
+    }
+    if (!e) return 100;
+    SetError(res, *e);
+    MarkClose(res);
+    return res.status;
+  });
   // Counted before the response is written (the logger runs after it is sent, so a client could
   // read /metrics on another connection before its previous response was counted). Then, where
   // the request's body was not read in full (MarkClose by a handler, or a GET/HEAD/OPTIONS body,
