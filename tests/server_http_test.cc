@@ -760,6 +760,26 @@ TEST(ServerHttpTinyTest, AnAnswerGivenWithoutTheWholeBodyClosesTheConnection) {
   EXPECT_EQ(Get(srv->port(), "/health").status, 200);
 }
 
+// Found by a reviewer: a HEAD with a body (which httplib never reads) kept its connection open,
+// since a HEAD response writes no body and so never ran the closing provider: the body was
+// parsed as the next request. Now the connection closes after the one response.
+TEST(ServerHttpTinyTest, AHeadWithABodyClosesTheConnection) {
+  auto srv = StartServer(Options(TinyModel(), 64, 1));
+  ASSERT_TRUE(srv);
+  const std::string body = std::string(65536, 'x') + "\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n";
+  double seconds = 0;
+  const std::string got = RawExchange(srv->port(),
+                                      "HEAD /health HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
+                                          "\r\n\r\n" + body,
+                                      10s, &seconds);
+  EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
+  EXPECT_NE(got.find("Connection: close"), std::string::npos) << got;
+  size_t responses = 0;
+  for (size_t at = 0; (at = got.find("HTTP/1.1 ", at)) != std::string::npos; ++at) ++responses;
+  EXPECT_EQ(responses, 1u) << "the body was answered as a request: " << got;
+  EXPECT_LT(seconds, 9.0) << "the server did not close the connection";
+}
+
 // Found by a reviewer: httplib URL-decodes header values, so a configured key with a literal %XX
 // (`sk-a%41b`) never matched what a client sent (it arrived as `sk-aAb`). A client sending exactly
 // the configured key is accepted; so is the spelling it decodes to (the documented consequence).

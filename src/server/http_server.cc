@@ -207,8 +207,8 @@ bool PeerClosed(int fd) {
 // into a content provider that writes it, drains what the client still sends (LingeringDrain) and
 // then reports failure, which ends httplib's keep-alive loop; the client has the whole response
 // (its Content-Length is already set). For the post-routing handler (it runs after httplib has
-// set the length headers). A HEAD response writes no body, so the provider never runs and the
-// connection is not closed.
+// set the length headers). A HEAD response writes no body, so the provider never runs: the
+// logger closes those (Routes).
 void CloseAfterResponse(const httplib::Request& req, httplib::Response& res) {
   res.headers.erase("Keep-Alive");
   res.headers.erase("Connection");
@@ -587,6 +587,7 @@ void HttpServer::Impl::Routes() {
   // (found by a fresh user: an unauthenticated client was invited to upload everything), and the
   // connection is closed after it (MarkClose): a client may still send the body it announced.
   svr.set_expect_100_continue_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (opt.cors && req.method == "OPTIONS") return 100;  // a preflight is answered before the key check
     std::optional<ApiError> e = Authorize(req);
     if (!e && req.has_header("Content-Length")) {
       const std::string cl = req.get_header_value("Content-Length");
@@ -599,6 +600,17 @@ void HttpServer::Impl::Routes() {
     SetError(res, *e);
     MarkClose(res);
     return res.status;
+  });
+  // A HEAD response has no body, so CloseAfterResponse's provider never runs for a HEAD that
+  // carried a body (which httplib never reads): httplib's logger, which runs once the response is
+  // written, drains what the client sends and shuts the socket's reading side, so the keep-alive
+  // loop ends there instead of parsing the body as the next request (found by a reviewer).
+  svr.set_logger([](const httplib::Request& req, const httplib::Response&) {
+    if (req.method != "HEAD" || !UnreadBodyOfOtherMethod(req)) return;
+    const int fd = ConnectionSocket(req);
+    if (fd < 0) return;
+    LingeringDrain(fd);
+    ::shutdown(fd, SHUT_RD);
   });
   // Counted before the response is written (the logger runs after it is sent, so a client could
   // read /metrics on another connection before its previous response was counted). Then, where
