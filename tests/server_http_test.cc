@@ -210,16 +210,25 @@ bool WaitFor(const std::function<bool()>& pred, std::chrono::milliseconds timeou
   return pred();
 }
 
-// Sends `request` as it is on a new connection to 127.0.0.1:port and returns everything the
-// server sends until it closes the connection or `timeout` passes; *seconds: how long that took.
-std::string RawExchange(int port, const std::string& request, std::chrono::milliseconds timeout, double* seconds) {
+// A TCP socket connected to 127.0.0.1:port; -1 (and a test failure) if that fails.
+int ConnectLoopback(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   EXPECT_GE(fd, 0);
+  if (fd < 0) return -1;
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_port = htons(static_cast<uint16_t>(port));
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
+  ADD_FAILURE() << "connect to 127.0.0.1:" << port << " failed";
+  close(fd);
+  return -1;
+}
+
+// Sends `request` as it is on a new connection to 127.0.0.1:port and returns everything the
+// server sends until it closes the connection or `timeout` passes; *seconds: how long that took.
+std::string RawExchange(int port, const std::string& request, std::chrono::milliseconds timeout, double* seconds) {
+  const int fd = ConnectLoopback(port);
   EXPECT_EQ(send(fd, request.data(), request.size(), MSG_NOSIGNAL), static_cast<ssize_t>(request.size()));
   const auto t0 = std::chrono::steady_clock::now();
   timeval tv{static_cast<time_t>(timeout.count() / 1000), static_cast<suseconds_t>(timeout.count() % 1000 * 1000)};
@@ -243,13 +252,7 @@ class RawConnection {
   };
 
   explicit RawConnection(int port) {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    EXPECT_GE(fd_, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    EXPECT_EQ(connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    fd_ = ConnectLoopback(port);
     timeval tv{20, 0};
     setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   }
@@ -547,13 +550,8 @@ TEST(ServerHttpTinyTest, StalledClientsLeaveRoomForOthers) {
   std::vector<int> stalled;
   const auto tc = std::chrono::steady_clock::now();
   for (int i = 0; i < 200; ++i) {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    const int fd = ConnectLoopback(srv->port());
     ASSERT_GE(fd, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(srv->port()));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
     const std::string half = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro";
     ASSERT_EQ(send(fd, half.data(), half.size(), MSG_NOSIGNAL), static_cast<ssize_t>(half.size()));
     stalled.push_back(fd);

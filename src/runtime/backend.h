@@ -50,9 +50,11 @@ class Executable {
   virtual size_t StepBytes() const { return 0; }
 };
 
-// Time a backend spent in one kind of op, summed over the steps it ran (where it was built to profile, e.g. CpuBackendOptions::profile). `op` names the
-// op and, for a matmul, its weights ("MatMul Q4_0x4 2048x1536"; "fused MLP" for a gated MLP run
-// as one op); `step_tokens` the step's token count (1 for a one-sequence decode step).
+// Time a backend spent in one kind of op, summed over the steps it ran (where it was built to
+// profile, e.g. CpuBackendOptions::profile). `op` names the op and, for a matmul, its weights
+// ("MatMul Q4_0x4 2048x1536"; "fused MLP" for a gated MLP run as one op; members joined by "+"
+// for matmuls run as one loop); `step_tokens` the step's token count (1 for a one-sequence decode
+// step).
 struct OpProfile {
   std::string op;
   int step_tokens = 0;

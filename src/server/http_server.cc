@@ -68,13 +68,24 @@ std::vector<std::string> DecodedKeys(const std::vector<std::string>& keys) {
   return out;
 }
 
+// Whether the request's body comes chunked (Transfer-Encoding: chunked, any case).
+bool IsChunked(const httplib::Request& req) {
+  return strcasecmp(req.get_header_value("Transfer-Encoding").c_str(), "chunked") == 0;
+}
+
+// Whether a Content-Length value is a decimal byte count below 10^19 (what httplib 0.11's
+// strtoull reads faithfully: `-5` would become 2^64 - 5).
+bool IsByteCount(const std::string& cl) {
+  return !cl.empty() && cl.size() <= 19 && cl.find_first_not_of("0123456789") == std::string::npos;
+}
+
 // A request's body that httplib 0.11 never reads: it reads bodies only for POST, PUT, PATCH,
 // DELETE and PRI (detail::expect_content), so the body of a GET, HEAD or OPTIONS (or any other
 // method) with a Content-Length or chunking would be parsed as the connection's next request.
 bool UnreadBodyOfOtherMethod(const httplib::Request& req) {
   const std::string& m = req.method;
   if (m == "POST" || m == "PUT" || m == "PATCH" || m == "DELETE") return false;
-  if (strcasecmp(req.get_header_value("Transfer-Encoding").c_str(), "chunked") == 0) return true;
+  if (IsChunked(req)) return true;
   return req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0";
 }
 
@@ -581,26 +592,6 @@ void HttpServer::Impl::Routes() {
     }
     return httplib::Server::HandlerResponse::Unhandled;
   });
-  // `Expect: 100-continue` (curl sends it before bodies over 1 MiB): httplib 0.11 answers "100
-  // Continue" before routing, inviting the upload. A request without the API key, or announcing a
-  // body over --max-body-bytes, gets its final 401 / 413 instead, before any of the body is sent
-  // (found by a fresh user: an unauthenticated client was invited to upload everything), and the
-  // connection is closed after it (MarkClose): a client may still send the body it announced.
-  svr.set_expect_100_continue_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (opt.cors && req.method == "OPTIONS") return 100;  // a preflight is answered before the key check
-    std::optional<ApiError> e = Authorize(req);
-    if (!e && req.has_header("Content-Length")) {
-      const std::string cl = req.get_header_value("Content-Length");
-      if (!cl.empty() && cl.find_first_not_of("0123456789") == std::string::npos && cl.size() < 20 &&
-          std::stoull(cl) > opt.max_body_bytes)
-        e = ErrorForStatus(413, "the request body (Content-Length " + cl + " bytes) is larger than the limit of " +
-                                    std::to_string(opt.max_body_bytes) + " bytes (--max-body-bytes)");
-    }
-    if (!e) return 100;
-    SetError(res, *e);
-    MarkClose(res);
-    return res.status;
-  });
   // A HEAD response has no body, so CloseAfterResponse's provider never runs for a HEAD that
   // carried a body (which httplib never reads): httplib's logger, which runs once the response is
   // written, drains what the client sends and shuts the socket's reading side, so the keep-alive
@@ -685,11 +676,10 @@ void HttpServer::Impl::Routes() {
   // arrive: past the limit, 413 (a reviewer found them unbounded: one request could fill memory).
   // Returns an error, or nullopt when the body may be read; *has_body: whether there is one.
   auto framing = [](const httplib::Request& req, bool* has_body) -> std::optional<ApiError> {
-    const bool chunked = strcasecmp(req.get_header_value("Transfer-Encoding").c_str(), "chunked") == 0;
-    *has_body = chunked || req.has_header("Content-Length");
+    *has_body = IsChunked(req) || req.has_header("Content-Length");
     if (req.has_header("Content-Length")) {
       const std::string cl = req.get_header_value("Content-Length");
-      if (cl.empty() || cl.size() > 19 || cl.find_first_not_of("0123456789") != std::string::npos)
+      if (!IsByteCount(cl))
         return ErrorForStatus(400, utf8::Sanitize("invalid Content-Length header '" + cl.substr(0, 64) +
                                                   "': not a decimal byte count below 10^19"));
     }
@@ -699,7 +689,13 @@ void HttpServer::Impl::Routes() {
   // body is always dropped); an error past --max-body-bytes (httplib's own 413 for a
   // Content-Length over it, ours for chunked/inflated bytes) or when the read broke off. Where the
   // body was not read to its end, MarkClose(res): the connection is closed after the answer.
-  auto read_body = [this](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read,
+  // The 413 for a body over --max-body-bytes (cl: its Content-Length, or empty where unknown).
+  auto too_large = [this](const std::string& cl) {
+    return ErrorForStatus(413, "the request body" + (cl.empty() ? std::string() : " (Content-Length " + cl + " bytes)") +
+                                   " is larger than the limit of " + std::to_string(opt.max_body_bytes) +
+                                   " bytes (--max-body-bytes)");
+  };
+  auto read_body = [this, too_large](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read,
                           std::string* keep) -> std::optional<ApiError> {
     size_t got = 0;
     bool too_big = false;
@@ -712,9 +708,8 @@ void HttpServer::Impl::Routes() {
       if (keep != nullptr) keep->append(data, n);
       return true;
     };
-    const bool chunked = strcasecmp(req.get_header_value("Transfer-Encoding").c_str(), "chunked") == 0;
     // httplib 0.11 reads no body of a DELETE without a Content-Length, chunked or not.
-    if (chunked && req.method == "DELETE" && !req.has_header("Content-Length")) MarkClose(res);
+    if (IsChunked(req) && req.method == "DELETE" && !req.has_header("Content-Length")) MarkClose(res);
     const bool complete = req.is_multipart_form_data()
                               ? read([](const httplib::MultipartFormData&) { return true; },
                                      [&](const char* data, size_t n) { return receive(data, n); })
@@ -722,14 +717,24 @@ void HttpServer::Impl::Routes() {
     if (complete) return std::nullopt;
     // httplib's own 413 (a Content-Length over the limit) has skipped the body: still in step.
     if (too_big || res.status != 413) MarkClose(res);
-    if (too_big || res.status == 413) {
-      const std::string cl = req.get_header_value("Content-Length");
-      return ErrorForStatus(413, "the request body" + (cl.empty() ? std::string() : " (Content-Length " + cl + " bytes)") +
-                                     " is larger than the limit of " + std::to_string(opt.max_body_bytes) +
-                                     " bytes (--max-body-bytes)");
-    }
+    if (too_big || res.status == 413) return too_large(req.get_header_value("Content-Length"));
     return ErrorForStatus(400, "the request body could not be read in full");
   };
+  // `Expect: 100-continue` (curl sends it before bodies over 1 MiB): httplib 0.11 answers "100
+  // Continue" before routing, inviting the upload. A request without the API key, or announcing a
+  // body over --max-body-bytes, gets its final 401 / 413 instead, before any of the body is sent
+  // (found by a fresh user: an unauthenticated client was invited to upload everything), and the
+  // connection is closed after it (MarkClose): a client may still send the body it announced.
+  svr.set_expect_100_continue_handler([this, too_large](const httplib::Request& req, httplib::Response& res) {
+    if (opt.cors && req.method == "OPTIONS") return 100;  // a preflight is answered before the key check
+    std::optional<ApiError> e = Authorize(req);
+    const std::string cl = req.get_header_value("Content-Length");
+    if (!e && IsByteCount(cl) && std::stoull(cl) > opt.max_body_bytes) e = too_large(cl);
+    if (!e) return 100;
+    SetError(res, *e);
+    MarkClose(res);
+    return res.status;
+  });
   // A Content-Length that is not a byte count: the body's end is unknown, so the connection is
   // closed after the 400 (MarkClose).
   auto bad_framing = [framing](const httplib::Request& req, httplib::Response& res, bool* has_body) {
