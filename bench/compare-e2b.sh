@@ -235,7 +235,7 @@ for f in formats:
          "gemma4rt_tg": s.get(f"tg{N}", {}).get("gemma4rt"), "llama_tg": s.get(f"tg{N}", {}).get("llama.cpp"),
          "ratio_pp": s.get(f"pp{P}", {}).get("ratio"), "ratio_tg": s.get(f"tg{N}", {}).get("ratio"),
          "paired_ratio_pp": s.get(f"pp{P}", {}).get("paired_ratio"), "paired_ratio_tg": s.get(f"tg{N}", {}).get("paired_ratio"),
-         "bandwidth_fraction": frac, "bandwidth_gbps": statistics.median(j["bandwidth_gbps"] for j in runs) if runs else None,
+         "bandwidth_fraction": frac, "bandwidth_gbps": statistics.median(j.get("bandwidth_gbps") or 0 for j in runs) if runs else None,
          "read_bandwidth_fraction": rfrac,
          "read_bandwidth_gbps": statistics.median(j.get("read_bandwidth_gbps") or 0 for j in runs) if runs else None,
          "weight_bytes_per_token": tg and tg.get("weight_bytes_per_token"), "size_bytes": runs[0].get("size_bytes") if runs else None,

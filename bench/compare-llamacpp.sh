@@ -209,7 +209,7 @@ g4_all = [json.load(open(f)) for f in sorted(glob.glob(os.path.join(out_dir, "ge
 fr = [j["bandwidth_fraction"] for j in g4_all if j.get("bandwidth_fraction") is not None]
 rfr = [j["read_bandwidth_fraction"] for j in g4_all if j.get("read_bandwidth_fraction") is not None]
 print(f"gemma4rt peak RSS {max(j.get('peak_rss_bytes', 0) for j in g4_all) / 2**20:.1f} MiB, copy bandwidth "
-      f"{statistics.median(j.get('bandwidth_gbps', 0) for j in g4_all):.2f} GB/s, decode at "
+      f"{statistics.median(j.get('bandwidth_gbps') or 0 for j in g4_all):.2f} GB/s, decode at "
       f"{100 * (statistics.median(fr) if fr else 0):.1f}% of the bandwidth limit "
       f"({100 * (statistics.median(rfr) if rfr else 0):.1f}% of the read bandwidth; medians over the rounds)")
 loads = open(os.path.join(out_dir, "load.txt")).read().split("\n")

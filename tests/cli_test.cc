@@ -422,6 +422,10 @@ TEST(CliTest, BenchOfOneGeneratedTokenWarmsUpWithinItsContext) {
   ASSERT_TRUE(j.is_object()) << r.out;
   EXPECT_EQ(j.at("context").get<int>(), 1);
   EXPECT_GT(j.at("tg1").get<double>(), 0.0);
+  // No bandwidth test ran: its figures are null, not 0.
+  for (const char* k : {"bandwidth_gbps", "read_bandwidth_gbps", "bandwidth_fraction", "read_bandwidth_fraction"}) {
+    EXPECT_TRUE(j.at(k).is_null()) << k << ": " << j.at(k);
+  }
 }
 
 // `bench --json` carries the llama-bench-style figures and the two bandwidth fractions. With the

@@ -896,7 +896,9 @@ int BenchMain(int argc, char** argv) {
     out["kv_cache_bytes"] = kv_cache_bytes;
     out["peak_rss_budget_bytes"] = rss_budget;
     out["peak_rss_within_budget"] = peak_rss > 0 && peak_rss <= rss_budget;
-    out["bandwidth_gbps"] = bw_gbps;
+    // null where the tests did not run (--bw-mib 0), as the fractions.
+    const auto gbps_json = [](double g) { return g > 0 ? nlohmann::json(g) : nlohmann::json(nullptr); };
+    out["bandwidth_gbps"] = gbps_json(bw_gbps);
     // How a bandwidth figure was measured.
     const char* when = all_samples.empty() ? "not run" : bw_at_end ? "once, after the tests" : "after each tg repetition";
     const auto test_json = [&](const char* method) -> nlohmann::json {
@@ -905,7 +907,7 @@ int BenchMain(int argc, char** argv) {
     };
     out["bandwidth_test"] = test_json("memcpy, (read + written bytes) / best time");
     out["bandwidth_fraction"] = tg0 && tg0->bandwidth_fraction >= 0 ? nlohmann::json(tg0->bandwidth_fraction) : nlohmann::json(nullptr);
-    out["read_bandwidth_gbps"] = read_bw_gbps;
+    out["read_bandwidth_gbps"] = gbps_json(read_bw_gbps);
     out["read_bandwidth_test"] = test_json("sum of 64-bit words, prefetched 4 KiB ahead, bytes read / best time");
     out["read_bandwidth_fraction"] = tg0 && tg0->read_bandwidth_fraction >= 0
                                          ? nlohmann::json(tg0->read_bandwidth_fraction)
