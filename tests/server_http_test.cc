@@ -686,7 +686,10 @@ TEST(ServerHttpTinyTest, ExpectContinueIsRefusedBeforeTheUpload) {
     std::string key;
     size_t length;
     int status;
-  } refused[] = {{"", 500, 401}, {"Authorization: Bearer wrong\r\n", 500, 401}, {"X-Api-Key: sekret\r\n", 5000, 413}};
+  } refused[] = {{"", 500, 401},
+                 {"Authorization: Bearer wrong\r\n", 500, 401},
+                 {"X-Api-Key: sekret\r\n", 5000, 413},
+                 {"X-Api-Key: sekret\r\nTransfer-Encoding: gzip\r\n", 500, 501}};
   for (const auto& c : refused) {
     RawConnection conn(srv->port());
     ASSERT_TRUE(conn.Send("POST /v1/completions HTTP/1.1\r\nHost: x\r\n" + c.key + "Expect: 100-continue\r\nContent-Length: " +
@@ -712,7 +715,8 @@ TEST(ServerHttpTinyTest, ExpectContinueIsRefusedBeforeTheUpload) {
 // Found by a reviewer: where a body is not read to its end (a Content-Length that is not a byte
 // count, a chunked body over --max-body-bytes, the body of a GET or OPTIONS, which httplib never
 // reads), its bytes were parsed as the connection's next request. The connection is now closed
-// after the answer, which says `Connection: close`.
+// after the answer, which says `Connection: close`. So is it after a transfer coding other than
+// `chunked` (501; it was taken as no body) and after a request framed both ways.
 TEST(ServerHttpTinyTest, AnAnswerGivenWithoutTheWholeBodyClosesTheConnection) {
   ServeOptions o = Options(TinyModel(), 64, 1);
   o.max_body_bytes = 1000;
@@ -731,6 +735,11 @@ TEST(ServerHttpTinyTest, AnAnswerGivenWithoutTheWholeBodyClosesTheConnection) {
       {"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(junk.size()) + "\r\n\r\n", junk, 200},
       {"GET /v1/nothing HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(junk.size()) + "\r\n\r\n", junk, 404},
       {"OPTIONS /v1/models HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(junk.size()) + "\r\n\r\n", junk, 204},
+      // A transfer coding httplib 0.11 does not decode: it took such a body as none (answering
+      // "the request has no body", or the GET) and the body's bytes as the next request.
+      {"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", chunk + "0\r\n\r\n" + junk, 501},
+      {"POST /v1/nothing HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\n", junk, 501},
+      {"GET /health HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, chunked\r\n\r\n", chunk + "0\r\n\r\n" + junk, 501},
   };
   for (const auto& c : cases) {
     RawConnection conn(srv->port());
@@ -745,7 +754,28 @@ TEST(ServerHttpTinyTest, AnAnswerGivenWithoutTheWholeBodyClosesTheConnection) {
     } else {
       EXPECT_TRUE(json::parse(r.body, nullptr, false).is_object()) << r.body;
     }
+    if (c.status == 501) {
+      const json j = json::parse(r.body, nullptr, false);
+      EXPECT_EQ(j["error"]["code"], "not_implemented") << r.body;
+      EXPECT_NE(r.body.find("is not supported: send the body with a Content-Length or Transfer-Encoding: chunked"),
+                std::string::npos) << r.body;
+    }
     EXPECT_TRUE(conn.ClosedByServer()) << c.head << ": the leftover body was answered as a request";
+  }
+  // Both framings: read as chunked (as httplib does), answered, and the connection closed after
+  // it (RFC 9112 6.3: a proxy before the server may have framed it by the Content-Length).
+  {
+    const std::string body = R"({"prompt":[2,5],"max_tokens":1})";
+    RawConnection conn(srv->port());
+    char size[16];
+    std::snprintf(size, sizeof size, "%zx", body.size());
+    ASSERT_TRUE(conn.Send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n" +
+                          std::string(size) + "\r\n" + body + "\r\n0\r\n\r\n"));
+    const RawConnection::Response r = conn.Read();
+    EXPECT_EQ(r.status, 200) << r.head << r.body;
+    EXPECT_EQ(json::parse(r.body, nullptr, false)["usage"]["completion_tokens"], 1) << r.body;
+    EXPECT_NE(r.head.find("\r\nConnection: close\r\n"), std::string::npos) << r.head;
+    EXPECT_TRUE(conn.ClosedByServer());
   }
   // A body read in full keeps the connection: two requests on one connection.
   RawConnection conn(srv->port());

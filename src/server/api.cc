@@ -562,6 +562,7 @@ ApiError ErrorForStatus(int status, std::string message) {
     case 413: e.code = "request_too_large"; break;
     case 415: e.code = "unsupported_media_type"; break;
     case 429: e.type = "rate_limit_error"; e.code = "queue_full"; break;
+    case 501: e.code = "not_implemented"; break;  // a request feature the server lacks: the request's fault
     case 503: e.type = "unavailable_error"; e.code = "unavailable"; break;
     default:
       if (status >= 500) e.type = "server_error";

@@ -73,6 +73,17 @@ bool IsChunked(const httplib::Request& req) {
   return strcasecmp(req.get_header_value("Transfer-Encoding").c_str(), "chunked") == 0;
 }
 
+// A Transfer-Encoding other than exactly `chunked` ("gzip, chunked", "identity", ...): httplib
+// 0.11 does not decode it (it would read such a body as having none, and parse the body's bytes
+// as the connection's next request). Answered 501 (RFC 9112 6.1: a transfer coding the server
+// does not understand) without reading the body, and the connection closed.
+std::optional<ApiError> UnsupportedTransferEncoding(const httplib::Request& req) {
+  if (!req.has_header("Transfer-Encoding") || IsChunked(req)) return std::nullopt;
+  return ErrorForStatus(501, utf8::Sanitize("Transfer-Encoding '" + req.get_header_value("Transfer-Encoding").substr(0, 64) +
+                                            "' is not supported: send the body with a Content-Length or "
+                                            "Transfer-Encoding: chunked"));
+}
+
 // Whether a Content-Length value is a decimal byte count below 10^19 (what httplib 0.11's
 // strtoull reads faithfully: `-5` would become 2^64 - 5).
 bool IsByteCount(const std::string& cl) {
@@ -85,7 +96,7 @@ bool IsByteCount(const std::string& cl) {
 bool UnreadBodyOfOtherMethod(const httplib::Request& req) {
   const std::string& m = req.method;
   if (m == "POST" || m == "PUT" || m == "PATCH" || m == "DELETE") return false;
-  if (IsChunked(req)) return true;
+  if (req.has_header("Transfer-Encoding")) return true;
   return req.has_header("Content-Length") && req.get_header_value("Content-Length") != "0";
 }
 
@@ -575,6 +586,11 @@ void HttpServer::Impl::Routes() {
   api_keys = DecodedKeys(opt.api_keys);
   if (opt.cors) svr.set_default_headers({{"Access-Control-Allow-Origin", "*"}});
   svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    if (auto e = UnsupportedTransferEncoding(req)) {
+      SetError(res, *e);
+      MarkClose(res);
+      return httplib::Server::HandlerResponse::Handled;
+    }
     if (opt.cors && req.method == "OPTIONS") {
       res.status = 204;
       res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
@@ -607,12 +623,16 @@ void HttpServer::Impl::Routes() {
   // read /metrics on another connection before its previous response was counted). Then, where
   // the request's body was not read in full (MarkClose by a handler, or a GET/HEAD/OPTIONS body,
   // which httplib never reads), the connection is closed after the response: whatever follows on
-  // it is not the client's next request.
+  // it is not the client's next request. So is it after a request with both Transfer-Encoding:
+  // chunked and a Content-Length (read as chunked; RFC 9112 6.3: the server must close the
+  // connection after answering such a request, since a proxy before it may have framed it by the
+  // other header).
   svr.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     counters.Count(res.status);
     const bool marked = res.has_header(kCloseMarker);
     res.headers.erase(kCloseMarker);
-    if (marked || UnreadBodyOfOtherMethod(req)) CloseAfterResponse(req, res);
+    const bool both_framings = IsChunked(req) && req.has_header("Content-Length");
+    if (marked || both_framings || UnreadBodyOfOtherMethod(req)) CloseAfterResponse(req, res);
   });
 
   auto health = guard([this](const httplib::Request&, httplib::Response& res) {
@@ -721,13 +741,14 @@ void HttpServer::Impl::Routes() {
     return ErrorForStatus(400, "the request body could not be read in full");
   };
   // `Expect: 100-continue` (curl sends it before bodies over 1 MiB): httplib 0.11 answers "100
-  // Continue" before routing, inviting the upload. A request without the API key, or announcing a
-  // body over --max-body-bytes, gets its final 401 / 413 instead, before any of the body is sent
+  // Continue" before routing, inviting the upload. A request with an unsupported Transfer-Encoding,
+  // without the API key, or announcing a body over --max-body-bytes, gets its final 501 / 401 / 413 instead, before any of the body is sent
   // (found by a fresh user: an unauthenticated client was invited to upload everything), and the
   // connection is closed after it (MarkClose): a client may still send the body it announced.
   svr.set_expect_100_continue_handler([this, too_large](const httplib::Request& req, httplib::Response& res) {
-    if (opt.cors && req.method == "OPTIONS") return 100;  // a preflight is answered before the key check
-    std::optional<ApiError> e = Authorize(req);
+    std::optional<ApiError> e = UnsupportedTransferEncoding(req);
+    if (!e && opt.cors && req.method == "OPTIONS") return 100;  // a preflight is answered before the key check
+    if (!e) e = Authorize(req);
     const std::string cl = req.get_header_value("Content-Length");
     if (!e && IsByteCount(cl) && std::stoull(cl) > opt.max_body_bytes) e = too_large(cl);
     if (!e) return 100;
