@@ -17,7 +17,9 @@
 //
 // Build and run from the repository root after scripts/build.sh (one command line):
 //   g++ -O2 -march=native -std=c++20 -Isrc bench/experiments/q4k_by16.cc build/libgemma4rt_core.a -lhwy
-//     -lpthread -o /tmp/q4k_by16 && /tmp/q4k_by16 [M 512] [K 1536] [reps 2000] [threads 1]
+//     -lpthread -o /tmp/q4k_by16 && /tmp/q4k_by16 [M 512] [K 1536] [reps 2000] [threads 1] [rows 1]
+// rows: activation rows (1, or a multiple of 4: the new kernel then takes tiles of four rows, each
+// over the whole matrix; the engine's kernel its own tiles and weight-row groups).
 // Prints both kernels' largest error against cpu::MatMulQ8Reference, then five rounds of the two
 // kernels one after the other (each `reps` calls over the whole matrix, the rows split between
 // `threads` threads): microseconds per call, GB/s of weights, and old / new time.
@@ -145,6 +147,7 @@ __attribute__((noinline)) void Kx16(const cpu::ActSuperblockQ8* xa, const int32_
 int main(int argc, char** argv) {
   int M = argc > 1 ? atoi(argv[1]) : 512, K = argc > 2 ? atoi(argv[2]) : 1536, reps = argc > 3 ? atoi(argv[3]) : 2000;
   int threads = argc > 4 ? atoi(argv[4]) : 1;
+  const int rows = argc > 5 ? atoi(argv[5]) : 1;  // activation rows: 1, or a multiple of 4 (tiles of 4)
   const size_t nsb = K / 256, row_bytes = nsb * 144;
   std::mt19937 rng(1);
   std::vector<uint8_t> w(row_bytes * M);
@@ -159,7 +162,6 @@ int main(int argc, char** argv) {
   std::vector<uint8_t> pk(w.size());
   for (int g = 0; g < M / 16; ++g)
     PackGroup(w.data() + g * 16 * row_bytes, row_bytes, nsb, pk.data() + g * 16 * row_bytes);
-  const int rows = 1;
   std::normal_distribution<float> nd;
   std::vector<float> x(rows * K);
   for (auto& v : x) v = nd(rng);
@@ -171,12 +173,18 @@ int main(int argc, char** argv) {
   std::vector<int32_t> S(rows * nsb * 8);
   for (size_t i = 0; i < rows * nsb; ++i)
     for (int j = 0; j < 8; ++j) S[i * 8 + j] = xs[2 * i].s[2 * j] + xs[2 * i].s[2 * j + 1];
-  std::vector<float> y0(M), y1(M), yr(M);
+  std::vector<float> y0(static_cast<size_t>(M) * rows), y1(y0.size()), yr(y0.size());
+  // The new kernel on activation rows [0, rows) and row groups [g0, g1): tiles of four rows.
+  const auto kx16 = [&](int g0, int g1) {
+    if (rows == 1) return Kx16<1>(xs.data(), S.data(), nsb, g0, g1, pk.data(), 1.0f, y1.data(), M);
+    for (int r0 = 0; r0 < rows; r0 += 4)
+      Kx16<4>(xs.data() + 2 * r0 * nsb, S.data() + r0 * nsb * 8, nsb, g0, g1, pk.data(), 1.0f, y1.data() + r0 * M, M);
+  };
   cpu::MatMulQ8Reference(xq.data(), rows, K, w.data(), DType::kQ4_K, M, 1.0f, yr.data(), M);
   cpu::MatMulQ8(xq.data(), sums.data(), rows, K, w.data(), DType::kQ4_K, M, 1.0f, y0.data(), M, 256, xs.data());
-  Kx16<1>(xs.data(), S.data(), nsb, 0, M / 16, pk.data(), 1.0f, y1.data(), M);
+  kx16(0, M / 16);
   double e0 = 0, e1 = 0, n = 0;
-  for (int m = 0; m < M; ++m) {
+  for (size_t m = 0; m < y0.size(); ++m) {
     e0 = std::max(e0, (double)std::fabs(y0[m] - yr[m]));
     e1 = std::max(e1, (double)std::fabs(y1[m] - yr[m]));
     n = std::max(n, (double)std::fabs(yr[m]));
@@ -190,7 +198,7 @@ int main(int argc, char** argv) {
         int g0 = (M / 16) * t / threads, g1 = (M / 16) * (t + 1) / threads;
         for (int i = 0; i < reps; ++i) {
           if (neu)
-            Kx16<1>(xs.data(), S.data(), nsb, g0, g1, pk.data(), 1.0f, y1.data(), M);
+            kx16(g0, g1);
           else
             cpu::MatMulQ8(xq.data(), sums.data(), rows, K, w.data() + 16 * g0 * row_bytes, DType::kQ4_K, 16 * (g1 - g0),
                           1.0f, y0.data() + 16 * g0, M, 256, xs.data());
