@@ -285,6 +285,17 @@ class RawConnection {
     return r;
   }
 
+  // Reads raw bytes up to and including the first `marker` (a chunked response's end); empty if
+  // the connection ended or the wait timed out first.
+  std::string ReadThrough(const std::string& marker) {
+    size_t at;
+    while ((at = buf_.find(marker)) == std::string::npos)
+      if (!Fill()) return "";
+    std::string out = buf_.substr(0, at + marker.size());
+    buf_.erase(0, at + marker.size());
+    return out;
+  }
+
   // True when the server closed the connection with nothing more sent: the next read is its end.
   bool ClosedByServer() { return buf_.empty() && !Fill() && eof_; }
 
@@ -740,6 +751,14 @@ TEST(ServerHttpTinyTest, AnAnswerGivenWithoutTheWholeBodyClosesTheConnection) {
       {"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", chunk + "0\r\n\r\n" + junk, 501},
       {"POST /v1/nothing HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\n", junk, 501},
       {"GET /health HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, chunked\r\n\r\n", chunk + "0\r\n\r\n" + junk, 501},
+      // The same codings in two fields (httplib reads only the first: chunked, kept alive); a
+      // field name with a space before its colon (httplib keeps the name with its space, so the
+      // body was taken as none); Content-Length fields that differ (httplib reads the first).
+      {"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n\r\n",
+       chunk + "0\r\n\r\n" + junk, 501},
+      {"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding : chunked\r\n\r\n", chunk + "0\r\n\r\n" + junk, 400},
+      {"GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nContent-Length: " + std::to_string(junk.size()) + "\r\n\r\n",
+       junk, 400},
   };
   for (const auto& c : cases) {
     RawConnection conn(srv->port());
@@ -776,6 +795,22 @@ TEST(ServerHttpTinyTest, AnAnswerGivenWithoutTheWholeBodyClosesTheConnection) {
     EXPECT_EQ(json::parse(r.body, nullptr, false)["usage"]["completion_tokens"], 1) << r.body;
     EXPECT_NE(r.head.find("\r\nConnection: close\r\n"), std::string::npos) << r.head;
     EXPECT_TRUE(conn.ClosedByServer());
+  }
+  // So is it after a streamed answer to such a request (the stream's own provider kept the
+  // connection open: the next request on it was answered, after a `Connection: close`).
+  {
+    const std::string body = R"({"prompt":[2,5],"max_tokens":1,"stream":true})";
+    RawConnection conn(srv->port());
+    char size[16];
+    std::snprintf(size, sizeof size, "%zx", body.size());
+    ASSERT_TRUE(conn.Send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n" +
+                          std::string(size) + "\r\n" + body + "\r\n0\r\n\r\n"));
+    const std::string stream = conn.ReadThrough("\r\n0\r\n\r\n");
+    EXPECT_EQ(stream.rfind("HTTP/1.1 200", 0), 0u) << stream;
+    EXPECT_NE(stream.find("\r\nConnection: close\r\n"), std::string::npos) << stream;
+    EXPECT_NE(stream.find("data: [DONE]"), std::string::npos) << stream;
+    conn.Send("GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n");
+    EXPECT_TRUE(conn.ClosedByServer()) << "the request after the stream was answered";
   }
   // A body read in full keeps the connection: two requests on one connection.
   RawConnection conn(srv->port());

@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cctype>
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -73,13 +76,41 @@ bool IsChunked(const httplib::Request& req) {
   return strcasecmp(req.get_header_value("Transfer-Encoding").c_str(), "chunked") == 0;
 }
 
-// A Transfer-Encoding other than exactly `chunked` ("gzip, chunked", "identity", ...): httplib
-// 0.11 does not decode it (it would read such a body as having none, and parse the body's bytes
-// as the connection's next request). Answered 501 (RFC 9112 6.1: a transfer coding the server
-// does not understand) without reading the body, and the connection closed.
-std::optional<ApiError> UnsupportedTransferEncoding(const httplib::Request& req) {
-  if (!req.has_header("Transfer-Encoding") || IsChunked(req)) return std::nullopt;
-  return ErrorForStatus(501, utf8::Sanitize("Transfer-Encoding '" + req.get_header_value("Transfer-Encoding").substr(0, 64) +
+// Whether `c` may appear in a header field name (RFC 9110 5.6.2 tchar).
+bool IsTokenChar(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("!#$%&'*+-.^_`|~", c) != nullptr;
+}
+
+// A request whose body cannot be framed the way httplib 0.11 would read it, or 0 errors: nullopt.
+//  - A header field name that is not a token (`Transfer-Encoding : chunked`, an obs-fold line
+//    ` Content-Length: 5`): httplib keeps the name with its spaces, so such a header is ignored
+//    and the body's bytes parsed as the next request. 400 (RFC 9112 5.1 and 5.2: a server MUST
+//    reject whitespace between a field name and its colon).
+//  - Content-Length fields with different values: httplib takes the first. 400 (RFC 9112 6.3).
+//  - A Transfer-Encoding other than exactly one `chunked` field ("gzip, chunked", "identity",
+//    `chunked` followed by a second `gzip` or `chunked` field): httplib 0.11 decodes only a first
+//    field `chunked` (it would read any other body as having none, and parse the body's bytes as
+//    the connection's next request). 501 (RFC 9112 6.1: a transfer coding the server does not
+//    understand).
+// Answered without reading the body, and the connection closed (MarkClose by the callers).
+std::optional<ApiError> UnusableFraming(const httplib::Request& req) {
+  for (const auto& [name, value] : req.headers) {
+    if (name.empty() || !std::all_of(name.begin(), name.end(), IsTokenChar))
+      return ErrorForStatus(400, utf8::Sanitize("malformed header field name '" + name.substr(0, 64) +
+                                                "': no spaces or other separators are allowed in it or before its colon"));
+  }
+  const size_t lengths = req.get_header_value_count("Content-Length");
+  for (size_t i = 1; i < lengths; ++i) {
+    if (req.get_header_value("Content-Length", i) != req.get_header_value("Content-Length"))
+      return ErrorForStatus(400, utf8::Sanitize("conflicting Content-Length headers '" +
+                                                req.get_header_value("Content-Length").substr(0, 32) + "' and '" +
+                                                req.get_header_value("Content-Length", i).substr(0, 32) + "'"));
+  }
+  const size_t codings = req.get_header_value_count("Transfer-Encoding");
+  if (codings == 0 || (codings == 1 && IsChunked(req))) return std::nullopt;
+  std::string all;
+  for (size_t i = 0; i < codings; ++i) all += (i ? ", " : "") + req.get_header_value("Transfer-Encoding", i);
+  return ErrorForStatus(501, utf8::Sanitize("Transfer-Encoding '" + all.substr(0, 64) +
                                             "' is not supported: send the body with a Content-Length or "
                                             "Transfer-Encoding: chunked"));
 }
@@ -228,16 +259,36 @@ bool PeerClosed(int fd) {
 // sent but not acted on (Server::process_request / process_server_socket_core). So the body moves
 // into a content provider that writes it, drains what the client still sends (LingeringDrain) and
 // then reports failure, which ends httplib's keep-alive loop; the client has the whole response
-// (its Content-Length is already set). For the post-routing handler (it runs after httplib has
-// set the length headers). A HEAD response writes no body, so the provider never runs: the
-// logger closes those (Routes).
+// (its Content-Length is already set). A response with its own provider (a stream) is written by
+// it and then ended the same way. For the post-routing handler (it runs after httplib has set the
+// length headers). A HEAD response writes no body, so the provider never runs: the logger closes
+// those (Routes).
 void CloseAfterResponse(const httplib::Request& req, httplib::Response& res) {
   res.headers.erase("Keep-Alive");
   res.headers.erase("Connection");
   res.set_header("Connection", "close");
-  if (res.content_provider_) return;  // a handler's own provider (a stream): never marked so
-  if (!res.has_header("Content-Length")) res.set_header("Content-Length", std::to_string(res.body.size()));
   const int fd = ConnectionSocket(req);
+  if (res.content_provider_) {
+    // A handler's own provider (a stream, answering a request framed both ways): once it has
+    // called sink.done() (the last chunk is written), the connection is drained and reported
+    // failed, which ends httplib's keep-alive loop as below.
+    res.content_provider_ = [inner = std::move(res.content_provider_), fd](size_t offset, size_t length,
+                                                                          httplib::DataSink& sink) {
+      bool ended = false;
+      const std::function<void()> done = sink.done;
+      sink.done = [&ended, &done] {
+        ended = true;
+        done();
+      };
+      const bool more = inner(offset, length, sink);
+      sink.done = done;
+      if (!more || !ended) return more;
+      LingeringDrain(fd);
+      return false;
+    };
+    return;
+  }
+  if (!res.has_header("Content-Length")) res.set_header("Content-Length", std::to_string(res.body.size()));
   auto body = std::make_shared<std::string>(std::move(res.body));
   res.body.clear();
   const bool had_type = res.has_header("Content-Type");
@@ -586,7 +637,7 @@ void HttpServer::Impl::Routes() {
   api_keys = DecodedKeys(opt.api_keys);
   if (opt.cors) svr.set_default_headers({{"Access-Control-Allow-Origin", "*"}});
   svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (auto e = UnsupportedTransferEncoding(req)) {
+    if (auto e = UnusableFraming(req)) {
       SetError(res, *e);
       MarkClose(res);
       return httplib::Server::HandlerResponse::Handled;
@@ -746,7 +797,7 @@ void HttpServer::Impl::Routes() {
   // (found by a fresh user: an unauthenticated client was invited to upload everything), and the
   // connection is closed after it (MarkClose): a client may still send the body it announced.
   svr.set_expect_100_continue_handler([this, too_large](const httplib::Request& req, httplib::Response& res) {
-    std::optional<ApiError> e = UnsupportedTransferEncoding(req);
+    std::optional<ApiError> e = UnusableFraming(req);
     if (!e && opt.cors && req.method == "OPTIONS") return 100;  // a preflight is answered before the key check
     if (!e) e = Authorize(req);
     const std::string cl = req.get_header_value("Content-Length");
