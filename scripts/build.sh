@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Configures and builds gemma4rt into ./build (Release). Extra args go to cmake's configure step.
+# JOBS: parallel compile jobs (default: all cores, nproc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
-cmake --build build -j"$(nproc)"
+cmake --build build -j"${JOBS:-$(nproc)}"

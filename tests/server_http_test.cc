@@ -713,6 +713,15 @@ TEST(ServerHttpTinyTest, ExpectContinueIsRefusedBeforeTheUpload) {
     }
     EXPECT_TRUE(conn.ClosedByServer()) << c.key;
   }
+  {  // A Content-Length that is not a byte count: its 400 before the upload (found by a fresh user)
+    RawConnection conn(srv->port());
+    ASSERT_TRUE(conn.Send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Api-Key: sekret\r\nExpect: 100-continue\r\n"
+                          "Content-Length: -1\r\n\r\n"));
+    const RawConnection::Response r = conn.Read();
+    EXPECT_EQ(r.status, 400) << r.head << r.body;
+    EXPECT_NE(r.body.find("invalid Content-Length header '-1'"), std::string::npos) << r.body;
+    EXPECT_TRUE(conn.ClosedByServer());
+  }
   RawConnection conn(srv->port());
   ASSERT_TRUE(conn.Send("POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sekret\r\n"
                         "Expect: 100-continue\r\nContent-Length: " + std::to_string(good.size()) + "\r\n\r\n"));

@@ -210,7 +210,7 @@ int Main(int argc, char** argv) {
     auto* p = c->add_option("-p,--prompt", prompt, "prompt text (\"\" = BOS alone)");
     auto* t = c->add_option("--tokens", tokens_text, "prompt as comma-separated token ids, e.g. 2,105,2364")->excludes(p);
     c->add_option("--chunk", chunk, "prefill chunk size in tokens")->check(CLI::Range(1, 1 << 20));
-    c->add_option("-c,--ctx-size", ctx, "context size in tokens (0 = model maximum, capped at 4096)")->check(CLI::NonNegativeNumber);
+    c->add_option("-c,--ctx-size", ctx, "context size in tokens (0 = model maximum, capped at 4096)")->check(CLI::Range(0, 1 << 24));
     c->add_option("-t,--threads", threads, "CPU threads (0 = all cores, the default)")->check(CLI::Range(0, 1024));
     c->add_flag("--f32-activations", f32_activations, "multiply quantised and BF16 weights with f32 activations (transformers' arithmetic; slower) instead of int8 activation blocks and, where the CPU has a bf16 dot product, bf16 activations (llama.cpp's)");
     return RunOptions{p, t};
@@ -219,7 +219,7 @@ int Main(int argc, char** argv) {
   auto* info = app.add_subcommand("info", "print the model's layer plan, parameter and memory counts");
   add_model(info, /*runs_model=*/false);
   info->add_option("-c,--ctx-size", ctx, "context size the KV cache figure is for (0 = model maximum, capped at 4096)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1 << 24));
 
   auto* logits = app.add_subcommand("logits", "print the top-K logits at every position");
   add_model(logits);

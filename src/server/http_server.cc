@@ -792,12 +792,15 @@ void HttpServer::Impl::Routes() {
     return ErrorForStatus(400, "the request body could not be read in full");
   };
   // `Expect: 100-continue` (curl sends it before bodies over 1 MiB): httplib 0.11 answers "100
-  // Continue" before routing, inviting the upload. A request with an unsupported Transfer-Encoding,
-  // without the API key, or announcing a body over --max-body-bytes, gets its final 501 / 401 / 413 instead, before any of the body is sent
+  // Continue" before routing, inviting the upload. A request with unusable framing (an unsupported
+  // Transfer-Encoding, a Content-Length that is not a byte count, ...), without the API key, or
+  // announcing a body over --max-body-bytes, gets its final 501 or 400 / 401 / 413 instead, before any of the body is sent
   // (found by a fresh user: an unauthenticated client was invited to upload everything), and the
   // connection is closed after it (MarkClose): a client may still send the body it announced.
-  svr.set_expect_100_continue_handler([this, too_large](const httplib::Request& req, httplib::Response& res) {
+  svr.set_expect_100_continue_handler([this, too_large, framing](const httplib::Request& req, httplib::Response& res) {
+    bool has_body = false;
     std::optional<ApiError> e = UnusableFraming(req);
+    if (!e) e = framing(req, &has_body);  // a Content-Length that is not a byte count: 400 before the upload
     if (!e && opt.cors && req.method == "OPTIONS") return 100;  // a preflight is answered before the key check
     if (!e) e = Authorize(req);
     const std::string cl = req.get_header_value("Content-Length");

@@ -72,7 +72,7 @@ ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
   app.add_option("-c,--ctx-size", o.ctx, "context size per slot in tokens (0 = the model's maximum, capped at 4096)")
       ->envname("GEMMA4RT_CTX_SIZE")->check(CLI::Range(0, 1 << 24));
   app.add_option("--parallel", o.parallel, "parallel slots (continuous batching); -np works too")
-      ->envname("GEMMA4RT_PARALLEL")->check(CLI::Range(1, 1024));
+      ->envname("GEMMA4RT_PARALLEL")->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("-t,--threads", o.threads, "CPU threads (0 = all cores)")->envname("GEMMA4RT_THREADS")->check(CLI::Range(0, 1024));
   CLI::Option* api_key_opt = app.add_option("--api-key", api_key,
                                             "API key clients must send as 'Authorization: Bearer KEY' or 'X-Api-Key: KEY' "
@@ -88,7 +88,7 @@ ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
   app.add_option("--threads-http", o.threads_http,
                  "HTTP worker threads, one per open connection (0 = parallel + max queue + 16, at least 512, at most 8192)")
       ->envname("GEMMA4RT_THREADS_HTTP")->check(CLI::Range(0, kMaxHttpThreads))->capture_default_str();
-  app.add_flag("--no-cors", o.no_cors, "no CORS headers: browsers refuse pages on other origins the answers "
+  app.add_flag("--no-cors", o.no_cors, "no CORS headers: browsers then keep the answers from pages on other origins "
                "(default: any origin may call, as llama-server and vLLM)")->envname("GEMMA4RT_NO_CORS");
   app.add_flag("--no-degeneracy-check", no_degeneracy, "do not end generations that loop")->envname("GEMMA4RT_NO_DEGENERACY_CHECK");
   app.add_option("--quantize", o.quantize, "quantise an F32/F16/BF16 checkpoint at load: q8_0, q4_0 or w4a16")
