@@ -269,7 +269,7 @@ void CloseAfterResponse(const httplib::Request& req, httplib::Response& res) {
   res.set_header("Connection", "close");
   const int fd = ConnectionSocket(req);
   if (res.content_provider_) {
-    // A handler's own provider (a stream, answering a request framed both ways): once it has
+    // A handler's own provider (a stream, answering a chunked request, say): once it has
     // called sink.done() (the last chunk is written), the connection is drained and reported
     // failed, which ends httplib's keep-alive loop as below.
     res.content_provider_ = [inner = std::move(res.content_provider_), fd](size_t offset, size_t length,
