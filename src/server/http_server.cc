@@ -14,6 +14,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -78,7 +79,7 @@ bool IsChunked(const httplib::Request& req) {
 
 // Whether `c` may appear in a header field name (RFC 9110 5.6.2 tchar).
 bool IsTokenChar(char c) {
-  return std::isalnum(static_cast<unsigned char>(c)) || std::strchr("!#$%&'*+-.^_`|~", c) != nullptr;
+  return std::isalnum(static_cast<unsigned char>(c)) || (c != '\0' && std::strchr("!#$%&'*+-.^_`|~", c) != nullptr);
 }
 
 // A request whose body cannot be framed the way httplib 0.11 would read it, or 0 errors: nullopt.
@@ -87,11 +88,13 @@ bool IsTokenChar(char c) {
 //    and the body's bytes parsed as the next request. 400 (RFC 9112 5.1 and 5.2: a server MUST
 //    reject whitespace between a field name and its colon).
 //  - Content-Length fields with different values: httplib takes the first. 400 (RFC 9112 6.3).
-//  - A Transfer-Encoding other than exactly one `chunked` field ("gzip, chunked", "identity",
-//    `chunked` followed by a second `gzip` or `chunked` field): httplib 0.11 decodes only a first
+//  - A Transfer-Encoding other than exactly one `chunked` field: httplib 0.11 decodes only a first
 //    field `chunked` (it would read any other body as having none, and parse the body's bytes as
-//    the connection's next request). 501 (RFC 9112 6.1: a transfer coding the server does not
-//    understand).
+//    the connection's next request). Where `chunked` is not the final coding, or is applied more
+//    than once ("gzip", "identity", "chunked, chunked", a `chunked` field then a `gzip` one), the
+//    body's length cannot be known: 400 (RFC 9112 6.3, found by a reviewer: it was 501). Where it
+//    is final after other codings ("gzip, chunked"): 501 (RFC 9112 6.1: a transfer coding the
+//    server does not implement).
 // Answered without reading the body, and the connection closed (MarkClose by the callers).
 std::optional<ApiError> UnusableFraming(const httplib::Request& req) {
   for (const auto& [name, value] : req.headers) {
@@ -110,6 +113,23 @@ std::optional<ApiError> UnusableFraming(const httplib::Request& req) {
   if (codings == 0 || (codings == 1 && IsChunked(req))) return std::nullopt;
   std::string all;
   for (size_t i = 0; i < codings; ++i) all += (i ? ", " : "") + req.get_header_value("Transfer-Encoding", i);
+  // The codings in order, trimmed and lower-cased.
+  std::vector<std::string> list;
+  for (size_t at = 0; at <= all.size();) {
+    size_t end = all.find(',', at);
+    if (end == std::string::npos) end = all.size();
+    std::string c = all.substr(at, end - at);
+    const size_t b = c.find_first_not_of(" \t"), e = c.find_last_not_of(" \t");
+    c = b == std::string::npos ? std::string() : c.substr(b, e - b + 1);
+    for (char& ch : c) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    list.push_back(c);
+    at = end + 1;
+  }
+  const bool chunked_last = !list.empty() && list.back() == "chunked";
+  if (!chunked_last || std::count(list.begin(), list.end(), "chunked") > 1)
+    return ErrorForStatus(400, utf8::Sanitize("Transfer-Encoding '" + all.substr(0, 64) +
+                                              "' does not end in one chunked coding, so the body's length cannot be "
+                                              "known: send the body with a Content-Length or Transfer-Encoding: chunked"));
   return ErrorForStatus(501, utf8::Sanitize("Transfer-Encoding '" + all.substr(0, 64) +
                                             "' is not supported: send the body with a Content-Length or "
                                             "Transfer-Encoding: chunked"));
@@ -663,8 +683,8 @@ void HttpServer::Impl::Routes() {
   // carried a body (which httplib never reads): httplib's logger, which runs once the response is
   // written, drains what the client sends and shuts the socket's reading side, so the keep-alive
   // loop ends there instead of parsing the body as the next request (found by a reviewer).
-  svr.set_logger([](const httplib::Request& req, const httplib::Response&) {
-    if (req.method != "HEAD" || !UnreadBodyOfOtherMethod(req)) return;
+  svr.set_logger([](const httplib::Request& req, const httplib::Response& res) {
+    if (req.method != "HEAD" || (!UnreadBodyOfOtherMethod(req) && res.get_header_value("Connection") != "close")) return;
     const int fd = ConnectionSocket(req);
     if (fd < 0) return;
     LingeringDrain(fd);
@@ -882,6 +902,7 @@ void HttpServer::Impl::Routes() {
                                                                        const httplib::ContentReader& read) {
     bool has_body = false;
     if (bad_framing(req, res, &has_body)) return;
+    if (!has_body) MarkClose(res);  // as with_body: an empty Transfer-Encoding field looks the same
     const std::optional<ApiError> read_error = has_body ? read_body(req, res, read, nullptr) : std::nullopt;
     if (auto denied = Authorize(req)) return SetError(res, *denied);
     if (read_error) return SetError(res, *read_error);
