@@ -82,7 +82,7 @@ bool IsTokenChar(char c) {
   return std::isalnum(static_cast<unsigned char>(c)) || (c != '\0' && std::strchr("!#$%&'*+-.^_`|~", c) != nullptr);
 }
 
-// A request whose body cannot be framed the way httplib 0.11 would read it, or 0 errors: nullopt.
+// The error for a request whose body httplib 0.11 would frame wrongly, or nullopt:
 //  - A header field name that is not a token (`Transfer-Encoding : chunked`, an obs-fold line
 //    ` Content-Length: 5`): httplib keeps the name with its spaces, so such a header is ignored
 //    and the body's bytes parsed as the next request. 400 (RFC 9112 5.1 and 5.2: a server MUST
@@ -143,7 +143,8 @@ bool IsByteCount(const std::string& cl) {
 
 // A request's body that httplib 0.11 never reads: it reads bodies only for POST, PUT, PATCH,
 // DELETE and PRI (detail::expect_content), so the body of a GET, HEAD or OPTIONS (or any other
-// method) with a Content-Length or chunking would be parsed as the connection's next request.
+// method) with a Content-Length or any Transfer-Encoding would be parsed as the connection's next
+// request.
 bool UnreadBodyOfOtherMethod(const httplib::Request& req) {
   const std::string& m = req.method;
   if (m == "POST" || m == "PUT" || m == "PATCH" || m == "DELETE") return false;
@@ -818,9 +819,10 @@ void HttpServer::Impl::Routes() {
   // `Expect: 100-continue` (curl sends it before bodies over 1 MiB): httplib 0.11 answers "100
   // Continue" before routing, inviting the upload. A request with unusable framing (an unsupported
   // Transfer-Encoding, a Content-Length that is not a byte count, ...), without the API key, or
-  // announcing a body over --max-body-bytes, gets its final 501 or 400 / 401 / 413 instead, before any of the body is sent
-  // (found by a fresh user: an unauthenticated client was invited to upload everything), and the
-  // connection is closed after it (MarkClose): a client may still send the body it announced.
+  // announcing a body over --max-body-bytes, gets its final 400 or 501 / 401 / 413 instead,
+  // before any of the body is sent (found by a fresh user: an unauthenticated client was invited
+  // to upload everything), and the connection is closed after it (MarkClose): a client may still
+  // send the body it announced.
   svr.set_expect_100_continue_handler([this, too_large, framing](const httplib::Request& req, httplib::Response& res) {
     bool has_body = false;
     std::optional<ApiError> e = UnusableFraming(req);
@@ -835,12 +837,14 @@ void HttpServer::Impl::Routes() {
     return res.status;
   });
   // A Content-Length that is not a byte count: the body's end is unknown, so the connection is
-  // closed after the 400 (MarkClose).
+  // closed after the 400 (MarkClose). So is it after the answer to a body method without any
+  // framing: an empty Transfer-Encoding field, which httplib drops, looks the same (found by a
+  // fresh user and a reviewer), so what follows is not taken as the next request.
   auto bad_framing = [framing](const httplib::Request& req, httplib::Response& res, bool* has_body) {
     auto e = framing(req, has_body);
+    if (!*has_body || e) MarkClose(res);
     if (!e) return false;
     SetError(res, *e);
-    MarkClose(res);
     return true;
   };
   auto with_body = [this, bad_framing, read_body](httplib::Server::Handler h) {
@@ -849,15 +853,11 @@ void HttpServer::Impl::Routes() {
       if (bad_framing(req, res, &has_body)) return;
       const std::optional<ApiError> denied = Authorize(req);
       const bool multipart = req.is_multipart_form_data();
-      // No framing at all: an empty Transfer-Encoding field, which httplib drops, looks the same
-      // (found by a fresh user), so what follows is not taken as the next request.
-      if (!has_body) {
-        MarkClose(res);
+      if (!has_body)
         return SetError(res, denied      ? *denied
                              : multipart ? ErrorForStatus(415, "multipart/form-data bodies are not accepted; send the request as JSON")
                                          : ErrorForStatus(400, "the request has no body: send the JSON request with a Content-Length "
                                                                "or Transfer-Encoding: chunked"));
-      }
       httplib::Request with = req;
       const std::optional<ApiError> read_error = read_body(req, res, read, denied || multipart ? nullptr : &with.body);
       if (denied) return SetError(res, *denied);
@@ -904,7 +904,6 @@ void HttpServer::Impl::Routes() {
                                                                        const httplib::ContentReader& read) {
     bool has_body = false;
     if (bad_framing(req, res, &has_body)) return;
-    if (!has_body) MarkClose(res);  // as with_body: an empty Transfer-Encoding field looks the same
     const std::optional<ApiError> read_error = has_body ? read_body(req, res, read, nullptr) : std::nullopt;
     if (auto denied = Authorize(req)) return SetError(res, *denied);
     if (read_error) return SetError(res, *read_error);
