@@ -215,7 +215,7 @@ BENCHMARK(BM_Stream_BF16)->Unit(benchmark::kMillisecond);
 // Decode attention of one token (Gemma 4 E2B: 8 query heads on 1 KV head, MQA), head_dim D over
 // ctx cached keys plus its own, on `threads` threads. cold = 1: each iteration reads the cache of
 // another of 35 layers (35 x 2 x ctx x D floats: 9-18 MB at 128 keys, which a 32 MiB L3 holds;
-// 73-147 MB at 1024 keys, which no cache does), as decode does;
+// 73-147 MB at 1024 keys and 287-573 MB at 4000, which no cache does), as decode does;
 // cold = 0: the same layer every time (the kernel's arithmetic).
 void BM_AttentionDecode(benchmark::State& s) {
   const int D = static_cast<int>(s.range(0)), ctx = static_cast<int>(s.range(1));
@@ -249,7 +249,7 @@ void BM_AttentionDecode(benchmark::State& s) {
 }
 BENCHMARK(BM_AttentionDecode)
     ->ArgNames({"D", "ctx", "threads", "cold"})
-    ->ArgsProduct({{256, 512}, {128, 1024}, {1, 2}, {0, 1}})
+    ->ArgsProduct({{256, 512}, {128, 1024, 4000}, {1, 2}, {0, 1}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
