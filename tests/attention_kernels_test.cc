@@ -35,6 +35,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -44,6 +45,7 @@
 #include "base/thread_pool.h"
 #include "hwy/highway.h"
 #include "hwy/targets.h"
+#include "tensor/dtype.h"
 
 namespace g4 {
 namespace {
@@ -76,17 +78,21 @@ struct Scenario {
 };
 
 // One step of one attention op: positional K/V tables, the cache laid out as KvCache does (ring
-// slots = min(window, max_context), slot = pos % slots; full: slot = pos), the step's rows.
+// slots = min(window, max_context), slot = pos % slots; full: slot = pos), in f32 or (half) f16,
+// the step's rows. Every value is on a grid of eighths in [-1, 1], which f16 holds exactly: the f16
+// cache holds the same numbers as the f32 one.
 struct StepCase {
   cpu::AttentionParams p;
   int ld, slots, tokens = 0;
   std::vector<std::vector<float>> k_pos, v_pos;  // per sequence: [positions, ld]
   std::vector<std::vector<float>> k_cache, v_cache;
+  std::vector<std::vector<uint16_t>> kh_cache, vh_cache;  // half: the caches in f16
   std::vector<float> q, k, v;
   std::vector<int32_t> positions, seq_first, seq_of;
-  std::vector<const float*> kc, vc;
+  std::vector<const void*> kc, vc;
+  bool half;
 
-  StepCase(const Scenario& sc, float softcap, std::mt19937& rng) {
+  StepCase(const Scenario& sc, float softcap, std::mt19937& rng, bool half_cache = false) : half(half_cache) {
     p = {sc.G * sc.Nkv, sc.Nkv, sc.D, sc.window, sc.scale, softcap};
     ld = sc.Nkv * sc.D;
     slots = sc.window > 0 ? std::min(sc.window, sc.max_context) : sc.max_context;
@@ -128,15 +134,26 @@ struct StepCase {
     }
     q.resize(static_cast<size_t>(tokens) * p.num_heads * sc.D);
     for (auto& x : q) x = grid();
+    if (half) {
+      auto to_f16 = [](const std::vector<float>& f) {
+        std::vector<uint16_t> h(f.size());
+        for (size_t i = 0; i < f.size(); ++i) h[i] = F32ToF16(f[i]);  // NaN poison stays NaN
+        return h;
+      };
+      for (size_t i = 0; i < k_cache.size(); ++i) {
+        kh_cache.push_back(to_f16(k_cache[i]));
+        vh_cache.push_back(to_f16(v_cache[i]));
+      }
+    }
     for (int t = 0; t < tokens; ++t) {
-      kc.push_back(k_cache[seq_of[t]].data());
-      vc.push_back(v_cache[seq_of[t]].data());
+      kc.push_back(half ? static_cast<const void*>(kh_cache[seq_of[t]].data()) : k_cache[seq_of[t]].data());
+      vc.push_back(half ? static_cast<const void*>(vh_cache[seq_of[t]].data()) : v_cache[seq_of[t]].data());
     }
   }
 
   cpu::AttentionStep Step(float* out) const {
     return cpu::AttentionStep{tokens, q.data(), k.data(), v.data(), out, positions.data(), seq_first.data(),
-                              kc.data(), vc.data(), slots, p.window > 0};
+                              kc.data(), vc.data(), slots, p.window > 0, half};
   }
 };
 
@@ -219,7 +236,9 @@ TEST_P(AttentionKernelsTest, MatchesReferenceAndDefinition) {
   double worst_simd = 0, worst_ref = 0, worst_rel = 0;
   for (const Scenario& sc : kScenarios) {
     for (float softcap : {0.0f, 50.0f}) {
+      std::mt19937 rng_half = rng;  // the same tables again, with an f16 cache
       const StepCase s(sc, softcap, rng);
+      const StepCase s_half(sc, softcap, rng_half, /*half_cache=*/true);
       std::vector<double> exact, b_ref, b_simd, mags;
       Exact(s, &exact, &b_ref, &b_simd, &mags);
       std::vector<float> ref(exact.size(), 777.0f);
@@ -233,6 +252,13 @@ TEST_P(AttentionKernelsTest, MatchesReferenceAndDefinition) {
         std::vector<float> out(exact.size(), 777.0f);
         cpu::AttentionScratch scratch;
         cpu::Attention(s.p, s.Step(out.data()), pool, &scratch);
+        // The f16 cache holds the same values: the kernel's f16 path gives the same bits, and the
+        // reference reads it the same.
+        std::vector<float> out_half(exact.size(), 777.0f), ref_half(exact.size(), 777.0f);
+        cpu::Attention(s_half.p, s_half.Step(out_half.data()), pool, &scratch);
+        ASSERT_EQ(out_half, out) << sc.name << " softcap " << softcap << " threads " << threads << ": f16 cache";
+        cpu::AttentionReference(s_half.p, s_half.Step(ref_half.data()));
+        ASSERT_EQ(ref_half, ref) << sc.name << " softcap " << softcap << ": reference, f16 cache";
         for (size_t i = 0; i < out.size(); ++i) {
           const double err = std::abs(static_cast<double>(out[i]) - ref[i]);
           ASSERT_LE(err, b_ref[i] + b_simd[i])
@@ -247,6 +273,41 @@ TEST_P(AttentionKernelsTest, MatchesReferenceAndDefinition) {
   // For the record: the largest errors as fractions of their bounds, and relative to S.
   std::printf("worst |ref - exact| / bound %.3g, |simd - ref| / bound %.3g, |simd - ref| / S %.3g\n", worst_ref,
               worst_simd, worst_rel);
+}
+
+// The f16 cache's conversions (ToF16 for the cache rows, RoundToF16 for the step's rows) are
+// F32ToF16's round-to-nearest-even on every target, bit for bit: ties, subnormals, the overflow to
+// infinity, signed zeros; NaN stays NaN. A length that is no multiple of any lane count covers the
+// tails.
+TEST_P(AttentionKernelsTest, F16ConversionsAreRoundToNearestEven) {
+  std::vector<float> x = {0.0f, -0.0f, 1.0f, -1.0f, 65504.0f, 65519.99f, 65520.0f, -70000.0f, 1e-8f, -3e-8f,
+                          5.9604645e-08f, 2.9802322e-08f, 8.940697e-08f, 6.1035156e-05f, 6.0975552e-05f,
+                          std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN()};
+  // Ties: 1 + (2k + 1) 2^-11 lies halfway between two halves.
+  for (int k = 0; k < 40; ++k) x.push_back(1.0f + static_cast<float>(2 * k + 1) / 2048.0f);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> mant(1.0f, 2.0f);
+  while (x.size() < 1003) {
+    const int e = static_cast<int>(rng() % 52) - 32;  // 2^-32 .. 2^19: subnormal to overflow
+    x.push_back((rng() % 2 ? -1.0f : 1.0f) * std::ldexp(mant(rng), e));
+  }
+  std::vector<uint16_t> h(x.size());
+  cpu::ToF16(x.data(), static_cast<int64_t>(x.size()), h.data());
+  std::vector<float> r = x;
+  cpu::RoundToF16(r.data(), static_cast<int64_t>(r.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    const uint16_t want = F32ToF16(x[i]);
+    if (std::isnan(x[i])) {
+      EXPECT_EQ(h[i] & 0x7c00u, 0x7c00u) << i;
+      EXPECT_NE(h[i] & 0x03ffu, 0u) << i;
+      EXPECT_TRUE(std::isnan(r[i])) << i;
+      continue;
+    }
+    ASSERT_EQ(h[i], want) << "x[" << i << "] = " << x[i];
+    const float back = F16ToF32(want);
+    ASSERT_EQ(std::memcmp(&r[i], &back, sizeof(float)), 0) << "x[" << i << "] = " << x[i] << ": " << r[i] << " vs " << back;
+  }
 }
 
 // Split-K directly: any cut of the keys into chunks, merged, equals the whole.
@@ -324,12 +385,14 @@ TEST_P(AttentionKernelsTest, OutputIsTheSameBitsHoweverTheStepIsCut) {
     const size_t row = static_cast<size_t>(ly.G) * ly.Nkv * ly.D;
     for (int cached : {1, 64, 65, 129, ly.len - 3})
     for (int step : {1, 3}) {
-      for (bool batched : {false, true}) {
+      for (int variant = 0; variant < 3; ++variant) {
+        // 0: alone, 1: batched with another sequence, 2: alone with an f16 cache (same values).
+        const bool batched = variant == 1;
         std::mt19937 rng(77);  // the same K/V for the sequence (generated first)
         std::vector<Seq> seqs = {{cached, step, ly.len}};
         if (batched) seqs.push_back({5, 3});  // another sequence in the same step
         Scenario sc{ly.name, ly.D, ly.Nkv, ly.G, ly.window, ly.len, 0.0625f, seqs};
-        StepCase c(sc, 0.0f, rng);
+        StepCase c(sc, 0.0f, rng, /*half_cache=*/variant == 2);
         fill_q(c);
         for (ThreadPool* pool : pools) {
           std::vector<float> out(static_cast<size_t>(c.tokens) * row, 777.0f);
@@ -347,7 +410,8 @@ TEST_P(AttentionKernelsTest, OutputIsTheSameBitsHoweverTheStepIsCut) {
             const int pos = c.positions[t];
             for (size_t i = 0; i < row; ++i) {
               ASSERT_EQ(out[t * row + i], whole[pos * row + i])
-                  << ly.name << " cached " << cached << " step " << step << (batched ? " batched" : "") << " threads "
+                  << ly.name << " cached " << cached << " step " << step << (batched ? " batched" : "")
+                  << (c.half ? " f16 cache" : "") << " threads "
                   << (pool != nullptr ? pool->size() : 1) << " position " << pos << " i " << i;
             }
           }

@@ -164,7 +164,7 @@ struct InvarianceConfig {
 
 // Prefill of a 300-token prompt and one decode step, alone and batched with another sequence,
 // under each configuration: every logit must be the same bits.
-void ExpectSameLogitBits(bool int8_activations, std::span<const InvarianceConfig> configs) {
+void ExpectSameLogitBits(bool int8_activations, std::span<const InvarianceConfig> configs, DType kv_type = DType::kF32) {
   const std::string path = DefaultModelPath();
   ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: run scripts/fetch-default-model.sh";
   const std::vector<int32_t> shot = {14977, 236787, 2900, 563, 506, 5279, 529, 9405, 236881, 107, 7925, 236787, 15687, 107};
@@ -177,7 +177,9 @@ void ExpectSameLogitBits(bool int8_activations, std::span<const InvarianceConfig
     CpuBackendOptions bo;
     bo.int8_activations = int8_activations;
     bo.fuse_mlp = bo.group_matmuls = c.fuse;
-    auto e = Engine::Create(std::move(m).value(), MakeCpuBackend(c.threads, bo), EngineOptions{2, 512, c.chunk});
+    EngineOptions eo{2, 512, c.chunk};
+    eo.kv_type = kv_type;
+    auto e = Engine::Create(std::move(m).value(), MakeCpuBackend(c.threads, bo), eo);
     ASSERT_TRUE(e.ok());
     std::vector<float> prefill, solo, batched;
     ASSERT_TRUE((*e)->Prefill(0, prompt, false, &prefill).ok());
@@ -206,6 +208,14 @@ void ExpectSameLogitBits(bool int8_activations, std::span<const InvarianceConfig
 TEST(GreedyLlamaCppTest, Gemma3_270mInt8LogitsAreTheSameBitsForEveryChunkThreadCountAndBatch) {
   const InvarianceConfig configs[] = {{2, 512}, {1, 512}, {2, 5}, {2, 64}, {1, 129}, {3, 200}, {2, 512, false}, {1, 3, false}};
   ExpectSameLogitBits(true, configs);
+}
+
+// The same with an f16 KV cache (the commands' default, --cache-type f16): the step's own keys and
+// values are rounded to f16 before attention, so a key reads the same from the step as from the
+// cache and the cut of a prompt into chunks does not show.
+TEST(GreedyLlamaCppTest, Gemma3_270mInt8LogitsWithAnF16CacheAreTheSameBitsForEveryChunkThreadCountAndBatch) {
+  const InvarianceConfig configs[] = {{2, 512}, {1, 5}, {2, 64}, {3, 129}};
+  ExpectSameLogitBits(true, configs, DType::kF16);
 }
 
 // The same with f32 activations on the file's block-quantised weights (Q5_0/Q8_0/Q4_K/Q6_K...):

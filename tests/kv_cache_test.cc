@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <stdexcept>
 
 #include "model/config.h"
 
@@ -13,23 +14,47 @@ namespace {
 // The attention kernel reads cache rows in whole vectors: on a cache from plain std::vector
 // (glibc aligns large blocks to 16 bytes) every 64-byte load straddled two cache lines. Every row
 // of every owning layer starts on a 64-byte boundary when Nkv * D is a multiple of 16 floats.
-TEST(KvCacheTest, RowsStartOnCacheLines) {
+ModelConfig ThreeLayers() {
   ModelConfig c;
   c.num_layers = 3;
   c.layers.resize(3);
   c.layers[0].head_dim = 256, c.layers[0].num_kv_heads = 1, c.layers[0].window = 512;
   c.layers[1].head_dim = 512, c.layers[1].num_kv_heads = 2, c.layers[1].type = LayerType::kFull;
   c.layers[2].head_dim = 256, c.layers[2].num_kv_heads = 1, c.layers[2].kv_donor = 0;
-  KvCache cache(c, 3, 700);
-  ASSERT_TRUE(cache.owns(0) && cache.owns(1) && !cache.owns(2));
-  for (int layer = 0; layer < 2; ++layer) {
-    for (int seq = 0; seq < 3; ++seq) {
-      for (int slot = 0; slot < cache.slots(layer); ++slot) {
-        ASSERT_EQ(reinterpret_cast<uintptr_t>(cache.k(layer, seq, slot)) % 64, 0u) << layer << " " << seq << " " << slot;
-        ASSERT_EQ(reinterpret_cast<uintptr_t>(cache.v(layer, seq, slot)) % 64, 0u) << layer << " " << seq << " " << slot;
+  return c;
+}
+
+TEST(KvCacheTest, RowsStartOnCacheLines) {
+  const ModelConfig c = ThreeLayers();
+  for (DType type : {DType::kF32, DType::kF16}) {
+    KvCache cache(c, 3, 700, type);
+    ASSERT_TRUE(cache.owns(0) && cache.owns(1) && !cache.owns(2));
+    for (int layer = 0; layer < 2; ++layer) {
+      for (int seq = 0; seq < 3; ++seq) {
+        for (int slot = 0; slot < cache.slots(layer); ++slot) {
+          ASSERT_EQ(reinterpret_cast<uintptr_t>(cache.k(layer, seq, slot)) % 64, 0u) << layer << " " << seq << " " << slot;
+          ASSERT_EQ(reinterpret_cast<uintptr_t>(cache.v(layer, seq, slot)) % 64, 0u) << layer << " " << seq << " " << slot;
+        }
       }
     }
   }
+}
+
+// Sizes: layer 0 a ring of 512 slots of 256, layer 1 700 slots of 2 x 512, layer 2 none (donor 0);
+// K and V, 3 sequences; f16 half the bytes of f32. Rows are kv_width elements apart.
+TEST(KvCacheTest, F16HoldsHalfTheBytesOfF32) {
+  const ModelConfig c = ThreeLayers();
+  const size_t elems_per_seq = 2 * (512 * 256 + 700 * 1024);
+  KvCache f32(c, 3, 700, DType::kF32), f16(c, 3, 700, DType::kF16);
+  EXPECT_EQ(f32.elem_bytes(), 4u);
+  EXPECT_EQ(f16.elem_bytes(), 2u);
+  EXPECT_EQ(f32.bytes(), 3 * elems_per_seq * 4);
+  EXPECT_EQ(f16.bytes(), 3 * elems_per_seq * 2);
+  EXPECT_EQ(KvCache::BytesPerSequence(c, 700, DType::kF16), elems_per_seq * 2);
+  EXPECT_EQ(KvCache::BytesPerSequence(c, 700), elems_per_seq * 4);
+  EXPECT_EQ(static_cast<char*>(f16.k(1, 0, 1)) - static_cast<char*>(f16.k(1, 0, 0)), 1024 * 2);
+  EXPECT_EQ(static_cast<char*>(f16.v(1, 1, 0)) - static_cast<char*>(f16.v(1, 0, 0)), 700 * 1024 * 2);
+  EXPECT_THROW(KvCache(c, 1, 16, DType::kBF16), std::invalid_argument);
 }
 
 }  // namespace

@@ -512,7 +512,7 @@ TEST(QuantizeAtLoad, Errors) {
 using test_util::CliResult;
 using test_util::RunCli;
 
-// `logits --quantize w4a16 --ple-bits 16` of the F32 fixture: top-1 at every position = transformers'
+// `logits --quantize w4a16 --ple-bits 16 --cache-type f32` of the F32 fixture: top-1 at every position = transformers'
 // argmax on the compressed-tensors fixture's dequantised weights.
 TEST(CliQuantize, LogitsWithW4a16MatchTheCompressedTensorsReference) {
   const Ref ref = LoadRef(Fixture("gemma4-e2b-tiny-w4a16"));
@@ -522,7 +522,7 @@ TEST(CliQuantize, LogitsWithW4a16MatchTheCompressedTensorsReference) {
     tokens += std::to_string(ref.ids[i]);  // appended: GCC 12 warns -Wrestrict on "," + ... (a false positive)
   }
   CliResult r = RunCli("logits -m " + Fixture("gemma4-e2b-tiny") + " --quantize w4a16 --ple-bits 16 --tokens " + tokens +
-                       " --top 1 --json");
+                       " --top 1 --json --cache-type f32");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("weights=W4G32 embed=F32 quantization=w4a16"), std::string::npos) << r.out;
   const size_t b = r.out.find("{\"positions\"");

@@ -87,13 +87,13 @@ size_t WeightBytesPerToken(const LoadedModel& m) {
 }
 
 // KV bytes one decode step reads when the sequence holds `context` positions after the step:
-// every layer (KV-shared ones read their donor's cache) reads K and V (f32) of the positions it
-// attends to.
-size_t KvBytesRead(const ModelConfig& c, int64_t context) {
+// every layer (KV-shared ones read their donor's cache) reads K and V (elements of `elem_bytes`:
+// 4 f32, 2 f16) of the positions it attends to.
+size_t KvBytesRead(const ModelConfig& c, int64_t context, size_t elem_bytes) {
   size_t b = 0;
   for (const LayerPlan& lp : c.layers) {
     const int64_t n = lp.window ? std::min<int64_t>(lp.window, context) : context;
-    b += 2 * static_cast<size_t>(n) * lp.num_kv_heads * lp.head_dim * sizeof(float);
+    b += 2 * static_cast<size_t>(n) * lp.num_kv_heads * lp.head_dim * elem_bytes;
   }
   return b;
 }
@@ -475,6 +475,7 @@ int BenchMain(int argc, char** argv) {
   uint64_t seed = 1234;
   bool json_flag = false, no_warmup = false, quality = false, f32_activations = false;
   std::string quantize;
+  std::string cache_type = kDefaultCacheType;
   int ple_bits = 8, quality_tokens = 256;
   app.add_option("--quantize", quantize, "quantise an F32/F16/BF16 checkpoint at load: q8_0, q4_0 or w4a16")
       ->check(CLI::IsMember({"q8_0", "q4_0", "w4a16"}));
@@ -493,6 +494,7 @@ int BenchMain(int argc, char** argv) {
   app.add_option("--quality-tokens", quality_tokens, "most tokens of the quality text")->check(CLI::Range(2, 1 << 16));
   app.add_option("-m,--model", model, "GGUF file or Hugging Face checkpoint directory (default: $GEMMA4RT_MODEL or the fetched Gemma 3 270M)");
   app.add_option("-t,--threads", threads, "CPU threads (0 = all cores, the default)")->check(CLI::Range(0, 1024));
+  app.add_option("--cache-type", cache_type, kCacheTypeHelp)->check(CLI::IsMember({"f32", "f16"}));
   app.add_option("-p,--n-prompt", n_prompt, "prompt tokens per pp test, comma-separated list (0 = no pp test)")
       ->delimiter(',')->check(CLI::Range(0, 1 << 20));
   app.add_option("-n,--n-gen", n_gen, "generated tokens per tg test, comma-separated list (0 = no tg test)")
@@ -605,6 +607,9 @@ int BenchMain(int argc, char** argv) {
   if (!loaded_or.ok()) return Fail(loaded_or.status());
   std::unique_ptr<LoadedModel> loaded = std::move(loaded_or).value();
   const ModelConfig config = loaded->config;
+  const auto kv_type_or = ParseCacheType(cache_type);
+  if (!kv_type_or.ok()) return Fail(kv_type_or.status());
+  const DType kv_type = *kv_type_or;
 
   // Context: the deepest test plus its longest run, within the model's positions.
   const int longest = std::max(n_prompt.empty() ? 0 : *std::max_element(n_prompt.begin(), n_prompt.end()),
@@ -627,8 +632,8 @@ int BenchMain(int argc, char** argv) {
 
   const std::string weights_dtype = WeightsDescription(*loaded);
   char policy[512];
-  std::snprintf(policy, sizeof policy, "backend=cpu simd=%s compute=f32 activations=%s weights=%s memory=%s threads=%d context=%d", cpu::SimdTargetName(), ActivationPolicy(CpuBackendOptionsFor(f32_activations)), weights_dtype.c_str(),
-                WeightsMemory(*loaded), threads, context);
+  std::snprintf(policy, sizeof policy, "backend=cpu simd=%s compute=f32 activations=%s weights=%s memory=%s kv=%s threads=%d context=%d", cpu::SimdTargetName(), ActivationPolicy(CpuBackendOptionsFor(f32_activations)), weights_dtype.c_str(),
+                WeightsMemory(*loaded), cache_type.c_str(), threads, context);
   std::fprintf(stderr, "gemma4rt: device policy: %s\n", policy);
   for (const std::string& n : clamp_notes) std::fprintf(stderr, "gemma4rt: bench: %s\n", n.c_str());
 
@@ -664,6 +669,7 @@ int BenchMain(int argc, char** argv) {
   opts.max_seqs = 1;
   opts.max_context = context;
   opts.prefill_chunk = ubatch;
+  opts.kv_type = kv_type;
   CpuBackendOptions backend_options = CpuBackendOptionsFor(f32_activations);
   backend_options.profile = profile;
   auto engine_or = Engine::Create(std::move(loaded), MakeCpuBackend(threads, backend_options), opts);
@@ -794,7 +800,7 @@ int BenchMain(int argc, char** argv) {
       Summarize(&r);
       r.weight_bytes = weight_read;
       double kv = 0;
-      for (int i = 0; i < n; ++i) kv += static_cast<double>(KvBytesRead(config, static_cast<int64_t>(depth) + i + 1));
+      for (int i = 0; i < n; ++i) kv += static_cast<double>(KvBytesRead(config, static_cast<int64_t>(depth) + i + 1, DTypeSize(kv_type)));
       r.kv_bytes = static_cast<size_t>(kv / n);
       const double bytes_per_token = static_cast<double>(r.weight_bytes + r.kv_bytes);
       for (size_t i = 0; i < r.bw_samples.size(); ++i) {  // NaN (null in --json): the test could not run
@@ -853,6 +859,7 @@ int BenchMain(int argc, char** argv) {
     out["device_policy"] = policy;
     out["threads"] = threads;
     out["ubatch"] = ubatch;
+    out["cache_type"] = cache_type;
     out["repetitions"] = reps;
     out["seed"] = seed;
     out["context"] = context;

@@ -114,15 +114,15 @@ struct Session {
 };
 
 g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int threads, const g4::LoadOptions& lo,
-                           bool f32_activations) {
+                           bool f32_activations, g4::DType kv_type) {
   if (!std::filesystem::exists(model))
     return g4::NotFound("model '" + model + "' does not exist" +
                         (model == g4::DefaultModelPath() ? " (run scripts/fetch-default-model.sh to get the default model)" : ""));
   G4_ASSIGN_OR_RETURN(auto loaded, g4::LoadModel(model, lo));
   G4_ASSIGN_OR_RETURN(const int context, g4::ResolveContextSize(loaded->config, ctx));
-  std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=%s compute=f32 activations=%s weights=%s memory=%s threads=%d context=%d\n",
+  std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=%s compute=f32 activations=%s weights=%s memory=%s kv=%s threads=%d context=%d\n",
                g4::cpu::SimdTargetName(), g4::ActivationPolicy(g4::CpuBackendOptionsFor(f32_activations)), g4::WeightsDescription(*loaded).c_str(),
-               g4::WeightsMemory(*loaded), threads,
+               g4::WeightsMemory(*loaded), kv_type == g4::DType::kF16 ? "f16" : "f32", threads,
                context);
   if (loaded->weights.total_bytes > (size_t{128} << 20)) {  // progress for large models
     int last = -1;
@@ -142,6 +142,7 @@ g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int thr
   g4::EngineOptions o;
   o.max_context = context;
   o.prefill_chunk = chunk;
+  o.kv_type = kv_type;
   G4_ASSIGN_OR_RETURN(s.engine, g4::Engine::Create(std::move(loaded), g4::MakeCpuBackend(threads, g4::CpuBackendOptionsFor(f32_activations)), o));
   return s;
 }
@@ -189,6 +190,7 @@ int Main(int argc, char** argv) {
   std::vector<std::string> stops;
 
   std::string quantize;
+  std::string cache_type = g4::kDefaultCacheType;
   int ple_bits = 8;
   bool f32_activations = false;
   bool mmap = false;
@@ -212,6 +214,7 @@ int Main(int argc, char** argv) {
     c->add_option("--chunk", chunk, "prefill chunk size in tokens")->check(CLI::Range(1, 1 << 20));
     c->add_option("-c,--ctx-size", ctx, "context size in tokens (0 = model maximum, capped at 4096)")->check(CLI::Range(0, 1 << 24));
     c->add_option("-t,--threads", threads, "CPU threads (0 = all cores, the default)")->check(CLI::Range(0, 1024));
+    c->add_option("--cache-type", cache_type, g4::kCacheTypeHelp)->check(CLI::IsMember({"f32", "f16"}));
     c->add_flag("--f32-activations", f32_activations, "multiply quantised and BF16 weights with f32 activations (transformers' arithmetic; slower) instead of int8 activation blocks and, where the CPU has a bf16 dot product, bf16 activations (llama.cpp's)");
     return RunOptions{p, t};
   };
@@ -220,6 +223,8 @@ int Main(int argc, char** argv) {
   add_model(info, /*runs_model=*/false);
   info->add_option("-c,--ctx-size", ctx, "context size the KV cache figure is for (0 = model maximum, capped at 4096)")
       ->check(CLI::Range(0, 1 << 24));
+  info->add_option("--cache-type", cache_type, "KV cache element type the figure is for: f16 (the default) or f32")
+      ->check(CLI::IsMember({"f32", "f16"}));
 
   auto* logits = app.add_subcommand("logits", "print the top-K logits at every position");
   add_model(logits);
@@ -275,6 +280,8 @@ int Main(int argc, char** argv) {
   if (auto q = g4::ParseQuantizeFlag(quantize); q.ok()) load_options.quantize = *q;
   else return Fail(q.status());
   load_options.pack_q4_0 = !info->parsed() && g4::PackQ4_0ForCpu(f32_activations, no_repack);
+  const auto kv_type = g4::ParseCacheType(cache_type);
+  if (!kv_type.ok()) return Fail(kv_type.status());
 
   if (info->parsed()) {
     auto loaded = g4::LoadModel(model, load_options);
@@ -299,8 +306,9 @@ int Main(int argc, char** argv) {
                     qs.bytes_out / 1048576.0);
       std::printf("\n");
     }
-    std::printf("kv cache: %.3f MiB per sequence at %d tokens (f32), %d cache-owning layers\n",
-                g4::KvCache::BytesPerSequence(c, *context) / 1048576.0, *context, c.NumCacheOwners());
+    std::printf("kv cache: %.3f MiB per sequence at %d tokens (%s), %d cache-owning layers\n",
+                g4::KvCache::BytesPerSequence(c, *context, *kv_type) / 1048576.0, *context, cache_type.c_str(),
+                c.NumCacheOwners());
     std::printf("%s", c.Describe().c_str());
     return 0;
   }
@@ -310,7 +318,7 @@ int Main(int argc, char** argv) {
     return Fail(g4::InvalidArgument("give a prompt with -p TEXT or --tokens ID,ID,..."));
   threads = g4::ResolveThreadCount(threads);
   stops.erase(std::remove(stops.begin(), stops.end(), std::string()), stops.end());
-  auto session_or = Open(model, ctx, chunk, threads, load_options, f32_activations);
+  auto session_or = Open(model, ctx, chunk, threads, load_options, f32_activations, *kv_type);
   if (!session_or.ok()) return Fail(session_or.status());
   Session& s = *session_or;
   g4::Engine& engine = *s.engine;

@@ -24,11 +24,17 @@ StatusOr<int> ResolveContextSize(const ModelConfig& config, int requested) {
   return requested == 0 ? DefaultContextSize(config) : requested;
 }
 
+StatusOr<DType> ParseCacheType(const std::string& name) {
+  if (name == "f32") return DType::kF32;
+  if (name == "f16") return DType::kF16;
+  return InvalidArgument("--cache-type must be f32 or f16, got '" + name + "'");
+}
+
 Engine::Engine(std::unique_ptr<LoadedModel> model, std::unique_ptr<Backend> backend, const EngineOptions& options)
     : model_(std::move(model)),
       backend_(std::move(backend)),
       options_(Resolve(options, model_->config)),
-      cache_(model_->config, options_.max_seqs, options_.max_context),
+      cache_(model_->config, options_.max_seqs, options_.max_context, options_.kv_type),
       graph_last_(BuildGemmaGraph(model_->config, model_->weights, GraphOptions{false})),
       graph_all_(BuildGemmaGraph(model_->config, model_->weights, GraphOptions{true})) {}
 
@@ -44,6 +50,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<LoadedModel> mo
   if (options.max_seqs < 1 || options.max_seqs > 4096) return InvalidArgument("max_seqs must be in [1, 4096]");
   G4_RETURN_IF_ERROR(ResolveContextSize(model->config, options.max_context).status());
   if (options.prefill_chunk < 1) return InvalidArgument("prefill chunk must be >= 1");
+  if (options.kv_type != DType::kF32 && options.kv_type != DType::kF16)
+    return InvalidArgument("KV cache type must be f32 or f16, not " + std::string(DTypeName(options.kv_type)));
   return std::unique_ptr<Engine>(new Engine(std::move(model), std::move(backend), options));
 }
 

@@ -25,7 +25,18 @@ struct EngineOptions {
   int max_seqs = 1;        // sequences the KV cache holds at once
   int max_context = 0;     // tokens per sequence; 0 = DefaultContextSize (min(max_position_embeddings, 4096))
   int prefill_chunk = 512; // tokens per prefill step
+  DType kv_type = DType::kF32;  // KV cache elements: kF32, or kF16 (half the bytes; K/V rounded to f16)
 };
+
+// The KV cache element type of the commands' --cache-type flag: "f32" or "f16" (InvalidArgument
+// otherwise). The commands default to f16, as llama.cpp's -ctk/-ctv do (half the cache's memory and
+// of decode's KV reads at long contexts; K and V rounded to f16, about 5e-4 relative); f32 keeps
+// transformers' f32 arithmetic, which the golden tests hold to 1e-4 (EngineOptions' default).
+inline constexpr const char* kDefaultCacheType = "f16";
+inline constexpr const char* kCacheTypeHelp =
+    "KV cache element type: f16 (the default, as llama.cpp's -ctk/-ctv: half the memory and of decode's KV reads) "
+    "or f32 (transformers' f32 arithmetic)";
+StatusOr<DType> ParseCacheType(const std::string& name);
 
 // The context every command uses when -c is 0 or not given: the model's max_position_embeddings,
 // capped at kDefaultContextCap tokens (the KV cache is allocated for it up front).

@@ -1,11 +1,15 @@
 #include "runtime/kv_cache.h"
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
 
 namespace g4 {
 
-KvCache::KvCache(const ModelConfig& c, int max_seqs, int max_context)
-    : layers_(c.num_layers), lengths_(max_seqs, 0), max_context_(max_context) {
+KvCache::KvCache(const ModelConfig& c, int max_seqs, int max_context, DType type)
+    : layers_(c.num_layers), type_(type), lengths_(max_seqs, 0), max_context_(max_context) {
+  if (type != DType::kF32 && type != DType::kF16)
+    throw std::invalid_argument("KV cache type must be F32 or F16, not " + std::string(DTypeName(type)));
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerPlan& lp = c.layers[l];
     if (lp.kv_donor >= 0) continue;
@@ -13,24 +17,24 @@ KvCache::KvCache(const ModelConfig& c, int max_seqs, int max_context)
     L.window = lp.window;
     L.slots = lp.window ? std::min(lp.window, max_context) : max_context;
     L.width = lp.num_kv_heads * lp.head_dim;
-    const size_t n = static_cast<size_t>(max_seqs) * L.slots * L.width;
-    L.k.assign(n, 0.0f);
-    L.v.assign(n, 0.0f);
+    const size_t n = static_cast<size_t>(max_seqs) * L.slots * L.width * elem_bytes();
+    L.k.assign(n, 0);
+    L.v.assign(n, 0);
   }
 }
 
 size_t KvCache::bytes() const {
   size_t b = 0;
-  for (const Layer& L : layers_) b += (L.k.size() + L.v.size()) * sizeof(float);
+  for (const Layer& L : layers_) b += L.k.size() + L.v.size();
   return b;
 }
 
-size_t KvCache::BytesPerSequence(const ModelConfig& c, int context) {
+size_t KvCache::BytesPerSequence(const ModelConfig& c, int context, DType type) {
   size_t b = 0;
   for (const LayerPlan& lp : c.layers) {
     if (lp.kv_donor >= 0) continue;
     const size_t slots = lp.window ? std::min(lp.window, context) : context;
-    b += 2 * slots * lp.num_kv_heads * lp.head_dim * sizeof(float);
+    b += 2 * slots * lp.num_kv_heads * lp.head_dim * DTypeSize(type);
   }
   return b;
 }

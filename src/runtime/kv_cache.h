@@ -1,6 +1,7 @@
 // KvCache: K and V of every cache-owning layer, for a fixed number of sequences.
 //
-// Layout per owning layer l and sequence s: K and V each [slots, Nkv, D] f32, where
+// Layout per owning layer l and sequence s: K and V each [slots, Nkv, D] of the cache's element type
+// (f32, or f16: IEEE binary16, round-to-nearest-even from the f32 rows, half the bytes), where
 // slots = min(window, max_context) for sliding layers (a ring) and max_context for full layers.
 // Invariant: the slot of a token is derived from its absolute position only (pos % window on
 // a ring, pos otherwise); nothing else (no padding) ever occupies a slot. KV-shared layers own no
@@ -12,14 +13,19 @@
 
 #include "base/aligned.h"
 #include "model/config.h"
+#include "tensor/dtype.h"
 
 namespace g4 {
 
 class KvCache {
  public:
-  // max_context: the most positions one sequence may hold (tokens); max_seqs >= 1.
-  KvCache(const ModelConfig& config, int max_seqs, int max_context);
+  // max_context: the most positions one sequence may hold (tokens); max_seqs >= 1; type: the
+  // element type of K and V, DType::kF32 or DType::kF16 (std::invalid_argument otherwise).
+  KvCache(const ModelConfig& config, int max_seqs, int max_context, DType type = DType::kF32);
 
+  DType type() const { return type_; }
+  // Bytes per element: 4 (f32) or 2 (f16).
+  size_t elem_bytes() const { return DTypeSize(type_); }
   int max_seqs() const { return static_cast<int>(lengths_.size()); }
   int max_context() const { return max_context_; }
   // Positions 0..length-1 of sequence `seq` have been written.
@@ -32,27 +38,28 @@ class KvCache {
   int slots(int layer) const { return layers_[layer].slots; }
   int window(int layer) const { return layers_[layer].window; }
   int slot_of(int layer, int pos) const { return layers_[layer].window ? pos % layers_[layer].slots : pos; }
-  // Row of `kv_width` = Nkv*D floats for (layer, seq, slot).
-  float* k(int layer, int seq, int slot) { return Row(layers_[layer].k, layer, seq, slot); }
-  float* v(int layer, int seq, int slot) { return Row(layers_[layer].v, layer, seq, slot); }
+  // Row of `kv_width` = Nkv*D elements of type() for (layer, seq, slot).
+  void* k(int layer, int seq, int slot) { return Row(layers_[layer].k, layer, seq, slot); }
+  void* v(int layer, int seq, int slot) { return Row(layers_[layer].v, layer, seq, slot); }
   int kv_width(int layer) const { return layers_[layer].width; }
   // Total bytes held.
   size_t bytes() const;
-  // Bytes one sequence needs at `context` tokens (for admission and `info`).
-  static size_t BytesPerSequence(const ModelConfig& config, int context);
+  // Bytes one sequence needs at `context` tokens with elements of `type` (for admission and `info`).
+  static size_t BytesPerSequence(const ModelConfig& config, int context, DType type = DType::kF32);
 
  private:
   struct Layer {
     int slots = 0;   // 0: not an owner
     int window = 0;
     int width = 0;   // Nkv * D
-    AlignedVector<float> k, v;  // 64-byte aligned: every row is, where width is a multiple of 16
+    AlignedVector<unsigned char> k, v;  // 64-byte aligned: every row is, where its bytes are a multiple of 64
   };
-  float* Row(AlignedVector<float>& buf, int layer, int seq, int slot) {
+  void* Row(AlignedVector<unsigned char>& buf, int layer, int seq, int slot) {
     const Layer& L = layers_[layer];
-    return buf.data() + (static_cast<size_t>(seq) * L.slots + slot) * L.width;
+    return buf.data() + (static_cast<size_t>(seq) * L.slots + slot) * L.width * elem_bytes();
   }
   std::vector<Layer> layers_;
+  DType type_;
   std::vector<int> lengths_;
   int max_context_;
 };

@@ -74,6 +74,8 @@ ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
   app.add_option("--parallel", o.parallel, "parallel slots (continuous batching); -np works too")
       ->envname("GEMMA4RT_PARALLEL")->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("-t,--threads", o.threads, "CPU threads (0 = all cores)")->envname("GEMMA4RT_THREADS")->check(CLI::Range(0, 1024));
+  app.add_option("--cache-type", o.cache_type, kCacheTypeHelp)->envname("GEMMA4RT_CACHE_TYPE")
+      ->check(CLI::IsMember({"f32", "f16"}))->capture_default_str();
   CLI::Option* api_key_opt = app.add_option("--api-key", api_key,
                                             "API key clients must send as 'Authorization: Bearer KEY' or 'X-Api-Key: KEY' "
                                             "(comma-separated for several)")
@@ -182,9 +184,10 @@ StatusOr<std::unique_ptr<ServeInstance>> ServeInstance::Start(const ServeOptions
   const int threads = ResolveThreadCount(options.threads);
   s->opt_.threads = threads;
   s->backend_ = MakeCpuBackend(threads, CpuBackendOptionsFor(options.f32_activations));
-  std::fprintf(stderr, "gemma4rt: device policy: backend=%s simd=%s compute=f32 activations=%s threads=%d slots=%d\n",
+  std::fprintf(stderr, "gemma4rt: device policy: backend=%s simd=%s compute=f32 activations=%s kv=%s threads=%d slots=%d\n",
                s->backend_->Name().c_str(), cpu::SimdTargetName(),
-               ActivationPolicy(CpuBackendOptionsFor(options.f32_activations)), threads, options.parallel);
+               ActivationPolicy(CpuBackendOptionsFor(options.f32_activations)), options.cache_type.c_str(), threads,
+               options.parallel);
   HttpOptions h;
   h.host = options.host;
   h.port = options.port;
@@ -250,6 +253,9 @@ void ServeInstance::Load(std::function<void()> before_load) {
   EngineOptions eo;
   eo.max_seqs = opt_.parallel;
   eo.max_context = opt_.ctx;
+  auto kv_type = ParseCacheType(opt_.cache_type);
+  if (!kv_type.ok()) return finish(kv_type.status());
+  eo.kv_type = *kv_type;
   auto engine = Engine::Create(std::move(model), std::move(backend_), eo);
   if (!engine.ok()) return finish(engine.status());
   engine_ = std::move(engine).value();

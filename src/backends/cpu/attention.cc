@@ -9,6 +9,7 @@
 
 #include "base/check.h"
 #include "base/thread_pool.h"
+#include "tensor/dtype.h"
 
 namespace g4::cpu {
 
@@ -31,8 +32,11 @@ int AttentionKeyRuns(const AttentionParams& p, const AttentionStep& s, int t, in
   const int start = s.positions[first];
   const int lo = p.window > 0 ? std::max(0, pos - p.window + 1) : 0;
   int n = 0;
-  auto add = [&](const float* k, const float* v, int count) {
-    if (count > 0) runs[n++] = KvRun{k + off, v + off, count};
+  // Rows `row` .. row + count - 1 of K at k and V at v (f16 where half, else f32).
+  auto add = [&](const void* k, const void* v, int64_t row, int count, bool half) {
+    const int64_t at = (row * ld + off) * (half ? 2 : 4);
+    if (count > 0)
+      runs[n++] = KvRun{static_cast<const unsigned char*>(k) + at, static_cast<const unsigned char*>(v) + at, count, half};
   };
   // Cache: positions lo .. start - 1.
   const int cache_end = std::min(start, pos + 1);
@@ -40,13 +44,13 @@ int AttentionKeyRuns(const AttentionParams& p, const AttentionStep& s, int t, in
     const int slot = s.ring ? lo % s.slots : lo;
     const int count = cache_end - lo;
     const int first_part = s.ring ? std::min(count, s.slots - slot) : count;
-    add(s.k_cache[t] + slot * ld, s.v_cache[t] + slot * ld, first_part);
-    add(s.k_cache[t], s.v_cache[t], count - first_part);  // the ring's wrap
+    add(s.k_cache[t], s.v_cache[t], slot, first_part, s.cache_f16);
+    add(s.k_cache[t], s.v_cache[t], 0, count - first_part, s.cache_f16);  // the ring's wrap
   }
   // Step: positions max(lo, start) .. pos, rows first + (j - start).
   const int j0 = std::max(lo, start);
   const int64_t row = first + (j0 - start);
-  add(s.k + row * ld, s.v + row * ld, pos - j0 + 1);
+  add(s.k, s.v, row, pos - j0 + 1, false);
   *num_runs = n;
   return pos - lo + 1;
 }
@@ -55,7 +59,10 @@ int SliceKeyRuns(const KvRun* runs, int num_runs, int begin, int end, int64_t ld
   int n = 0, base = 0;
   for (int r = 0; r < num_runs; ++r) {
     const int b = std::max(begin, base), e = std::min(end, base + runs[r].n);
-    if (b < e) out[n++] = KvRun{runs[r].k + (b - base) * ld, runs[r].v + (b - base) * ld, e - b};
+    const int64_t at = static_cast<int64_t>(b - base) * ld * (runs[r].half ? 2 : 4);  // bytes
+    if (b < e)
+      out[n++] = KvRun{static_cast<const unsigned char*>(runs[r].k) + at, static_cast<const unsigned char*>(runs[r].v) + at,
+                       e - b, runs[r].half};
     base += runs[r].n;
   }
   return n;
@@ -205,20 +212,27 @@ void AttentionReference(const AttentionParams& p, const AttentionStep& s) {
     const int lo = p.window > 0 ? std::max(0, pos - p.window + 1) : 0;
     const int n_keys = pos - lo + 1;
     scores.resize(n_keys);
-    // Key/value row of absolute position j: from the cache before the step, else from the step.
-    auto row = [&](int j, bool is_v) -> const float* {
+    // Key/value row of absolute position j (head kvh's D elements, as f32): from the cache before
+    // the step, else from the step.
+    std::vector<float> row_f32(D);
+    auto row = [&](int j, bool is_v, int kvh) -> const float* {
       if (j < start) {
         const int slot = s.ring ? j % s.slots : j;
-        return (is_v ? s.v_cache[t] : s.k_cache[t]) + slot * ld;
+        const int64_t at = static_cast<int64_t>(slot) * ld + static_cast<int64_t>(kvh) * D;
+        const void* base = is_v ? s.v_cache[t] : s.k_cache[t];
+        if (!s.cache_f16) return static_cast<const float*>(base) + at;
+        const uint16_t* h = static_cast<const uint16_t*>(base) + at;
+        for (int d = 0; d < D; ++d) row_f32[d] = F16ToF32(h[d]);
+        return row_f32.data();
       }
-      return (is_v ? s.v : s.k) + (first + (j - start)) * ld;
+      return (is_v ? s.v : s.k) + (first + (j - start)) * ld + static_cast<int64_t>(kvh) * D;
     };
     for (int h = 0; h < Nq; ++h) {
       const float* qh = s.q + (static_cast<size_t>(t) * Nq + h) * D;
       const int kvh = h / group;
       float mx = -INFINITY;
       for (int j = lo; j <= pos; ++j) {
-        const float* kr = row(j, false) + kvh * D;
+        const float* kr = row(j, false, kvh);
         float sc = 0;
         for (int d = 0; d < D; ++d) sc += qh[d] * kr[d];
         sc *= p.scale;
@@ -236,7 +250,7 @@ void AttentionReference(const AttentionParams& p, const AttentionStep& s) {
       std::fill(oh, oh + D, 0.0f);
       for (int j = lo; j <= pos; ++j) {
         const float pj = scores[j - lo] * inv;
-        const float* vr = row(j, true) + kvh * D;
+        const float* vr = row(j, true, kvh);
         for (int d = 0; d < D; ++d) oh[d] += pj * vr[d];
       }
     }

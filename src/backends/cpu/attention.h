@@ -42,9 +42,12 @@ struct AttentionParams {
   float softcap;  // > 0: scores = softcap * tanh(scores / softcap)
 };
 
-// One attention op's inputs for one step. Rows of q/out are Nq*D floats, rows of k/v and of the
-// cache Nkv*D floats. Token t of sequence s at position p attends to the cache rows of positions
-// before the step (first step position of s = positions[seq_first[t]]) and to the step rows of s.
+// One attention op's inputs for one step. Rows of q/out are Nq*D floats, rows of k/v Nkv*D floats,
+// rows of the cache Nkv*D elements, f32 or f16 (cache_f16: IEEE binary16). Token t of sequence s
+// at position p attends to the cache rows of positions before the step (first step position of s
+// = positions[seq_first[t]]) and to the step rows of s. With an f16 cache, the step rows must hold
+// f16 values (each an f32 that f16 represents exactly: RoundToF16), so a key reads the same
+// whether it comes from the step or, in a later step, from the cache.
 struct AttentionStep {
   int tokens;
   const float* q;  // [tokens, Nq*D]
@@ -53,11 +56,17 @@ struct AttentionStep {
   float* out;      // [tokens, Nq*D]; may be q (Attention only: in place)
   const int32_t* positions;      // [tokens] absolute positions
   const int32_t* seq_first;      // [tokens] step index of the first token of t's sequence
-  const float* const* k_cache;   // [tokens] cache K row of slot 0 of t's sequence
-  const float* const* v_cache;   // [tokens] cache V row of slot 0 of t's sequence
+  const void* const* k_cache;    // [tokens] cache K row of slot 0 of t's sequence
+  const void* const* v_cache;    // [tokens] cache V row of slot 0 of t's sequence
   int slots;                     // cache rows per sequence
   bool ring;                     // slot of position j = j % slots (sliding layer), else j
+  bool cache_f16 = false;        // cache rows are f16, else f32
 };
+
+// x[i] = the f16 nearest to x[i] (round to nearest even, as F32ToF16), as f32; n floats.
+void RoundToF16(float* x, int64_t n);
+// out[i] = F32ToF16(x[i]) (the bits: IEEE binary16, round to nearest even); n floats.
+void ToF16(const float* x, int64_t n, uint16_t* out);
 
 // Scratch the threaded driver reuses across calls (grown on first use only).
 struct AttentionScratch {
@@ -73,11 +82,12 @@ void AttentionReference(const AttentionParams& p, const AttentionStep& s);
 
 // ---- The kernel and its pieces (for the driver and the tests) ----------------------------------
 
-// `n` consecutive K and V rows (row stride `ld` floats, given to the kernel).
+// `n` consecutive K and V rows (row stride `ld` elements, given to the kernel), f32 or f16 (half).
 struct KvRun {
-  const float* k;
-  const float* v;
+  const void* k;
+  const void* v;
   int n;
+  bool half = false;
 };
 
 // SIMD kernel: G query heads q [G, D] (contiguous) over the keys of runs[0..num_runs) in order.

@@ -15,10 +15,12 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
 #include "backends/cpu/attention.h"
+#include "tensor/dtype.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backends/cpu/attention_hwy.cc"
@@ -52,11 +54,23 @@ constexpr size_t kMaxBlockHeads = kAccs / 2;  // heads per block (2 keys or 2 ve
 // Keys (scores) or vectors (V sum) per head of a block of H heads: 4, 2 or 1 with H * that <= kAccs.
 constexpr size_t PerHead(size_t H) { return kAccs / H >= 4 ? 4 : kAccs / H >= 2 ? 2 : 1; }
 
+// K and V rows are f32 or f16 (a KvCache of DType::kF16; hwy::float16_t here): one vector of N
+// elements from p as f32 (f16 -> f32 is exact), and one element as f32.
+using DH = hn::Rebind<hwy::float16_t, DF>;
+HWY_INLINE VF LoadRow(DF df, const float* HWY_RESTRICT p) { return hn::LoadU(df, p); }
+HWY_INLINE VF LoadRow(DF df, const hwy::float16_t* HWY_RESTRICT p) { return hn::PromoteTo(df, hn::LoadU(DH(), p)); }
+HWY_INLINE float ElemF32(const float* p, size_t i) { return p[i]; }
+HWY_INLINE float ElemF32(const hwy::float16_t* p, size_t i) {
+  uint16_t bits;
+  std::memcpy(&bits, p + i, sizeof(bits));
+  return F16ToF32(bits);
+}
+
 // The dot product's lanes summed, plus the scalar tail d0 .. D - 1.
-HWY_INLINE float Finish(DF df, VF a, const float* HWY_RESTRICT qh, const float* HWY_RESTRICT kr, size_t d0,
-                        size_t D) {
+template <class T>
+HWY_INLINE float Finish(DF df, VF a, const float* HWY_RESTRICT qh, const T* HWY_RESTRICT kr, size_t d0, size_t D) {
   float s = hn::GetLane(hn::SumOfLanes(df, a));
-  for (size_t d = d0; d < D; ++d) s += qh[d] * kr[d];
+  for (size_t d = d0; d < D; ++d) s += qh[d] * ElemF32(kr, d);
   return s;
 }
 
@@ -80,25 +94,27 @@ constexpr size_t kPrefetchRows = 12;
 // s[h * kTile + j] = q_h . k_j for heads h < H (q rows of D floats) and keys j < J (k rows at
 // stride ld from k): per D-chunk of N floats, J K loads and H q loads for H x J multiply-adds.
 // Prefetches the J rows at kpf (K) and at v (V), row stride ld, as it goes.
-template <size_t H, size_t J>
-HWY_INLINE void DotTile(const float* HWY_RESTRICT q, size_t D, const float* HWY_RESTRICT k, int64_t ld,
-                        const float* kpf, const float* v, float* HWY_RESTRICT s) {
+template <size_t H, size_t J, class T>
+HWY_INLINE void DotTile(const float* HWY_RESTRICT q, size_t D, const T* HWY_RESTRICT k, int64_t ld, const T* kpf,
+                        const void* v, int64_t v_ld_bytes, float* HWY_RESTRICT s) {
   const DF df;
   const size_t N = hn::Lanes(df);
-  const float* HWY_RESTRICT k0 = k;
-  const float* HWY_RESTRICT k1 = k + (J > 1 ? ld : 0);
-  const float* HWY_RESTRICT k2 = k + (J > 2 ? 2 * ld : 0);
-  const float* HWY_RESTRICT k3 = k + (J > 3 ? 3 * ld : 0);
+  const T* HWY_RESTRICT k0 = k;
+  const T* HWY_RESTRICT k1 = k + (J > 1 ? ld : 0);
+  const T* HWY_RESTRICT k2 = k + (J > 2 ? 2 * ld : 0);
+  const T* HWY_RESTRICT k3 = k + (J > 3 ? 3 * ld : 0);
+  const unsigned char* vb = static_cast<const unsigned char*>(v);
+  const size_t v_elem = static_cast<size_t>(v_ld_bytes / ld);
   G4_ACCS;
   size_t d = 0;
   for (; d + N <= D; d += N) {
-    const VF kv0 = hn::LoadU(df, k0 + d);
-    const VF kv1 = J > 1 ? hn::LoadU(df, k1 + d) : kv0;
-    const VF kv2 = J > 2 ? hn::LoadU(df, k2 + d) : kv0;
-    const VF kv3 = J > 3 ? hn::LoadU(df, k3 + d) : kv0;
+    const VF kv0 = LoadRow(df, k0 + d);
+    const VF kv1 = J > 1 ? LoadRow(df, k1 + d) : kv0;
+    const VF kv2 = J > 2 ? LoadRow(df, k2 + d) : kv0;
+    const VF kv3 = J > 3 ? LoadRow(df, k3 + d) : kv0;
     for (size_t j = 0; j < J; ++j) {
       __builtin_prefetch(kpf + static_cast<int64_t>(j) * ld + d, 0, 3);
-      __builtin_prefetch(v + static_cast<int64_t>(j) * ld + d, 0, 3);
+      __builtin_prefetch(vb + static_cast<int64_t>(j) * v_ld_bytes + d * v_elem, 0, 3);
     }
 #define G4_DOT_HEAD(h)                                        \
   if constexpr (H > h) {                                      \
@@ -130,27 +146,27 @@ HWY_INLINE void DotTile(const float* HWY_RESTRICT q, size_t D, const float* HWY_
 // last row: in a cache, where the next chunk's rows follow (the split-K driver hands a thread
 // consecutive chunks), so a chunk does not start cold. Those addresses are formed as integers and
 // only prefetched (a prefetch never faults, on x86 or Arm), never dereferenced.
-template <size_t H>
-HWY_INLINE void DotHeads(const float* HWY_RESTRICT q, size_t D, const float* HWY_RESTRICT k, const float* v,
-                         int64_t ld, size_t nk, float* HWY_RESTRICT s) {
+template <size_t H, class T>
+HWY_INLINE void DotHeads(const float* HWY_RESTRICT q, size_t D, const T* HWY_RESTRICT k, const void* v,
+                         int64_t v_ld_bytes, int64_t ld, size_t nk, float* HWY_RESTRICT s) {
   constexpr size_t J = PerHead(H);
-  const int64_t row_bytes = ld * static_cast<int64_t>(sizeof(float));
+  const int64_t row_bytes = ld * static_cast<int64_t>(sizeof(T));
   auto ahead = [&](size_t j) {
-    return reinterpret_cast<const float*>(reinterpret_cast<uintptr_t>(k) +
-                                          static_cast<uintptr_t>(static_cast<int64_t>(j + kPrefetchRows) * row_bytes));
+    return reinterpret_cast<const T*>(reinterpret_cast<uintptr_t>(k) +
+                                      static_cast<uintptr_t>(static_cast<int64_t>(j + kPrefetchRows) * row_bytes));
   };
-  auto row = [ld](const float* base, size_t j) { return base + static_cast<int64_t>(j) * ld; };
+  auto vrow = [&](size_t j) { return static_cast<const unsigned char*>(v) + static_cast<int64_t>(j) * v_ld_bytes; };
   size_t j = 0;
-  for (; j + J <= nk; j += J) DotTile<H, J>(q, D, row(k, j), ld, ahead(j), row(v, j), s + j);
-  for (; j < nk; ++j) DotTile<H, 1>(q, D, row(k, j), ld, ahead(j), row(v, j), s + j);
+  for (; j + J <= nk; j += J) DotTile<H, J>(q, D, k + static_cast<int64_t>(j) * ld, ld, ahead(j), vrow(j), v_ld_bytes, s + j);
+  for (; j < nk; ++j) DotTile<H, 1>(q, D, k + static_cast<int64_t>(j) * ld, ld, ahead(j), vrow(j), v_ld_bytes, s + j);
 }
 
 // acc_h[d0 .. d0 + VB * N) += p_h,j * v_j[...] for the H heads h of a block and keys j < n in
 // order (one multiply-add per key and element): the block's H x VB accumulators stay in
 // registers across the keys, so per key the kernel loads VB vectors of V and H weights for H x VB
 // multiply-adds. p: head h's weights at p + h * kTile; a: head h's acc row at a + h * D.
-template <size_t H, size_t VB>
-HWY_INLINE void AccumulateVBlock(const float* HWY_RESTRICT p, const float* HWY_RESTRICT v, int64_t ld, size_t n,
+template <size_t H, size_t VB, class T>
+HWY_INLINE void AccumulateVBlock(const float* HWY_RESTRICT p, const T* HWY_RESTRICT v, int64_t ld, size_t n,
                                  size_t D, size_t d0, float* HWY_RESTRICT a) {
   const DF df;
   const size_t N = hn::Lanes(df);
@@ -165,11 +181,11 @@ HWY_INLINE void AccumulateVBlock(const float* HWY_RESTRICT p, const float* HWY_R
   G4_V_LOAD(0) G4_V_LOAD(1) G4_V_LOAD(2) G4_V_LOAD(3) G4_V_LOAD(4) G4_V_LOAD(5) G4_V_LOAD(6) G4_V_LOAD(7)
 #undef G4_V_LOAD
   for (size_t j = 0; j < n; ++j) {
-    const float* HWY_RESTRICT vr = v + static_cast<int64_t>(j) * ld + d0;
-    const VF v0 = hn::LoadU(df, vr);
-    const VF v1 = VB > 1 ? hn::LoadU(df, vr + N) : v0;
-    const VF v2 = VB > 2 ? hn::LoadU(df, vr + 2 * N) : v0;
-    const VF v3 = VB > 3 ? hn::LoadU(df, vr + 3 * N) : v0;
+    const T* HWY_RESTRICT vr = v + static_cast<int64_t>(j) * ld + d0;
+    const VF v0 = LoadRow(df, vr);
+    const VF v1 = VB > 1 ? LoadRow(df, vr + N) : v0;
+    const VF v2 = VB > 2 ? LoadRow(df, vr + 2 * N) : v0;
+    const VF v3 = VB > 3 ? LoadRow(df, vr + 3 * N) : v0;
 #define G4_V_HEAD(h)                                                \
   if constexpr (H > h) {                                            \
     const VF w = hn::Set(df, p[h * kTile + j]);                     \
@@ -194,8 +210,8 @@ HWY_INLINE void AccumulateVBlock(const float* HWY_RESTRICT p, const float* HWY_R
 #undef G4_ACCS
 #undef G4_ACC_ROW
 
-template <size_t H>
-HWY_INLINE void AccumulateVHeads(const float* HWY_RESTRICT p, const float* HWY_RESTRICT v, int64_t ld, size_t n,
+template <size_t H, class T>
+HWY_INLINE void AccumulateVHeads(const float* HWY_RESTRICT p, const T* HWY_RESTRICT v, int64_t ld, size_t n,
                                  size_t D, size_t Dv, float* HWY_RESTRICT a) {
   constexpr size_t VB = PerHead(H);
   const size_t N = hn::Lanes(DF());
@@ -227,21 +243,22 @@ HWY_INLINE void ForHeadBlocks(size_t G, const Fn& fn) {
 
 // acc_g += p_g,j * v_j for g < G and keys j < n in order (p at stride kTile per head, V rows at
 // stride ld): whole vectors in register blocks, then the scalar tail of D.
-HWY_INLINE void AccumulateV(const float* HWY_RESTRICT p, size_t G, size_t D, const float* HWY_RESTRICT v, int64_t ld,
+template <class T>
+HWY_INLINE void AccumulateV(const float* HWY_RESTRICT p, size_t G, size_t D, const T* HWY_RESTRICT v, int64_t ld,
                             size_t n, float* HWY_RESTRICT acc) {
   const size_t N = hn::Lanes(DF());
   const size_t Dv = D / N * N;
   ForHeadBlocks(G, [&](size_t g0, auto h) {
-    AccumulateVHeads<decltype(h)::value>(p + g0 * kTile, v, ld, n, D, Dv, acc + g0 * D);
+    AccumulateVHeads<decltype(h)::value, T>(p + g0 * kTile, v, ld, n, D, Dv, acc + g0 * D);
   });
   if (Dv == D) return;
   for (size_t g = 0; g < G; ++g) {
     const float* pg = p + g * kTile;
     float* HWY_RESTRICT a = acc + g * D;
     for (size_t j = 0; j < n; ++j) {
-      const float* vr = v + static_cast<int64_t>(j) * ld;
+      const T* vr = v + static_cast<int64_t>(j) * ld;
       const float w = pg[j];
-      for (size_t d = Dv; d < D; ++d) a[d] = std::fma(w, vr[d], a[d]);
+      for (size_t d = Dv; d < D; ++d) a[d] = std::fma(w, ElemF32(vr, d), a[d]);
     }
   }
 }
@@ -265,9 +282,10 @@ void AttentionPartialHwy(const float* HWY_RESTRICT q, int G_, int D_, const KvRu
   // them every rounding of the streaming softmax) depend only on the keys' indices, not on where
   // the cache ends and the step's rows begin.
   struct Segment {
-    const float* k;
-    const float* v;
+    const void* k;
+    const void* v;
     size_t n, at;  // keys, first index in the tile
+    bool half;     // f16 rows
   };
   size_t total = 0;
   for (int r = 0; r < num_runs; ++r) total += static_cast<size_t>(runs[r].n);
@@ -283,14 +301,23 @@ void AttentionPartialHwy(const float* HWY_RESTRICT q, int G_, int D_, const KvRu
         in_run = 0;
       }
       const size_t take = std::min(nk - filled, static_cast<size_t>(runs[r].n) - in_run);
-      seg[nseg++] = Segment{runs[r].k + in_run * ld, runs[r].v + in_run * ld, take, filled};
+      const size_t off = in_run * ld * (runs[r].half ? 2 : 4);  // bytes
+      seg[nseg++] = Segment{static_cast<const unsigned char*>(runs[r].k) + off,
+                            static_cast<const unsigned char*>(runs[r].v) + off, take, filled, runs[r].half};
       filled += take;
       in_run += take;
     }
     // Scores, in head blocks.
     ForHeadBlocks(G, [&](size_t g0, auto h) {
-      for (size_t i = 0; i < nseg; ++i)
-        DotHeads<decltype(h)::value>(q + g0 * D, D, seg[i].k, seg[i].v, ld, seg[i].n, s + g0 * kTile + seg[i].at);
+      constexpr size_t H = decltype(h)::value;
+      for (size_t i = 0; i < nseg; ++i) {
+        float* sg = s + g0 * kTile + seg[i].at;
+        if (seg[i].half) {
+          DotHeads<H>(q + g0 * D, D, static_cast<const hwy::float16_t*>(seg[i].k), seg[i].v, ld * 2, ld, seg[i].n, sg);
+        } else {
+          DotHeads<H>(q + g0 * D, D, static_cast<const float*>(seg[i].k), seg[i].v, ld * 4, ld, seg[i].n, sg);
+        }
+      }
     });
     const size_t nv = (nk + N - 1) / N * N;  // whole vectors (<= kTile)
     for (size_t g = 0; g < G; ++g) {
@@ -321,9 +348,49 @@ void AttentionPartialHwy(const float* HWY_RESTRICT q, int G_, int D_, const KvRu
       l[g] += sum;
     }
     // Weighted V sum in key order (one multiply-add per key and element).
-    for (size_t i = 0; i < nseg; ++i) AccumulateV(s + seg[i].at, G, D, seg[i].v, ld, seg[i].n, acc);
+    for (size_t i = 0; i < nseg; ++i) {
+      if (seg[i].half) {
+        AccumulateV(s + seg[i].at, G, D, static_cast<const hwy::float16_t*>(seg[i].v), ld, seg[i].n, acc);
+      } else {
+        AccumulateV(s + seg[i].at, G, D, static_cast<const float*>(seg[i].v), ld, seg[i].n, acc);
+      }
+    }
   }
 }
+
+// f32 -> f16 with round-to-nearest-even, as F32ToF16: the CPU's conversion (x86 F16C, which
+// Highway's AVX2 and AVX-512 targets have; Arm's FCVT) where the target has one, else F32ToF16
+// per element (Highway's emulation on SSE2-SSE4 truncates). AttentionKernelsTest pins the bits
+// against F32ToF16 on every target.
+#if (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2) || \
+    (HWY_ARCH_ARM_A64 && HWY_TARGET != HWY_EMU128 && HWY_TARGET != HWY_SCALAR)
+#define G4_NATIVE_F16 1
+#else
+#define G4_NATIVE_F16 0
+#endif
+
+void ToF16Hwy(const float* HWY_RESTRICT x, int64_t n, uint16_t* HWY_RESTRICT out) {
+  int64_t i = 0;
+#if G4_NATIVE_F16
+  const DF df;
+  const DH dh;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  for (; i + N <= n; i += N) hn::StoreU(hn::DemoteTo(dh, hn::LoadU(df, x + i)), dh, reinterpret_cast<hwy::float16_t*>(out + i));
+#endif
+  for (; i < n; ++i) out[i] = F32ToF16(x[i]);
+}
+
+void RoundToF16Hwy(float* HWY_RESTRICT x, int64_t n) {
+  int64_t i = 0;
+#if G4_NATIVE_F16
+  const DF df;
+  const DH dh;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  for (; i + N <= n; i += N) hn::StoreU(hn::PromoteTo(df, hn::DemoteTo(dh, hn::LoadU(df, x + i))), df, x + i);
+#endif
+  for (; i < n; ++i) x[i] = F16ToF32(F32ToF16(x[i]));
+}
+#undef G4_NATIVE_F16
 
 }  // namespace HWY_NAMESPACE
 }  // namespace cpu
@@ -335,6 +402,11 @@ namespace g4 {
 namespace cpu {
 
 HWY_EXPORT(AttentionPartialHwy);
+HWY_EXPORT(ToF16Hwy);
+HWY_EXPORT(RoundToF16Hwy);
+
+void ToF16(const float* x, int64_t n, uint16_t* out) { HWY_DYNAMIC_DISPATCH(ToF16Hwy)(x, n, out); }
+void RoundToF16(float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(RoundToF16Hwy)(x, n); }
 
 void AttentionPartial(const float* q, int G, int D, const KvRun* runs, int num_runs, int64_t ld, float scale,
                       float softcap, float* m, float* l, float* acc) {

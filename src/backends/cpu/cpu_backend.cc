@@ -229,7 +229,8 @@ class CpuExecutable : public Executable {
   // Scratch, sized at plan time or grown on first use only.
   std::vector<float> scratch_;       // one converted weight row (max K)
   std::vector<int32_t> seq_first_;   // per token: index of its sequence's first step token
-  std::vector<const float*> attn_cache_rows_;  // per token: K, then V cache row of slot 0 of its sequence
+  std::vector<const void*> attn_cache_rows_;  // per token: K, then V cache row of slot 0 of its sequence
+  std::vector<float> attn_kv_f16_;            // with an f16 cache: the step's K and V rounded to f16 values
   cpu::AttentionScratch attn_scratch_;
   std::vector<float> moe_scratch_;
   std::vector<cpu::ActBlockQ8> moe_q8_;  // int8 blocks of the experts' inputs
@@ -616,10 +617,18 @@ void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
           const float* k = input(0);
           const float* v = input(1);
           const int width = cache.kv_width(op.cache_layer);
+          const bool half = cache.type() == DType::kF16;
+          auto put = [&](void* dst, const float* src) {
+            if (!half) {
+              std::memcpy(dst, src, width * sizeof(float));
+              return;
+            }
+            cpu::ToF16(src, width, static_cast<uint16_t*>(dst));
+          };
           for (int t = 0; t < rows; ++t) {
             const int slot = cache.slot_of(op.cache_layer, in.positions[t]);
-            std::memcpy(cache.k(op.cache_layer, in.seq_ids[t], slot), k + static_cast<size_t>(t) * width, width * sizeof(float));
-            std::memcpy(cache.v(op.cache_layer, in.seq_ids[t], slot), v + static_cast<size_t>(t) * width, width * sizeof(float));
+            put(cache.k(op.cache_layer, in.seq_ids[t], slot), k + static_cast<size_t>(t) * width);
+            put(cache.v(op.cache_layer, in.seq_ids[t], slot), v + static_cast<size_t>(t) * width);
           }
         },
         [&](const GeGluOp&) {
@@ -830,15 +839,26 @@ void CpuExecutable::RunMatMulGroup(int leader, int rows) {
 void CpuExecutable::RunAttention(const AttentionOp& op, const float* q, const float* k, const float* v, float* out,
                                  const StepInput& in, KvCache& cache) {
   const int layer = op.cache_layer;
-  const float** kc = attn_cache_rows_.data();
-  const float** vc = kc + num_tokens_;
+  const void** kc = attn_cache_rows_.data();
+  const void** vc = kc + num_tokens_;
   for (int t = 0; t < num_tokens_; ++t) {
     kc[t] = cache.k(layer, in.seq_ids[t], 0);
     vc[t] = cache.v(layer, in.seq_ids[t], 0);
   }
   const cpu::AttentionParams params{op.num_heads, op.num_kv_heads, op.head_dim, op.window, op.scale, op.softcap};
+  const bool half = cache.type() == DType::kF16;
+  if (half) {
+    // The step's keys and values as the cache will hold them (attention.h: AttentionStep).
+    const size_t n = static_cast<size_t>(num_tokens_) * cache.kv_width(layer);
+    if (attn_kv_f16_.size() < 2 * n) attn_kv_f16_.resize(2 * n);
+    std::copy_n(k, n, attn_kv_f16_.data());
+    std::copy_n(v, n, attn_kv_f16_.data() + n);
+    cpu::RoundToF16(attn_kv_f16_.data(), static_cast<int64_t>(2 * n));
+    k = attn_kv_f16_.data();
+    v = attn_kv_f16_.data() + n;
+  }
   const cpu::AttentionStep step{num_tokens_, q, k, v, out, in.positions.data(), seq_first_.data(), kc, vc,
-                                cache.slots(layer), cache.window(layer) > 0};
+                                cache.slots(layer), cache.window(layer) > 0, half};
   cpu::Attention(params, step, pool_, &attn_scratch_);
 }
 
