@@ -6,7 +6,7 @@
 // semantics: causal mask, sliding window q-window+1..q, the ring's wrap, KV heads shared by groups of
 // query heads, several sequences in one step.
 //
-// Scenarios: head_dim 256, 512, 64 and 37 (a vector tail on every target), GQA groups 1, 2, 4, 8,
+// Scenarios: head_dim 256, 512, 128, 64 and 37 (a vector tail on every target), GQA groups 1, 2, 4, 6, 8, 12,
 // decode (one token: split-K over 2 and 3 threads) and multi-token prefill steps, rings wrapped,
 // windows smaller and larger than the context, soft-cap off and on, power-of-two and other scales.
 //
@@ -227,6 +227,9 @@ const Scenario kScenarios[] = {
     // Odd head dim (vector tails), prefill longer than the window, non-power-of-two scale.
     {"odd37_window_lt_step", 37, 2, 2, 16, 128, 0.0883883f, {{70, 20}}},
     {"odd37_decode_split", 37, 1, 2, 0, 400, 0.0883883f, {{300, 1}}},
+    // Head blocks of 6 (one partial block of the 8 a 32-register target holds) and of 8 + 4 (G 12).
+    {"g6_full_decode", 256, 1, 6, 0, 300, 1.0f / 16, {{200, 1}}},
+    {"g12_ring_prefill", 128, 1, 12, 40, 200, 1.0f / 16, {{90, 5}}},
 };
 
 TEST_P(AttentionKernelsTest, MatchesReferenceAndDefinition) {

@@ -47,6 +47,7 @@ TEST(CliTest, LogitsJsonTopTokenMatchesTransformersAtEveryPosition) {
   // --cache-type f32: transformers' f32 arithmetic, within 1e-3 of its logits. The default f16
   // cache rounds K and V (2^-11 relative at most each): the same top token at every position, the
   // logits within 2e-3 relative (measured: 7.5e-4 at most on these 40 positions, 0.0145 on 19.38).
+  std::vector<float> top_logits[2];  // per cache type
   for (const auto& [flags, rel] : {std::pair<std::string, bool>{" --cache-type f32", false}, {"", true}}) {
     CliResult r =
         RunCli("logits -m " + Fixture("gemma4-e2b-tiny") + " --tokens " + tokens + " --top 2 --json --chunk 7" + flags);
@@ -64,8 +65,11 @@ TEST(CliTest, LogitsJsonTopTokenMatchesTransformersAtEveryPosition) {
       EXPECT_EQ(j["positions"][t]["ids"][0].get<int>(), best) << t << flags;
       const double want = logits->GetF32(t * V + best);
       EXPECT_NEAR(j["positions"][t]["logits"][0].get<float>(), want, rel ? 2e-3 * std::abs(want) : 1e-3) << t << flags;
+      top_logits[rel].push_back(j["positions"][t]["logits"][0].get<float>());
     }
   }
+  // The flag reached the engine: the f16 cache's rounding shows in the logits.
+  EXPECT_NE(top_logits[0], top_logits[1]);
 }
 
 // Q4_0 weights packed at load (LoadOptions::pack_q4_0, kQ4_0x4) against the same weights as

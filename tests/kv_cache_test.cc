@@ -13,7 +13,8 @@ namespace {
 
 // The attention kernel reads cache rows in whole vectors: on a cache from plain std::vector
 // (glibc aligns large blocks to 16 bytes) every 64-byte load straddled two cache lines. Every row
-// of every owning layer starts on a 64-byte boundary when Nkv * D is a multiple of 16 floats.
+// of every owning layer starts on a 64-byte boundary when a row's bytes (Nkv * D elements of 4 or
+// 2 bytes) are a multiple of 64.
 ModelConfig ThreeLayers() {
   ModelConfig c;
   c.num_layers = 3;
@@ -55,6 +56,7 @@ TEST(KvCacheTest, F16HoldsHalfTheBytesOfF32) {
   EXPECT_EQ(static_cast<char*>(f16.k(1, 0, 1)) - static_cast<char*>(f16.k(1, 0, 0)), 1024 * 2);
   EXPECT_EQ(static_cast<char*>(f16.v(1, 1, 0)) - static_cast<char*>(f16.v(1, 0, 0)), 700 * 1024 * 2);
   EXPECT_THROW(KvCache(c, 1, 16, DType::kBF16), std::invalid_argument);
+  EXPECT_THROW(KvCache::BytesPerSequence(c, 16, DType::kQ8_0), std::invalid_argument);
 }
 
 }  // namespace

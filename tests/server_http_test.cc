@@ -164,6 +164,7 @@ class Reference {
     EXPECT_TRUE(ModelGenerationDefaults(**m, &sampling_, &stop_ids_).ok());
     EngineOptions o;
     o.max_context = ctx;
+    o.kv_type = *ParseCacheType(server::ServeOptions{}.cache_type);  // the server's default (f16)
     auto e = Engine::Create(std::move(m).value(), MakeCpuBackend(2), o);
     EXPECT_TRUE(e.ok());
     engine_ = std::move(e).value();

@@ -399,7 +399,8 @@ void LogSoftmax(const float* x, int n, std::vector<double>* out) {
 // tokenizer, `max_tokens` fixed pseudo-random ids after BOS), one prefill each.
 // The reference always runs with f32 activations; the quantised side with the run's activation
 // mode, so with int8 activations the figures include their cost (and without --quantize they
-// are only that cost).
+// are only that cost). Both sides keep an f32 KV cache whatever --cache-type says: the figures are
+// the weights' and activations' cost only.
 StatusOr<QualityResult> MeasureQuality(const std::string& path, const LoadOptions& quantized, int threads, int ubatch,
                                        int max_tokens, bool f32_activations) {
   QualityResult r;
@@ -487,7 +488,7 @@ int BenchMain(int argc, char** argv) {
       ->check(CLI::IsMember({8, 16}));
   app.add_flag("--quality", quality, "compare the model as run (with --quantize, and int8 activations unless "
                "--f32-activations) with the model as stored in f32 activations on a fixed text (fixed token ids "
-               "without a tokenizer): mean KL divergence, top-1 agreement, both perplexities");
+               "without a tokenizer): mean KL divergence, top-1 agreement, both perplexities (both with an f32 KV cache)");
   app.add_flag("--f32-activations", f32_activations, "multiply quantised and BF16 weights with f32 activations (transformers' "
                "arithmetic; slower) instead of int8 activation blocks and, where the CPU has a bf16 dot product, bf16 "
                "activations (llama.cpp's)");

@@ -30,6 +30,8 @@ size_t KvCache::bytes() const {
 }
 
 size_t KvCache::BytesPerSequence(const ModelConfig& c, int context, DType type) {
+  if (type != DType::kF32 && type != DType::kF16)
+    throw std::invalid_argument("KV cache type must be F32 or F16, not " + std::string(DTypeName(type)));
   size_t b = 0;
   for (const LayerPlan& lp : c.layers) {
     if (lp.kv_donor >= 0) continue;

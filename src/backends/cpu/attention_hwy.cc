@@ -1,7 +1,9 @@
 // The fused attention kernel (attention.h: AttentionPartial), written once with Google Highway and
 // compiled for every target in HWY_TARGETS (x86: SSSE3 .. AVX-512 and the scalar fallback; Arm:
 // NEON, SVE, SVE2); HWY_DYNAMIC_DISPATCH picks the best one the CPU supports. Portable Highway ops
-// only, and no vectors in arrays or structs (SVE vectors are sizeless).
+// only (plus GCC's __builtin_prefetch, which x86 and Arm both have: Highway 1.0's Prefetch has no
+// locality level), and no vectors in arrays or structs (SVE vectors are sizeless). K and V rows are
+// f32 or f16, one type per run (attention.h).
 //
 // Per tile of up to kTile keys: scores of all G heads (head blocks of up to 8 heads on targets with
 // 32 vector registers, 4 on the others, times 2-4 keys, so each K row chunk is loaded once per head
@@ -96,15 +98,13 @@ constexpr size_t kPrefetchRows = 12;
 // Prefetches the J rows at kpf (K) and at v (V), row stride ld, as it goes.
 template <size_t H, size_t J, class T>
 HWY_INLINE void DotTile(const float* HWY_RESTRICT q, size_t D, const T* HWY_RESTRICT k, int64_t ld, const T* kpf,
-                        const void* v, int64_t v_ld_bytes, float* HWY_RESTRICT s) {
+                        const T* v, float* HWY_RESTRICT s) {
   const DF df;
   const size_t N = hn::Lanes(df);
   const T* HWY_RESTRICT k0 = k;
   const T* HWY_RESTRICT k1 = k + (J > 1 ? ld : 0);
   const T* HWY_RESTRICT k2 = k + (J > 2 ? 2 * ld : 0);
   const T* HWY_RESTRICT k3 = k + (J > 3 ? 3 * ld : 0);
-  const unsigned char* vb = static_cast<const unsigned char*>(v);
-  const size_t v_elem = static_cast<size_t>(v_ld_bytes / ld);
   G4_ACCS;
   size_t d = 0;
   for (; d + N <= D; d += N) {
@@ -114,7 +114,7 @@ HWY_INLINE void DotTile(const float* HWY_RESTRICT q, size_t D, const T* HWY_REST
     const VF kv3 = J > 3 ? LoadRow(df, k3 + d) : kv0;
     for (size_t j = 0; j < J; ++j) {
       __builtin_prefetch(kpf + static_cast<int64_t>(j) * ld + d, 0, 3);
-      __builtin_prefetch(vb + static_cast<int64_t>(j) * v_ld_bytes + d * v_elem, 0, 3);
+      __builtin_prefetch(v + static_cast<int64_t>(j) * ld + d, 0, 3);
     }
 #define G4_DOT_HEAD(h)                                        \
   if constexpr (H > h) {                                      \
@@ -147,18 +147,18 @@ HWY_INLINE void DotTile(const float* HWY_RESTRICT q, size_t D, const T* HWY_REST
 // consecutive chunks), so a chunk does not start cold. Those addresses are formed as integers and
 // only prefetched (a prefetch never faults, on x86 or Arm), never dereferenced.
 template <size_t H, class T>
-HWY_INLINE void DotHeads(const float* HWY_RESTRICT q, size_t D, const T* HWY_RESTRICT k, const void* v,
-                         int64_t v_ld_bytes, int64_t ld, size_t nk, float* HWY_RESTRICT s) {
+HWY_INLINE void DotHeads(const float* HWY_RESTRICT q, size_t D, const T* HWY_RESTRICT k, const T* v, int64_t ld,
+                         size_t nk, float* HWY_RESTRICT s) {
   constexpr size_t J = PerHead(H);
   const int64_t row_bytes = ld * static_cast<int64_t>(sizeof(T));
   auto ahead = [&](size_t j) {
     return reinterpret_cast<const T*>(reinterpret_cast<uintptr_t>(k) +
                                       static_cast<uintptr_t>(static_cast<int64_t>(j + kPrefetchRows) * row_bytes));
   };
-  auto vrow = [&](size_t j) { return static_cast<const unsigned char*>(v) + static_cast<int64_t>(j) * v_ld_bytes; };
+  auto row = [ld](const T* base, size_t j) { return base + static_cast<int64_t>(j) * ld; };
   size_t j = 0;
-  for (; j + J <= nk; j += J) DotTile<H, J>(q, D, k + static_cast<int64_t>(j) * ld, ld, ahead(j), vrow(j), v_ld_bytes, s + j);
-  for (; j < nk; ++j) DotTile<H, 1>(q, D, k + static_cast<int64_t>(j) * ld, ld, ahead(j), vrow(j), v_ld_bytes, s + j);
+  for (; j + J <= nk; j += J) DotTile<H, J>(q, D, row(k, j), ld, ahead(j), row(v, j), s + j);
+  for (; j < nk; ++j) DotTile<H, 1>(q, D, row(k, j), ld, ahead(j), row(v, j), s + j);
 }
 
 // acc_h[d0 .. d0 + VB * N) += p_h,j * v_j[...] for the H heads h of a block and keys j < n in
@@ -313,9 +313,11 @@ void AttentionPartialHwy(const float* HWY_RESTRICT q, int G_, int D_, const KvRu
       for (size_t i = 0; i < nseg; ++i) {
         float* sg = s + g0 * kTile + seg[i].at;
         if (seg[i].half) {
-          DotHeads<H>(q + g0 * D, D, static_cast<const hwy::float16_t*>(seg[i].k), seg[i].v, ld * 2, ld, seg[i].n, sg);
+          DotHeads<H>(q + g0 * D, D, static_cast<const hwy::float16_t*>(seg[i].k),
+                      static_cast<const hwy::float16_t*>(seg[i].v), ld, seg[i].n, sg);
         } else {
-          DotHeads<H>(q + g0 * D, D, static_cast<const float*>(seg[i].k), seg[i].v, ld * 4, ld, seg[i].n, sg);
+          DotHeads<H>(q + g0 * D, D, static_cast<const float*>(seg[i].k), static_cast<const float*>(seg[i].v), ld,
+                      seg[i].n, sg);
         }
       }
     });
