@@ -302,7 +302,8 @@ int ServeMain(int argc, char** argv) {
   // it freed resident: the HTTP worker threads' request, JSON and response buffers then stay in
   // memory once per thread. Two arenas, unless MALLOC_ARENA_MAX says otherwise: `serve -np 4 -t 2`
   // on the 270M under a fresh user's mixed load with ~4000-token prompts peaked at 434.3 MiB, and
-  // at 427.9 MiB with two arenas (budget: weights + KV cache + 10% = 430.3 MiB).
+  // at 427.9 MiB with two arenas (budget: weights + f32 KV cache + 10% = 430.3 MiB; with the f16
+  // cache, the default since, 346.6 MiB against 344.5: docs/PERFORMANCE.md, twelfth session).
   if (std::getenv("MALLOC_ARENA_MAX") == nullptr) mallopt(M_ARENA_MAX, 2);
 #endif
   auto inst = ServeInstance::Start(*flags.options);
