@@ -293,6 +293,14 @@ TEST(CliTest, InfoKvCacheUsesTheSameContextAsTheOtherCommands) {
   CliResult gen = RunCli("generate --tokens 2,17 -n 1 --temp 0");
   ASSERT_EQ(gen.status, 0) << gen.out;
   EXPECT_NE(gen.out.find(" context=4096\n"), std::string::npos) << gen.out;
+  // llama.cpp's -ctk/-ctv spellings, one type for both.
+  CliResult llama = RunCli("info -ctk f32 -ctv=f32");
+  ASSERT_EQ(llama.status, 0) << llama.out;
+  EXPECT_NE(llama.out.find("kv cache: 39.000 MiB per sequence at 4096 tokens (f32)"), std::string::npos) << llama.out;
+  CliResult split = RunCli("info --cache-type-k f16 --cache-type-v f32");
+  EXPECT_EQ(split.status, 1) << split.out;
+  EXPECT_EQ(split.out, "gemma4rt: error: INVALID_ARGUMENT: K and V cache types differ (f16, f32): gemma4rt keeps K and V "
+                       "in one type, --cache-type f16 or f32\n");
   CliResult c = RunCli("info -c 1000 --cache-type f32");
   ASSERT_EQ(c.status, 0) << c.out;
   EXPECT_NE(c.out.find("kv cache: 20.859 MiB per sequence at 1000 tokens (f32)"), std::string::npos) << c.out;

@@ -30,6 +30,39 @@ StatusOr<DType> ParseCacheType(const std::string& name) {
   return InvalidArgument("--cache-type must be f32 or f16, got '" + name + "'");
 }
 
+StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(std::vector<std::string> args) {
+  static const char* const kAliases[] = {"-ctk", "-ctv", "--cache-type-k", "--cache-type-v"};
+  std::vector<std::string> out, values;
+  std::string first_alias;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    bool taken = false;
+    for (const char* alias : kAliases) {
+      const std::string name = alias;
+      if (a == name) {
+        if (i + 1 >= args.size()) return InvalidArgument(name + " needs a value (f16 or f32)");
+        values.push_back(args[++i]);
+      } else if (a.rfind(name + "=", 0) == 0) {
+        values.push_back(a.substr(name.size() + 1));
+      } else {
+        continue;
+      }
+      if (first_alias.empty()) first_alias = name;
+      taken = true;
+      break;
+    }
+    if (!taken) out.push_back(a);
+  }
+  if (values.empty()) return out;
+  for (const std::string& v : values)
+    if (v != values[0])
+      return InvalidArgument("K and V cache types differ (" + values[0] + ", " + v +
+                             "): gemma4rt keeps K and V in one type, --cache-type f16 or f32");
+  out.push_back("--cache-type");
+  out.push_back(values[0]);
+  return out;
+}
+
 Engine::Engine(std::unique_ptr<LoadedModel> model, std::unique_ptr<Backend> backend, const EngineOptions& options)
     : model_(std::move(model)),
       backend_(std::move(backend)),

@@ -37,6 +37,10 @@ inline constexpr const char* kCacheTypeHelp =
     "KV cache element type: f16 (the default, as llama.cpp's -ctk/-ctv: half the memory and of decode's KV reads) "
     "or f32 (transformers' f32 arithmetic)";
 StatusOr<DType> ParseCacheType(const std::string& name);
+// llama.cpp's spellings of the cache type, for every command: `-ctk T`, `-ctv T`, `--cache-type-k T`,
+// `--cache-type-v T` (also `=T`) become one `--cache-type T`. gemma4rt keeps K and V in one type:
+// InvalidArgument when they name different types. Other arguments are returned unchanged.
+StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(std::vector<std::string> args);
 
 // The context every command uses when -c is 0 or not given: the model's max_position_embeddings,
 // capped at kDefaultContextCap tokens (the KV cache is allocated for it up front).
