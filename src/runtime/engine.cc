@@ -33,7 +33,6 @@ StatusOr<DType> ParseCacheType(const std::string& name) {
 StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(std::vector<std::string> args) {
   static const char* const kAliases[] = {"-ctk", "-ctv", "--cache-type-k", "--cache-type-v"};
   std::vector<std::string> out, values;
-  std::string first_alias;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     bool taken = false;
@@ -47,7 +46,6 @@ StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(std::vector<std::stri
       } else {
         continue;
       }
-      if (first_alias.empty()) first_alias = name;
       taken = true;
       break;
     }
@@ -83,7 +81,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<LoadedModel> mo
   if (options.max_seqs < 1 || options.max_seqs > 4096) return InvalidArgument("max_seqs must be in [1, 4096]");
   G4_RETURN_IF_ERROR(ResolveContextSize(model->config, options.max_context).status());
   if (options.prefill_chunk < 1) return InvalidArgument("prefill chunk must be >= 1");
-  if (options.kv_type != DType::kF32 && options.kv_type != DType::kF16)
+  if (!IsKvCacheType(options.kv_type))
     return InvalidArgument("KV cache type must be f32 or f16, not " + std::string(DTypeName(options.kv_type)));
   return std::unique_ptr<Engine>(new Engine(std::move(model), std::move(backend), options));
 }

@@ -17,6 +17,9 @@
 
 namespace g4 {
 
+// The element types a KvCache holds: DType::kF32 and DType::kF16.
+inline bool IsKvCacheType(DType t) { return t == DType::kF32 || t == DType::kF16; }
+
 class KvCache {
  public:
   // max_context: the most positions one sequence may hold (tokens); max_seqs >= 1; type: the

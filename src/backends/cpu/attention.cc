@@ -34,9 +34,7 @@ int AttentionKeyRuns(const AttentionParams& p, const AttentionStep& s, int t, in
   int n = 0;
   // Rows `row` .. row + count - 1 of K at k and V at v (f16 where half, else f32).
   auto add = [&](const void* k, const void* v, int64_t row, int count, bool half) {
-    const int64_t at = (row * ld + off) * (half ? 2 : 4);
-    if (count > 0)
-      runs[n++] = KvRun{static_cast<const unsigned char*>(k) + at, static_cast<const unsigned char*>(v) + at, count, half};
+    if (count > 0) runs[n++] = KvRun{k, v, 0, half}.Offset(row * ld + off, count);
   };
   // Cache: positions lo .. start - 1.
   const int cache_end = std::min(start, pos + 1);
@@ -59,10 +57,7 @@ int SliceKeyRuns(const KvRun* runs, int num_runs, int begin, int end, int64_t ld
   int n = 0, base = 0;
   for (int r = 0; r < num_runs; ++r) {
     const int b = std::max(begin, base), e = std::min(end, base + runs[r].n);
-    const int64_t at = static_cast<int64_t>(b - base) * ld * (runs[r].half ? 2 : 4);  // bytes
-    if (b < e)
-      out[n++] = KvRun{static_cast<const unsigned char*>(runs[r].k) + at, static_cast<const unsigned char*>(runs[r].v) + at,
-                       e - b, runs[r].half};
+    if (b < e) out[n++] = runs[r].Offset(static_cast<int64_t>(b - base) * ld, e - b);
     base += runs[r].n;
   }
   return n;

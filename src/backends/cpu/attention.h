@@ -88,6 +88,11 @@ struct KvRun {
   const void* v;
   int n;
   bool half = false;
+  // The `count` rows starting `elems` elements (2 or 4 bytes each) after k and v.
+  KvRun Offset(int64_t elems, int count) const {
+    const int64_t bytes = elems * (half ? 2 : 4);
+    return KvRun{static_cast<const unsigned char*>(k) + bytes, static_cast<const unsigned char*>(v) + bytes, count, half};
+  }
 };
 
 // SIMD kernel: G query heads q [G, D] (contiguous) over the keys of runs[0..num_runs) in order.

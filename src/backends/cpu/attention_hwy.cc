@@ -282,10 +282,8 @@ void AttentionPartialHwy(const float* HWY_RESTRICT q, int G_, int D_, const KvRu
   // them every rounding of the streaming softmax) depend only on the keys' indices, not on where
   // the cache ends and the step's rows begin.
   struct Segment {
-    const void* k;
-    const void* v;
-    size_t n, at;  // keys, first index in the tile
-    bool half;     // f16 rows
+    KvRun rows;  // rows.n keys
+    size_t at;   // first index in the tile
   };
   size_t total = 0;
   for (int r = 0; r < num_runs; ++r) total += static_cast<size_t>(runs[r].n);
@@ -301,9 +299,7 @@ void AttentionPartialHwy(const float* HWY_RESTRICT q, int G_, int D_, const KvRu
         in_run = 0;
       }
       const size_t take = std::min(nk - filled, static_cast<size_t>(runs[r].n) - in_run);
-      const size_t off = in_run * ld * (runs[r].half ? 2 : 4);  // bytes
-      seg[nseg++] = Segment{static_cast<const unsigned char*>(runs[r].k) + off,
-                            static_cast<const unsigned char*>(runs[r].v) + off, take, filled, runs[r].half};
+      seg[nseg++] = Segment{runs[r].Offset(static_cast<int64_t>(in_run) * ld, static_cast<int>(take)), filled};
       filled += take;
       in_run += take;
     }
@@ -311,13 +307,14 @@ void AttentionPartialHwy(const float* HWY_RESTRICT q, int G_, int D_, const KvRu
     ForHeadBlocks(G, [&](size_t g0, auto h) {
       constexpr size_t H = decltype(h)::value;
       for (size_t i = 0; i < nseg; ++i) {
+        const KvRun& kv = seg[i].rows;
         float* sg = s + g0 * kTile + seg[i].at;
-        if (seg[i].half) {
-          DotHeads<H>(q + g0 * D, D, static_cast<const hwy::float16_t*>(seg[i].k),
-                      static_cast<const hwy::float16_t*>(seg[i].v), ld, seg[i].n, sg);
+        if (kv.half) {
+          DotHeads<H>(q + g0 * D, D, static_cast<const hwy::float16_t*>(kv.k), static_cast<const hwy::float16_t*>(kv.v),
+                      ld, static_cast<size_t>(kv.n), sg);
         } else {
-          DotHeads<H>(q + g0 * D, D, static_cast<const float*>(seg[i].k), static_cast<const float*>(seg[i].v), ld,
-                      seg[i].n, sg);
+          DotHeads<H>(q + g0 * D, D, static_cast<const float*>(kv.k), static_cast<const float*>(kv.v), ld,
+                      static_cast<size_t>(kv.n), sg);
         }
       }
     });
@@ -351,10 +348,12 @@ void AttentionPartialHwy(const float* HWY_RESTRICT q, int G_, int D_, const KvRu
     }
     // Weighted V sum in key order (one multiply-add per key and element).
     for (size_t i = 0; i < nseg; ++i) {
-      if (seg[i].half) {
-        AccumulateV(s + seg[i].at, G, D, static_cast<const hwy::float16_t*>(seg[i].v), ld, seg[i].n, acc);
+      const KvRun& kv = seg[i].rows;
+      const size_t n = static_cast<size_t>(kv.n);
+      if (kv.half) {
+        AccumulateV(s + seg[i].at, G, D, static_cast<const hwy::float16_t*>(kv.v), ld, n, acc);
       } else {
-        AccumulateV(s + seg[i].at, G, D, static_cast<const float*>(seg[i].v), ld, seg[i].n, acc);
+        AccumulateV(s + seg[i].at, G, D, static_cast<const float*>(kv.v), ld, n, acc);
       }
     }
   }
