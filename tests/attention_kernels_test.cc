@@ -362,7 +362,10 @@ TEST_P(AttentionKernelsTest, OutputIsTheSameBitsHoweverTheStepIsCut) {
                           {"mqa256_g8", 256, 1, 8, 0, 140},
                           {"mqa256_ring", 256, 1, 4, 96, 200},
                           {"gqa64_full", 64, 2, 3, 0, 160},
-                          {"odd37_ring", 37, 1, 2, 50, 150}};
+                          {"odd37_ring", 37, 1, 2, 50, 150},
+                          // From 2048 keys the chunks are longer (128 keys at 2048-3071): tokens
+                          // on both sides of that switch (cached 2046, step 3).
+                          {"long_mqa16", 16, 1, 2, 0, 2100}};
   ThreadPool pool2(2), pool3(3);
   ThreadPool* pools[] = {nullptr, &pool2, &pool3};
   for (const Layer& ly : layers) {
@@ -386,7 +389,9 @@ TEST_P(AttentionKernelsTest, OutputIsTheSameBitsHoweverTheStepIsCut) {
       cpu::Attention(c.p, c.Step(whole.data()), nullptr, &scratch);
     }
     const size_t row = static_cast<size_t>(ly.G) * ly.Nkv * ly.D;
-    for (int cached : {1, 64, 65, 129, ly.len - 3})
+    std::vector<int> cuts = {1, 64, 65, 129, ly.len - 3};
+    if (ly.len > 2049) cuts.push_back(2046);
+    for (int cached : cuts)
     for (int step : {1, 3}) {
       for (int variant = 0; variant < 3; ++variant) {
         // 0: alone, 1: batched with another sequence, 2: alone with an f16 cache (same values).

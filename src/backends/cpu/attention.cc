@@ -14,14 +14,22 @@
 namespace g4::cpu {
 
 namespace {
-// Every item's keys are cut into chunks of kChunkKeys (by index from the item's first key; a
-// multiple of the kernel's 64-key tile; 64 rather than 128 so that a decode step of 65-128 keys is
-// already split between two threads), each chunk's softmax state is computed on its own and the
-// states are merged in order, whether one thread runs the item or several share it: a token's
-// output is then the same bits whatever the thread count, the batch, or where the cache ends and
-// the step begins (chunked prefill).
-constexpr int kChunkKeys = 64;
-int ChunksOf(int keys) { return (keys + kChunkKeys - 1) / kChunkKeys; }
+// Every item's keys are cut into chunks (by index from the item's first key), each chunk's
+// softmax state is computed on its own and the states are merged in order, whether one thread
+// runs the item or several share it: a token's output is then the same bits whatever the thread
+// count, the batch, or where the cache ends and the step begins (chunked prefill). The chunk
+// length depends only on the item's key count n, which none of those change: 64 keys (the
+// kernel's tile) below 2048 keys, so that a decode step of 65-128 keys is already split between
+// two threads; from 2048, 64 * (n / 1024) keys, at most 512, which keeps 16-31 chunks up to 16K
+// keys. Each chunk's state (G * D floats of acc) is written and read back by the merge: at 4000
+// keys of the E2B's full layers (D 512, G 8), 63 chunks of 64 made the merge 54-76 us of a
+// 320-400 us call on Zen 5 (in-process A/B); chunks of 256, 10-24 us.
+constexpr int kTileKeys = 64;
+// Split-K merges reading fewer floats of state than this run on the calling thread (waking the
+// pool costs more than they do: a sliding layer's 512 keys at D 256, G 8 are 16K floats).
+constexpr int64_t kParallelMergeFloats = int64_t{1} << 16;
+int ChunkKeys(int keys) { return kTileKeys * std::clamp(keys / 1024, 1, 8); }
+int ChunksOf(int keys) { return (keys + ChunkKeys(keys) - 1) / ChunkKeys(keys); }
 }  // namespace
 
 int AttentionKeyRuns(const AttentionParams& p, const AttentionStep& s, int t, int kvh, KvRun* runs, int* num_runs) {
@@ -97,22 +105,27 @@ void Attention(const AttentionParams& p, const AttentionStep& s, ThreadPool* poo
   const int threads = pool != nullptr ? pool->size() : 1;
   auto q_of = [&](int t, int kvh) { return s.q + (static_cast<size_t>(t) * Nq + kvh * G) * D; };
   auto out_of = [&](int t, int kvh) { return s.out + (static_cast<size_t>(t) * Nq + kvh * G) * D; };
-  auto for_each = [&](int64_t n, const std::function<void(int, int64_t, int64_t)>& fn) {
+  using RangeFn = std::function<void(int, int64_t, int64_t)>;
+  std::function<void(int64_t, const RangeFn&)> serial = [](int64_t n, const RangeFn& fn) {
+    if (n > 0) fn(0, 0, n);
+  };
+  std::function<void(int64_t, const RangeFn&)> for_each = [&](int64_t n, const RangeFn& fn) {
     if (pool != nullptr) {
       pool->ParallelFor(n, fn);
-    } else if (n > 0) {
-      fn(0, 0, n);
+    } else {
+      serial(n, fn);
     }
   };
 
   const size_t gd = static_cast<size_t>(G) * D;
-  // Chunk c of item `item` (keys [c * kChunkKeys, ...) of its runs) into m/l/acc.
+  // Chunk c of item `item` (keys [c * ChunkKeys(n), ...) of its n keys) into m/l/acc.
   auto chunk_state = [&](int item, int c, float* m, float* l, float* acc) {
     const int t = item / Nkv, kvh = item % Nkv;
     KvRun runs[3], part[3];
     int nr;
     const int n = AttentionKeyRuns(p, s, t, kvh, runs, &nr);
-    const int np = SliceKeyRuns(runs, nr, c * kChunkKeys, std::min(n, (c + 1) * kChunkKeys), ld, part);
+    const int ck = ChunkKeys(n);
+    const int np = SliceKeyRuns(runs, nr, c * ck, std::min(n, (c + 1) * ck), ld, part);
     AttentionPartial(q_of(t, kvh), G, D, part, np, ld, p.scale, p.softcap, m, l, acc);
   };
   auto keys_of = [&](int item) {
@@ -142,7 +155,7 @@ void Attention(const AttentionParams& p, const AttentionStep& s, ThreadPool* poo
   }
 
   // Split-K: the chunks of all items are spread over the threads, then each item's are merged.
-  // Where that still leaves a thread idle (decode below kChunkKeys * threads keys), each chunk's
+  // Where that still leaves a thread idle (decode of fewer chunks than threads), each chunk's
   // G heads are also cut into head groups: a head's scores, softmax and output do not depend on
   // which other heads share its call, so the bits stay the same.
   std::vector<int64_t>& units = scratch->units;
@@ -176,23 +189,42 @@ void Attention(const AttentionParams& p, const AttentionStep& s, ThreadPool* poo
     KvRun runs[3], part[3];
     int nr;
     const int n = AttentionKeyRuns(p, s, t, kvh, runs, &nr);
-    const int np = SliceKeyRuns(runs, nr, c * kChunkKeys, std::min(n, (c + 1) * kChunkKeys), ld, part);
+    const int ck = ChunkKeys(n);
+    const int np = SliceKeyRuns(runs, nr, c * ck, std::min(n, (c + 1) * ck), ld, part);
     AttentionPartial(q_of(t, kvh) + static_cast<size_t>(h0) * D, h1 - h0, D, part, np, ld, p.scale, p.softcap,
                      m + u * G, l + u * G, acc + u * gd);
   };
   for_each(num_units, [&](int, int64_t b, int64_t e) {
     for (int64_t u = b; u < e; ++u) unit_state(u);
   });
+  // The merges, one per item and query head, over the pool too where they read at least
+  // kParallelMergeFloats of state (a head's merge does not depend on the others'): an (item, head
+  // group)'s chunks are the units u0 .. u1 - 1.
+  std::vector<int64_t>& merges = scratch->merges;  // per head: first unit, end unit, head
+  merges.clear();
   for (int u0 = 0; u0 < num_units;) {
     int u1 = u0;
     while (u1 < num_units && units[4 * u1] == units[4 * u0] && units[4 * u1 + 2] == units[4 * u0 + 2]) ++u1;
-    const int item = static_cast<int>(units[4 * u0]);
-    const int h0 = static_cast<int>(units[4 * u0 + 2]), h1 = static_cast<int>(units[4 * u0 + 3]);
-    // Each unit's state is G-strided; the merge reads the group's h1 - h0 heads from units of G.
-    AttentionMergeStrided(h1 - h0, G, D, u1 - u0, m + u0 * G, l + u0 * G, acc + u0 * gd,
-                          out_of(item / Nkv, item % Nkv) + static_cast<size_t>(h0) * D);
+    for (int64_t h = units[4 * u0 + 2]; h < units[4 * u0 + 3]; ++h) {
+      merges.push_back(u0);
+      merges.push_back(u1);
+      merges.push_back(h);
+    }
     u0 = u1;
   }
+  const int64_t merge_floats = static_cast<int64_t>(num_units) * gd;
+  auto merge_each = merge_floats >= kParallelMergeFloats ? for_each : serial;
+  merge_each(static_cast<int64_t>(merges.size() / 3), [&](int, int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      const int64_t u0 = merges[3 * i], u1 = merges[3 * i + 1], h = merges[3 * i + 2];
+      const int item = static_cast<int>(units[4 * u0]);
+      // Each unit's state is G-strided, from its first head h0: head h of unit u at
+      // m[u * G + h - h0], acc[(u * G + h - h0) * D].
+      const int64_t i0 = h - units[4 * u0 + 2];
+      AttentionMergeStrided(1, G, D, static_cast<int>(u1 - u0), m + u0 * G + i0, l + u0 * G + i0,
+                            acc + u0 * gd + i0 * D, out_of(item / Nkv, item % Nkv) + h * D);
+    }
+  });
 }
 
 void AttentionReference(const AttentionParams& p, const AttentionStep& s) {

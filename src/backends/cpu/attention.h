@@ -15,15 +15,16 @@
 // are rescaled by exp(m_old - m_new) when a tile raises the maximum; out = acc / l at the end.
 // The same state (m, l, acc) is what a split-K chunk returns, and AttentionMerge combines chunks.
 //
-// Threading (Attention): items = tokens x Nkv. Each item's keys are cut into chunks of 64 (by
-// index from its first key), each chunk's state computed on its own and the states merged in
-// order (AttentionMerge). With at least as many items as threads, whole items are spread over the
-// pool in zig-zag order (item 0, last, 1, last - 1, ...), so that the causal prefill's short and
-// long items pair up in each thread's range; with fewer (decode: one token; MQA: one KV head) the
-// chunks of all items are, and where those are fewer than the threads, also the query heads in
-// groups (decode of a short context). Either way a token's output is the same bits whatever the thread count,
-// the other sequences in the step, or where its cache ends and its step begins (chunked prefill):
-// AttentionKernelsTest.OutputIsTheSameBitsHoweverTheStepIsCut.
+// Threading (Attention): items = tokens x Nkv. Each item's keys are cut into chunks (by index from
+// its first key: 64 keys below 2048 keys, longer beyond, attention.cc ChunkKeys), each chunk's
+// state computed on its own and the states merged in order (AttentionMerge). With at least as
+// many items as threads, whole items are spread over the pool in zig-zag order (item 0, last, 1,
+// last - 1, ...), so that the causal prefill's short and long items pair up in each thread's
+// range; with fewer (decode: one token; MQA: one KV head) the chunks of all items are, and where
+// those are fewer than the threads, also the query heads in groups (decode of a short context),
+// and then the merges, per head. Either way a token's output is the same bits whatever the thread
+// count, the other sequences in the step, or where its cache ends and its step begins (chunked
+// prefill): AttentionKernelsTest.OutputIsTheSameBitsHoweverTheStepIsCut.
 #pragma once
 
 #include <cstdint>
@@ -72,6 +73,7 @@ void ToF16(const float* x, int64_t n, uint16_t* out);
 struct AttentionScratch {
   std::vector<float> state;    // split-K: per chunk m[G], l[G], acc[G*D]
   std::vector<int64_t> units;  // split-K: per unit item, chunk, first head, end head
+  std::vector<int64_t> merges;  // split-K: per merged head first unit, end unit, head
 };
 
 // Fused SIMD attention of a whole step over the pool (nullptr: on the calling thread).
