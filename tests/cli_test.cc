@@ -247,6 +247,20 @@ TEST(CliTest, EveryCommandDescribesTheWeightsTheSameWay) {
   EXPECT_EQ(WeightsField(serve.out.substr(serve.out.find("model loaded"))), want) << serve.out;
 }
 
+// bench's table has llama-bench's type_k and type_v columns only for a cache type other than its
+// default f16 (as llama-bench prints fields that differ from their defaults).
+TEST(CliTest, BenchTableHasCacheTypeColumnsOnlyForF32) {
+  const std::string m = "-m " + Fixture("gemma4-e2b-tiny") + " -t 1 -p 0 -n 1 -r 1 --no-warmup --bw-mib 0";
+  CliResult f16 = RunCli("bench " + m);
+  ASSERT_EQ(f16.status, 0) << f16.out;
+  EXPECT_NE(f16.out.find("|       1 |              tg1 |"), std::string::npos) << f16.out;
+  EXPECT_EQ(f16.out.find("type_k"), std::string::npos) << f16.out;
+  CliResult f32 = RunCli("bench " + m + " --cache-type f32");
+  ASSERT_EQ(f32.status, 0) << f32.out;
+  EXPECT_NE(f32.out.find("| threads | type_k | type_v |             test |"), std::string::npos) << f32.out;
+  EXPECT_NE(f32.out.find("|       1 |    f32 |    f32 |              tg1 |"), std::string::npos) << f32.out;
+}
+
 // A file whose projections mix dtypes (llama.cpp's Q4_K_M keeps some in Q5_0/Q6_K/Q8_0) names
 // them all, most bytes first: the label once named layer 0's q_proj only ("Q5_0 embed=Q8_0").
 TEST(CliTest, TheWeightsLabelNamesEveryProjectionDtype) {
@@ -286,6 +300,9 @@ TEST(CliTest, InfoKvCacheUsesTheSameContextAsTheOtherCommands) {
   CliResult f32 = RunCli("info --cache-type f32");
   ASSERT_EQ(f32.status, 0) << f32.out;
   EXPECT_NE(f32.out.find("kv cache: 39.000 MiB per sequence at 4096 tokens (f32)"), std::string::npos) << f32.out;
+  // Its device policy line names the cache type as generate's does.
+  EXPECT_NE(def.out.find(" kv=f16 threads="), std::string::npos) << def.out;
+  EXPECT_NE(f32.out.find(" kv=f32 threads="), std::string::npos) << f32.out;
   CliResult bad = RunCli("info --cache-type q8_0");
   EXPECT_EQ(bad.status, 105) << bad.out;  // CLI11's ValidationError, as for --quantize q9
   EXPECT_NE(bad.out.find("--cache-type: q8_0 not in {f32,f16}"), std::string::npos) << bad.out;
@@ -293,6 +310,7 @@ TEST(CliTest, InfoKvCacheUsesTheSameContextAsTheOtherCommands) {
   CliResult gen = RunCli("generate --tokens 2,17 -n 1 --temp 0");
   ASSERT_EQ(gen.status, 0) << gen.out;
   EXPECT_NE(gen.out.find(" context=4096\n"), std::string::npos) << gen.out;
+  EXPECT_NE(gen.out.find(" kv=f16 threads="), std::string::npos) << gen.out;
   // llama.cpp's -ctk/-ctv spellings, one type for both.
   CliResult llama = RunCli("info -ctk f32 -ctv=f32");
   ASSERT_EQ(llama.status, 0) << llama.out;

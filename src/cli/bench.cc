@@ -718,12 +718,16 @@ int BenchMain(int argc, char** argv) {
     }
   }
 
+  // As llama-bench: type_k and type_v columns only where the cache is not its default f16.
+  const bool kv_columns = cache_type != "f16";
+  char kv_cells[64] = "";
+  if (kv_columns) std::snprintf(kv_cells, sizeof kv_cells, " %6s | %6s |", cache_type.c_str(), cache_type.c_str());
   if (!json) {
-    std::printf("| %-24s | %10s | %10s | %-7s | %7s | %16s | %20s |\n", "model", "size", "params", "backend", "threads", "test",
-                "t/s (median)");
-    std::printf("| %s | %s: | %s: | %s | %s: | %s: | %s: |\n", std::string(24, '-').c_str(), std::string(9, '-').c_str(),
+    std::printf("| %-24s | %10s | %10s | %-7s | %7s |%s %16s | %20s |\n", "model", "size", "params", "backend", "threads",
+                kv_columns ? " type_k | type_v |" : "", "test", "t/s (median)");
+    std::printf("| %s | %s: | %s: | %s | %s: |%s %s: | %s: |\n", std::string(24, '-').c_str(), std::string(9, '-').c_str(),
                 std::string(9, '-').c_str(), std::string(7, '-').c_str(), std::string(6, '-').c_str(),
-                std::string(15, '-').c_str(), std::string(19, '-').c_str());
+                kv_columns ? " -----: | -----: |" : "", std::string(15, '-').c_str(), std::string(19, '-').c_str());
     std::fflush(stdout);
   }
 
@@ -734,8 +738,8 @@ int BenchMain(int argc, char** argv) {
     } else {
       char ts[64];
       std::snprintf(ts, sizeof ts, "%.2f ± %.2f", r.median_ts, r.stddev_ts);  // "±" is 2 bytes, 1 column
-      std::printf("| %-24s | %10s | %10s | %-7s | %7d | %16s | %21s |\n", desc, HumanBytes(static_cast<double>(size_bytes)).c_str(),
-                  HumanCount(n_params).c_str(), "CPU", threads, TestName(r).c_str(), ts);
+      std::printf("| %-24s | %10s | %10s | %-7s | %7d |%s %16s | %21s |\n", desc, HumanBytes(static_cast<double>(size_bytes)).c_str(),
+                  HumanCount(n_params).c_str(), "CPU", threads, kv_cells, TestName(r).c_str(), ts);
       std::fflush(stdout);
     }
   };

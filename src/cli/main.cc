@@ -298,9 +298,11 @@ int Main(int argc_in, char** argv_in) {
     const g4::ModelWeights& w = (*loaded)->weights;
     auto context = g4::ResolveContextSize(c, ctx);  // what generate, logits, serve and bench allocate
     if (!context.ok()) return Fail(context.status());
-    std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=%s compute=f32 weights=%s memory=%s threads=%d context=%d\n",
-                 g4::cpu::SimdTargetName(), g4::WeightsDescription(**loaded).c_str(), g4::WeightsMemory(**loaded),
-                 g4::ResolveThreadCount(threads), *context);  // what generate and serve would start
+    // What generate would start (the same fields as its line).
+    std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=%s compute=f32 activations=%s weights=%s memory=%s kv=%s threads=%d context=%d\n",
+                 g4::cpu::SimdTargetName(), g4::ActivationPolicy(g4::CpuBackendOptionsFor(f32_activations)),
+                 g4::WeightsDescription(**loaded).c_str(), g4::WeightsMemory(**loaded),
+                 *kv_type == g4::DType::kF16 ? "f16" : "f32", g4::ResolveThreadCount(threads), *context);
     std::printf("model: %s (%s)\n", model.c_str(), c.architecture.c_str());
     std::printf("family: %s  hidden: %d  layers: %d  heads: %d  vocab: %d  window: %d  ple_dim: %d  experts: %d (top %d)\n",
                 c.family == g4::ModelFamily::kGemma4 ? "gemma4" : "gemma3", c.hidden, c.num_layers, c.num_heads, c.vocab,
