@@ -19,8 +19,10 @@
 //    recursive sum of n products: |o_ref - o| <= gamma_{2n+8} S (Higham 3.1, gamma_k = k u / (1 - k u),
 //    u = 2^-24);
 //  - SIMD: Highway's Exp (1 ulp), per tile of 64 keys at most one rescale of l and acc by
-//    exp(m_old - m_new) (2 roundings), sums in key order within and across tiles, the final
-//    1 / l; the merge of the 64-key chunks adds an exp, a product and a sum per chunk:
+//    exp(m_old - m_new) (2 roundings), a tile's weights summed per lane and then across lanes
+//    (no worse than a recursive sum), the V sums in key order within and across tiles, the final
+//    1 / l; the merge of the chunks (64 keys below 2048 keys, as in all rows here) adds an exp, a
+//    product and a sum per chunk:
 //    |o_simd - o| <= gamma_{2n+4T+16} S with T = n / 64 + 3 tiles (runs cut tiles short);
 //  - score perturbations: a non-power-of-two scale rounds each score (|ds| <= u |s|); the soft-cap
 //    cap * tanh(s / cap) adds a division, a multiplication and tanh (std::tanh 1 ulp, Highway's
