@@ -351,6 +351,45 @@ TEST_P(AttentionKernelsTest, PartialsMerge) {
 // step's rows begin: chunked prefill), whatever else is in the step (the batch) and whatever the
 // thread count: int8 activations downstream turn a last-bit difference into a different token
 // (found by a fresh user: greedy output changed with --chunk, -t and concurrent requests).
+// q of every token of sc: floats in [-1, 1) off the grid (rounded partial sums), a function of the
+// token's position and sequence only.
+void FillQOffGrid(StepCase& sc, int D) {
+  const size_t row = static_cast<size_t>(sc.p.num_heads) * D;
+  for (int t = 0; t < sc.tokens; ++t) {
+    std::mt19937 qr(static_cast<uint32_t>(1000 + sc.positions[t] + 7919 * sc.seq_of[t]));
+    for (size_t i = 0; i < row; ++i) sc.q[t * row + i] = static_cast<float>(qr() >> 8) / 8388608.0f - 1.0f;
+  }
+}
+
+// Decode steps whose split-K merges are large enough to run per head over the pool (attention.cc:
+// kParallelMergeFloats): the same bits as on one thread, in place too. E2B's full layers (D 512,
+// G 8 on one KV head): 2151 keys (17 chunks of 128) on 2 and 3 threads; 200 keys (4 chunks) on 16
+// threads, which also cuts the heads into 4 groups.
+TEST_P(AttentionKernelsTest, ParallelMergesGiveTheSameBits) {
+  struct Case {
+    int keys, threads;
+  };
+  for (const Case& c : {Case{2151, 2}, Case{2151, 3}, Case{200, 16}}) {
+    std::mt19937 rng(5);
+    Scenario sc{"mqa512_merge", 512, 1, 8, 0, c.keys, 1.0f / 16, {{c.keys - 1, 1}}};
+    StepCase s(sc, 0.0f, rng, /*half_cache=*/true);
+    FillQOffGrid(s, sc.D);
+    const size_t n = static_cast<size_t>(s.p.num_heads) * sc.D;
+    std::vector<float> one(n, 777.0f), many(n, 777.0f);
+    cpu::AttentionScratch scratch;
+    cpu::Attention(s.p, s.Step(one.data()), nullptr, &scratch);
+    ThreadPool pool(c.threads);
+    cpu::Attention(s.p, s.Step(many.data()), &pool, &scratch);
+    ASSERT_EQ(many, one) << c.keys << " keys, " << c.threads << " threads";
+    std::vector<float> in_place(s.q.begin(), s.q.end());
+    cpu::AttentionStep over_q = s.Step(in_place.data());
+    over_q.q = in_place.data();
+    cpu::Attention(s.p, over_q, &pool, &scratch);
+    ASSERT_EQ(in_place, one) << c.keys << " keys, " << c.threads << " threads, in place";
+    for (float x : one) ASSERT_TRUE(std::isfinite(x));
+  }
+}
+
 TEST_P(AttentionKernelsTest, OutputIsTheSameBitsHoweverTheStepIsCut) {
   struct Layer {
     const char* name;
@@ -371,14 +410,10 @@ TEST_P(AttentionKernelsTest, OutputIsTheSameBitsHoweverTheStepIsCut) {
   ThreadPool pool2(2), pool3(3);
   ThreadPool* pools[] = {nullptr, &pool2, &pool3};
   for (const Layer& ly : layers) {
-    // Positional q: the same for a position in every cut.
-    auto fill_q = [&](StepCase& sc) {
-      const size_t row = static_cast<size_t>(sc.p.num_heads) * ly.D;
-      for (int t = 0; t < sc.tokens; ++t) {
-        std::mt19937 qr(static_cast<uint32_t>(1000 + sc.positions[t] + 7919 * sc.seq_of[t]));
-        for (size_t i = 0; i < row; ++i) sc.q[t * row + i] = static_cast<float>(static_cast<int>(qr() % 17) - 8) / 8.0f;
-      }
-    };
+    // Positional q: the same for a position in every cut. Off the grid of eighths (any float in
+    // [-1, 1)), so that the scores' partial sums round and a summation order that depended on the
+    // cut, the thread or a key's place in a register block would show.
+    auto fill_q = [&](StepCase& sc) { FillQOffGrid(sc, ly.D); };
     // Reference cut: the whole sequence in one step, no cache, one thread.
     std::vector<float> whole;
     {

@@ -152,6 +152,40 @@ TEST(CliTest, BadInputsGiveClearErrors) {
   EXPECT_NE(r.status, 0);
 }
 
+// -f FILE (llama.cpp's): the file's text is the prompt, less one trailing newline, the same ids
+// as -p with that text; a missing file or a directory fails before the model loads; -f excludes
+// -p and --tokens.
+TEST(CliTest, PromptFromAFileIsThePromptText) {
+  const std::string file = testing::TempDir() + "gemma4rt_prompt.txt";
+  {
+    std::ofstream out(file, std::ios::binary);
+    out << "Question: What is the capital of Germany?\nAnswer: Berlin\nQuestion: What is the capital of France?\nAnswer:\n";
+  }
+  CliResult f = RunCli("generate -f " + file + " --temp 0 -n 1 --show-ids");
+  ASSERT_EQ(f.status, 0) << f.out;
+  EXPECT_NE(f.out.find(" Paris\nids: 9079"), std::string::npos) << f.out;
+  const std::string line = testing::TempDir() + "gemma4rt_prompt_line.txt";
+  {
+    std::ofstream out(line, std::ios::binary);
+    out << "Once upon a time\n";
+  }
+  CliResult lf = RunCli("logits --file " + line + " --top 1");
+  CliResult lp = RunCli("logits -p 'Once upon a time' --top 1");
+  ASSERT_EQ(lf.status, 0) << lf.out;
+  ASSERT_EQ(lp.status, 0) << lp.out;
+  auto body = [](const std::string& out) { return out.substr(out.find('\n') + 1); };  // after the policy line
+  EXPECT_EQ(body(lf.out), body(lp.out));
+  CliResult missing = RunCli("generate -m /nonexistent/model.gguf -f /nonexistent/prompt.txt -n 1");
+  EXPECT_EQ(missing.status, 1);
+  EXPECT_EQ(missing.out, "gemma4rt: error: NOT_FOUND: prompt file '/nonexistent/prompt.txt' does not exist\n");
+  CliResult dir = RunCli("generate -m /nonexistent/model.gguf -f " + testing::TempDir() + " -n 1");
+  EXPECT_EQ(dir.status, 1);
+  EXPECT_NE(dir.out.find("INVALID_ARGUMENT: prompt file"), std::string::npos) << dir.out;
+  EXPECT_NE(dir.out.find("is a directory"), std::string::npos) << dir.out;
+  CliResult both = RunCli("generate -f " + file + " -p hi -n 1");
+  EXPECT_EQ(both.status, 108) << both.out;  // CLI11's ExcludesError
+}
+
 // The default model (no -m): text in, streamed text out, timings line at the end.
 TEST(CliTest, GenerateTextWithTheDefaultModel) {
   CliResult r = RunCli("generate -p $'Question: What is the capital of Germany?\\nAnswer: Berlin\\nQuestion: What is the capital of France?\\nAnswer:' --temp 0 -n 1 --show-ids");
@@ -302,6 +336,7 @@ TEST(CliTest, InfoKvCacheUsesTheSameContextAsTheOtherCommands) {
   EXPECT_NE(f32.out.find("kv cache: 39.000 MiB per sequence at 4096 tokens (f32)"), std::string::npos) << f32.out;
   // Its device policy line names the cache type as generate's does.
   EXPECT_NE(def.out.find(" kv=f16 threads="), std::string::npos) << def.out;
+  EXPECT_NE(def.out.find(" activations="), std::string::npos) << def.out;
   EXPECT_NE(f32.out.find(" kv=f32 threads="), std::string::npos) << f32.out;
   CliResult bad = RunCli("info --cache-type q8_0");
   EXPECT_EQ(bad.status, 105) << bad.out;  // CLI11's ValidationError, as for --quantize q9
@@ -363,7 +398,7 @@ TEST(CliTest, SamplingFlagRangesAreCheckedBeforeTheModelLoads) {
 TEST(CliTest, PromptFlagsAreCheckedBeforeTheModelLoadsAndNoneIsDropped) {
   CliResult none = RunCli("generate -m /nonexistent/model.gguf -n 1");
   EXPECT_EQ(none.status, 1);
-  EXPECT_EQ(none.out, "gemma4rt: error: INVALID_ARGUMENT: give a prompt with -p TEXT or --tokens ID,ID,...\n");
+  EXPECT_EQ(none.out, "gemma4rt: error: INVALID_ARGUMENT: give a prompt with -p TEXT, -f FILE or --tokens ID,ID,...\n");
   struct Refused {
     const char* flags;
     int status;  // CLI11's RequiresError 107, ExcludesError 108

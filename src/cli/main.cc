@@ -11,7 +11,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <new>
 #include <numeric>
 #include <optional>
@@ -113,6 +115,23 @@ struct Session {
   g4::Status tokenizer_status;
 };
 
+// The prompt text in `path` (generate/logits -f, as llama.cpp's): the file's bytes, less one
+// trailing newline (what an editor leaves and llama.cpp drops). Errors: NOT_FOUND when the file
+// does not exist, INVALID_ARGUMENT when it cannot be read (a directory, no permission).
+g4::StatusOr<std::string> ReadPromptFile(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return g4::NotFound("prompt file '" + path + "' does not exist");
+  if (std::filesystem::is_directory(path, ec)) return g4::InvalidArgument("prompt file '" + path + "' is a directory");
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!in) return g4::InvalidArgument("cannot read prompt file '" + path + "': " + std::strerror(errno));
+  std::string s = text.str();
+  if (!s.empty() && s.back() == '\n') s.pop_back();
+  if (!s.empty() && s.back() == '\r') s.pop_back();
+  return s;
+}
+
 g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int threads, const g4::LoadOptions& lo,
                            bool f32_activations, g4::DType kv_type) {
   if (!std::filesystem::exists(model))
@@ -186,7 +205,7 @@ int Main(int argc_in, char** argv_in) {
   app.footer("Also: gemma4rt serve [-m MODEL] [--host 127.0.0.1] [--port 8080] [-c CTX] [-np SLOTS] [-t THREADS] "
              "[--api-key KEY] [--metrics] [--alias NAME]  (gemma4rt serve --help)\n"
              "      gemma4rt bench [-m MODEL] [-t THREADS] [-p 512] [-n 128] [--depth 0,1024,4096] [--json]");
-  std::string model = g4::DefaultModelPath(), prompt, tokens_text, system;
+  std::string model = g4::DefaultModelPath(), prompt, tokens_text, system, prompt_file;
   int top = 5, chunk = 512, ctx = 0, n_predict = 128;
   int threads = 0;  // all cores
   bool json_out = false, chat = false, think = false, ignore_eos = false, show_ids = false;
@@ -215,16 +234,20 @@ int Main(int argc_in, char** argv_in) {
   struct RunOptions {
     CLI::Option* prompt;
     CLI::Option* tokens;
+    CLI::Option* file;
   };
   auto add_run = [&](CLI::App* c) {
     auto* p = c->add_option("-p,--prompt", prompt, "prompt text (\"\" = BOS alone)");
     auto* t = c->add_option("--tokens", tokens_text, "prompt as comma-separated token ids, e.g. 2,105,2364")->excludes(p);
+    auto* f = c->add_option("-f,--file", prompt_file, "prompt text from a file (llama.cpp's -f: the whole file, less one trailing newline)")
+                  ->excludes(p)
+                  ->excludes(t);
     c->add_option("--chunk", chunk, "prefill chunk size in tokens")->check(CLI::Range(1, 1 << 20));
     c->add_option("-c,--ctx-size", ctx, "context size in tokens (0 = model maximum, capped at 4096)")->check(CLI::Range(0, 1 << 24));
     c->add_option("-t,--threads", threads, "CPU threads (0 = all cores, the default)")->check(CLI::Range(0, 1024));
     c->add_option("--cache-type", cache_type, g4::kCacheTypeHelp)->check(CLI::IsMember({"f32", "f16"}));
     c->add_flag("--f32-activations", f32_activations, "multiply quantised and BF16 weights with f32 activations (transformers' arithmetic; slower) instead of int8 activation blocks and, where the CPU has a bf16 dot product, bf16 activations (llama.cpp's)");
-    return RunOptions{p, t};
+    return RunOptions{p, t, f};
   };
 
   auto* info = app.add_subcommand("info", "print the model's layer plan, parameter and memory counts");
@@ -298,7 +321,8 @@ int Main(int argc_in, char** argv_in) {
     const g4::ModelWeights& w = (*loaded)->weights;
     auto context = g4::ResolveContextSize(c, ctx);  // what generate, logits, serve and bench allocate
     if (!context.ok()) return Fail(context.status());
-    // What generate would start (the same fields as its line).
+    // generate's fields (info itself always maps the weights: memory=mapped; activations= and kv= as
+    // --f32-activations and --cache-type say).
     std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=%s compute=f32 activations=%s weights=%s memory=%s kv=%s threads=%d context=%d\n",
                  g4::cpu::SimdTargetName(), g4::ActivationPolicy(g4::CpuBackendOptionsFor(f32_activations)),
                  g4::WeightsDescription(**loaded).c_str(), g4::WeightsMemory(**loaded),
@@ -324,8 +348,13 @@ int Main(int argc_in, char** argv_in) {
   }
 
   const RunOptions& run = logits->parsed() ? logits_run : gen_run;
-  if (run.prompt->count() == 0 && run.tokens->count() == 0)  // before loading anything
-    return Fail(g4::InvalidArgument("give a prompt with -p TEXT or --tokens ID,ID,..."));
+  if (run.prompt->count() == 0 && run.tokens->count() == 0 && run.file->count() == 0)  // before loading anything
+    return Fail(g4::InvalidArgument("give a prompt with -p TEXT, -f FILE or --tokens ID,ID,..."));
+  if (run.file->count() > 0) {
+    auto text = ReadPromptFile(prompt_file);
+    if (!text.ok()) return Fail(text.status());
+    prompt = std::move(*text);
+  }
   threads = g4::ResolveThreadCount(threads);
   stops.erase(std::remove(stops.begin(), stops.end(), std::string()), stops.end());
   auto session_or = Open(model, ctx, chunk, threads, load_options, f32_activations, *kv_type);

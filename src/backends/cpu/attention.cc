@@ -20,10 +20,11 @@ namespace {
 // count, the batch, or where the cache ends and the step begins (chunked prefill). The chunk
 // length depends only on the item's key count n, which none of those change: 64 keys (the
 // kernel's tile) below 2048 keys, so that a decode step of 65-128 keys is already split between
-// two threads; from 2048, 64 * (n / 1024) keys, at most 512, which keeps 16-31 chunks up to 16K
+// two threads; from 2048, 64 * (n / 1024) keys, at most 512, which keeps 16-32 chunks up to 16K
 // keys. Each chunk's state (G * D floats of acc) is written and read back by the merge: at 4000
 // keys of the E2B's full layers (D 512, G 8), 63 chunks of 64 made the merge 54-76 us of a
-// 320-400 us call on Zen 5 (in-process A/B); chunks of 256, 10-24 us.
+// 320-400 us call on Zen 5 (in-process A/B); fixed chunks of 256 (an experiment), 10-24 us; these
+// chunks are 192 keys there (21 chunks), and the merge 21 us over two threads.
 constexpr int kTileKeys = 64;
 // Split-K merges reading fewer floats of state than this run on the calling thread (waking the
 // pool costs more than they do: a sliding layer's 512 keys at D 256, G 8 are 16K floats).
@@ -212,7 +213,8 @@ void Attention(const AttentionParams& p, const AttentionStep& s, ThreadPool* poo
     }
     u0 = u1;
   }
-  const int64_t merge_floats = static_cast<int64_t>(num_units) * gd;
+  // Each chunk state the merges read is G * D floats (a head group reads its heads of each unit).
+  const int64_t merge_floats = static_cast<int64_t>(chunks_total) * gd;
   auto merge_each = merge_floats >= kParallelMergeFloats ? for_each : serial;
   merge_each(static_cast<int64_t>(merges.size() / 3), [&](int, int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {

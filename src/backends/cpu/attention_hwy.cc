@@ -74,11 +74,13 @@ HWY_INLINE float ElemF32(const hwy::float16_t* p, size_t i) {
 }
 
 // The scalar tail of a dot product: sum of qh[d] * kr[d] for d0 <= d < D (0 when D is a whole
-// number of vectors, as at D 256 and 512).
+// number of vectors, as at D 256 and 512), one fused multiply-add per element: written as
+// `s += q * k`, the compiler contracted it into FMAs for f32 rows and not for f16 ones (AVX2), so
+// a key read from an f16 cache and the same key as an f32 step row scored differently.
 template <class T>
 HWY_INLINE float Tail(const float* HWY_RESTRICT qh, const T* HWY_RESTRICT kr, size_t d0, size_t D) {
   float s = 0.0f;
-  for (size_t d = d0; d < D; ++d) s += qh[d] * ElemF32(kr, d);
+  for (size_t d = d0; d < D; ++d) s = std::fma(qh[d], ElemF32(kr, d), s);
   return s;
 }
 
@@ -409,11 +411,11 @@ void AttentionPartialHwy(const float* HWY_RESTRICT q, int G_, int D_, const KvRu
         m[g] = mx;
       }
       const VF vm = hn::Set(df, mx);
-      VF vsum = hn::Zero(df);  // the padding's weights are 0
+      VF vsum = hn::Zero(df);
       for (size_t j = 0; j < nv; j += N) {
-        const VF e = hn::Exp(df, hn::Sub(hn::LoadU(df, sg + j), vm));
+        const VF e = hn::Exp(df, hn::Sub(hn::LoadU(df, sg + j), vm));  // padding: exp(-inf), 0 in V's sum
         hn::StoreU(e, df, sg + j);
-        vsum = hn::Add(vsum, e);
+        vsum = hn::Add(vsum, hn::IfThenElseZero(hn::FirstN(df, nk - j), e));  // l: the nk keys' weights only
       }
       l[g] += hn::GetLane(hn::SumOfLanes(df, vsum));
     }
