@@ -186,9 +186,10 @@ TEST(CliTest, PromptFromAFileIsThePromptText) {
   EXPECT_EQ(both.status, 108) << both.out;  // CLI11's ExcludesError
 }
 
-// The default model (no -m): text in, streamed text out, timings line at the end.
+// The default model (no -m): text in, streamed text out, timings line at the end. RunCli's shell
+// is sh (dash on Debian), which has no $'...' quoting: newlines come from printf.
 TEST(CliTest, GenerateTextWithTheDefaultModel) {
-  CliResult r = RunCli("generate -p $'Question: What is the capital of Germany?\\nAnswer: Berlin\\nQuestion: What is the capital of France?\\nAnswer:' --temp 0 -n 1 --show-ids");
+  CliResult r = RunCli("generate -p \"$(printf 'Question: What is the capital of Germany?\\nAnswer: Berlin\\nQuestion: What is the capital of France?\\nAnswer:')\" --temp 0 -n 1 --show-ids");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find(" Paris\nids: 9079"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("time to first token"), std::string::npos) << r.out;
@@ -455,7 +456,7 @@ TEST(CliTest, LogitsOfAPromptLongerThanTheContextFailBeforePrintingAnything) {
 // tokenizer prints the ids only.
 TEST(CliTest, TokenIdsInGiveTextOutAndIdsOnlyWhenAskedOrWithoutATokenizer) {
   // The default model's ids of the capitals prompt, from `logits --json`.
-  CliResult lg = RunCli("logits -p $'Question: What is the capital of Germany?\\nAnswer: Berlin\\nQuestion: What is the capital of France?\\nAnswer:' --top 1 --json");
+  CliResult lg = RunCli("logits -p \"$(printf 'Question: What is the capital of Germany?\\nAnswer: Berlin\\nQuestion: What is the capital of France?\\nAnswer:')\" --top 1 --json");
   ASSERT_EQ(lg.status, 0) << lg.out;
   std::string tokens;
   const nlohmann::json j = JsonLine(lg.out);
