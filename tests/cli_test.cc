@@ -351,6 +351,12 @@ TEST(CliTest, InfoKvCacheUsesTheSameContextAsTheOtherCommands) {
   CliResult llama = RunCli("info -ctk f32 -ctv=f32");
   ASSERT_EQ(llama.status, 0) << llama.out;
   EXPECT_NE(llama.out.find("kv cache: 39.000 MiB per sequence at 4096 tokens (f32)"), std::string::npos) << llama.out;
+  CliResult all3 = RunCli("info --cache-type-k=f32 --cache-type-v=f32 --cache-type f32");
+  ASSERT_EQ(all3.status, 0) << all3.out;
+  EXPECT_NE(all3.out.find("(f32)"), std::string::npos) << all3.out;
+  CliResult clash = RunCli("info -ctk f32 --cache-type=f16");
+  EXPECT_EQ(clash.status, 1) << clash.out;
+  EXPECT_NE(clash.out.find("K and V cache types differ (f32, f16)"), std::string::npos) << clash.out;
   CliResult split = RunCli("info --cache-type-k f16 --cache-type-v f32");
   EXPECT_EQ(split.status, 1) << split.out;
   EXPECT_EQ(split.out, "gemma4rt: error: INVALID_ARGUMENT: K and V cache types differ (f16, f32): gemma4rt keeps K and V "

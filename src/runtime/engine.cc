@@ -52,6 +52,19 @@ StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(std::vector<std::stri
     if (!taken) out.push_back(a);
   }
   if (values.empty()) return out;
+  // With an alias, a `--cache-type` of its own joins the check and the one flag emitted (else
+  // CLI11 would refuse the second --cache-type although all agree).
+  std::vector<std::string> rest;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == "--cache-type" && i + 1 < out.size()) {
+      values.push_back(out[++i]);
+    } else if (out[i].rfind("--cache-type=", 0) == 0) {
+      values.push_back(out[i].substr(13));
+    } else {
+      rest.push_back(out[i]);
+    }
+  }
+  out = std::move(rest);
   for (const std::string& v : values)
     if (v != values[0])
       return InvalidArgument("K and V cache types differ (" + values[0] + ", " + v +

@@ -39,7 +39,8 @@ inline constexpr const char* kCacheTypeHelp =
 StatusOr<DType> ParseCacheType(const std::string& name);
 // llama.cpp's spellings of the cache type, for every command: `-ctk T`, `-ctv T`, `--cache-type-k T`,
 // `--cache-type-v T` (also `=T`) become one `--cache-type T`. gemma4rt keeps K and V in one type:
-// InvalidArgument when they name different types. Other arguments are returned unchanged.
+// InvalidArgument when they name different types. Where an alias is given, a `--cache-type T` too
+// joins the check (one flag is emitted). Other arguments are returned unchanged.
 StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(std::vector<std::string> args);
 
 // The context every command uses when -c is 0 or not given: the model's max_position_embeddings,
