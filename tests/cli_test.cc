@@ -152,6 +152,22 @@ TEST(CliTest, BadInputsGiveClearErrors) {
   EXPECT_NE(r.status, 0);
 }
 
+// Without -n, generate stops where the context ends (5 prompt tokens + 15 = -c 20) instead of
+// refusing the default 128; an explicit -n that does not fit is refused, as is a prompt that
+// fills the context.
+TEST(CliTest, GenerateWithoutNStopsAtTheEndOfTheContext) {
+  CliResult fit = RunCli("generate -c 20 -p 'Once upon a time' --temp 0 --ignore-eos --show-ids");
+  ASSERT_EQ(fit.status, 0) << fit.out;
+  EXPECT_NE(fit.out.find("finish_reason=length prompt=5 tokens"), std::string::npos) << fit.out;
+  EXPECT_NE(fit.out.find("generated=15 tokens"), std::string::npos) << fit.out;
+  CliResult explicit_n = RunCli("generate -c 20 -p 'Once upon a time' -n 128 --temp 0");
+  EXPECT_EQ(explicit_n.status, 1) << explicit_n.out;
+  EXPECT_NE(explicit_n.out.find("exceeds the context size 20"), std::string::npos) << explicit_n.out;
+  CliResult full = RunCli("generate -c 5 -p 'Once upon a time' --temp 0");
+  EXPECT_EQ(full.status, 1) << full.out;
+  EXPECT_NE(full.out.find("exceeds the context size 5"), std::string::npos) << full.out;
+}
+
 // -f FILE (llama.cpp's): the file's text is the prompt, less one trailing newline, the same ids
 // as -p with that text; a missing file or a directory fails before the model loads; -f excludes
 // -p and --tokens.

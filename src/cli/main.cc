@@ -266,7 +266,9 @@ int Main(int argc_in, char** argv_in) {
   auto* gen = app.add_subcommand("generate", "continue a prompt, streaming text to stdout");
   add_model(gen);
   const RunOptions gen_run = add_run(gen);
-  gen->add_option("-n,--n-predict", n_predict, "tokens to generate at most")->check(CLI::Range(1, 1 << 20));
+  auto* n_opt = gen->add_option("-n,--n-predict", n_predict,
+                                "tokens to generate at most (default 128, fewer where the context ends first; an explicit -n must fit)")
+                    ->check(CLI::Range(1, 1 << 20));
   auto* chat_flag = gen->add_flag("--chat", chat, "wrap the prompt in the model's chat template (one user turn)")->excludes(gen_run.tokens);
   gen->add_option("--system", system, "system message for --chat")->needs(chat_flag);
   gen->add_flag("--think", think, "Gemma 4 chat: enable thinking")->needs(chat_flag);
@@ -415,6 +417,11 @@ int Main(int argc_in, char** argv_in) {
   g4::GenerateRequest req;
   req.prompt = *ids;
   req.max_tokens = n_predict;
+  // Without -n, generation stops where the context ends (llama-cli's default runs to the context's
+  // end) instead of refusing a prompt that leaves fewer than 128 positions; a prompt that fills
+  // the context is still refused (Generate), as is an explicit -n that does not fit.
+  const int room = engine.options().max_context - static_cast<int>(ids->size());
+  if (n_opt->count() == 0 && room >= 1) req.max_tokens = std::min(n_predict, room);
   Status st = g4::ModelGenerationDefaults(engine.model(), &req.sampling, &req.stop_ids);
   if (!st.ok()) return Fail(st);
   if (temp) req.sampling.temperature = *temp;
