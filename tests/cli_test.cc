@@ -299,8 +299,9 @@ TEST(CliTest, EveryCommandDescribesTheWeightsTheSameWay) {
 }
 
 // bench's table has llama-bench's type_k and type_v columns only for a cache type other than its
-// default f16 (as llama-bench prints fields that differ from their defaults).
-TEST(CliTest, BenchTableHasCacheTypeColumnsOnlyForF32) {
+// default f16, n_ubatch only for a chunk other than 512 (llama-bench prints fields that differ
+// from their defaults).
+TEST(CliTest, BenchTableHasCacheTypeAndUbatchColumnsOnlyWhereNotDefault) {
   const std::string m = "-m " + Fixture("gemma4-e2b-tiny") + " -t 1 -p 0 -n 1 -r 1 --no-warmup --bw-mib 0";
   CliResult f16 = RunCli("bench " + m);
   ASSERT_EQ(f16.status, 0) << f16.out;
@@ -310,6 +311,18 @@ TEST(CliTest, BenchTableHasCacheTypeColumnsOnlyForF32) {
   ASSERT_EQ(f32.status, 0) << f32.out;
   EXPECT_NE(f32.out.find("| threads | type_k | type_v |             test |"), std::string::npos) << f32.out;
   EXPECT_NE(f32.out.find("|       1 |    f32 |    f32 |              tg1 |"), std::string::npos) << f32.out;
+  // n_ubatch likewise where -ub is not 512; --json has llama-bench's type_k, type_v and n_ubatch.
+  CliResult ub = RunCli("bench " + m + " -ub 256 --cache-type f32");
+  ASSERT_EQ(ub.status, 0) << ub.out;
+  EXPECT_NE(ub.out.find("| threads | n_ubatch | type_k | type_v |             test |"), std::string::npos) << ub.out;
+  EXPECT_NE(ub.out.find("|       1 |      256 |    f32 |    f32 |              tg1 |"), std::string::npos) << ub.out;
+  CliResult js = RunCli("bench " + m + " --json");
+  ASSERT_EQ(js.status, 0) << js.out;
+  const nlohmann::json j = BenchJson(js);
+  ASSERT_TRUE(j.is_object()) << js.out;
+  EXPECT_EQ(j["type_k"], "f16");
+  EXPECT_EQ(j["type_v"], "f16");
+  EXPECT_EQ(j["n_ubatch"], 512);
 }
 
 // A file whose projections mix dtypes (llama.cpp's Q4_K_M keeps some in Q5_0/Q6_K/Q8_0) names

@@ -718,16 +718,25 @@ int BenchMain(int argc, char** argv) {
     }
   }
 
-  // As llama-bench: type_k and type_v columns only where the cache is not its default f16.
-  const bool kv_columns = cache_type != "f16";
-  char kv_cells[64] = "";
-  if (kv_columns) std::snprintf(kv_cells, sizeof kv_cells, " %6s | %6s |", cache_type.c_str(), cache_type.c_str());
+  // As llama-bench: an n_ubatch column where the prefill chunk is not its default 512, type_k and
+  // type_v columns where the cache is not its default f16.
+  std::string extra_head, extra_sep, extra_cells;
+  if (ubatch != 512) {
+    char cell[32];
+    std::snprintf(cell, sizeof cell, " %8d |", ubatch);
+    extra_head += " n_ubatch |", extra_sep += " -------: |", extra_cells += cell;
+  }
+  if (cache_type != "f16") {
+    char cells[64];
+    std::snprintf(cells, sizeof cells, " %6s | %6s |", cache_type.c_str(), cache_type.c_str());
+    extra_head += " type_k | type_v |", extra_sep += " -----: | -----: |", extra_cells += cells;
+  }
   if (!json) {
     std::printf("| %-24s | %10s | %10s | %-7s | %7s |%s %16s | %20s |\n", "model", "size", "params", "backend", "threads",
-                kv_columns ? " type_k | type_v |" : "", "test", "t/s (median)");
+                extra_head.c_str(), "test", "t/s (median)");
     std::printf("| %s | %s: | %s: | %s | %s: |%s %s: | %s: |\n", std::string(24, '-').c_str(), std::string(9, '-').c_str(),
                 std::string(9, '-').c_str(), std::string(7, '-').c_str(), std::string(6, '-').c_str(),
-                kv_columns ? " -----: | -----: |" : "", std::string(15, '-').c_str(), std::string(19, '-').c_str());
+                extra_sep.c_str(), std::string(15, '-').c_str(), std::string(19, '-').c_str());
     std::fflush(stdout);
   }
 
@@ -739,7 +748,7 @@ int BenchMain(int argc, char** argv) {
       char ts[64];
       std::snprintf(ts, sizeof ts, "%.2f ± %.2f", r.median_ts, r.stddev_ts);  // "±" is 2 bytes, 1 column
       std::printf("| %-24s | %10s | %10s | %-7s | %7d |%s %16s | %21s |\n", desc, HumanBytes(static_cast<double>(size_bytes)).c_str(),
-                  HumanCount(n_params).c_str(), "CPU", threads, kv_cells, TestName(r).c_str(), ts);
+                  HumanCount(n_params).c_str(), "CPU", threads, extra_cells.c_str(), TestName(r).c_str(), ts);
       std::fflush(stdout);
     }
   };
@@ -864,7 +873,10 @@ int BenchMain(int argc, char** argv) {
     out["device_policy"] = policy;
     out["threads"] = threads;
     out["ubatch"] = ubatch;
+    out["n_ubatch"] = ubatch;  // llama-bench's names
     out["cache_type"] = cache_type;
+    out["type_k"] = cache_type;
+    out["type_v"] = cache_type;
     out["repetitions"] = reps;
     out["seed"] = seed;
     out["context"] = context;
