@@ -323,8 +323,8 @@ int Main(int argc_in, char** argv_in) {
     const g4::ModelWeights& w = (*loaded)->weights;
     auto context = g4::ResolveContextSize(c, ctx);  // what generate, logits, serve and bench allocate
     if (!context.ok()) return Fail(context.status());
-    // generate's fields (info itself always maps the weights: memory=mapped; activations= and kv= as
-    // --f32-activations and --cache-type say).
+    // generate's fields, for generate's defaults (info takes no -t or --f32-activations, and always
+    // maps the weights: memory=mapped) and the --cache-type given.
     std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=%s compute=f32 activations=%s weights=%s memory=%s kv=%s threads=%d context=%d\n",
                  g4::cpu::SimdTargetName(), g4::ActivationPolicy(g4::CpuBackendOptionsFor(f32_activations)),
                  g4::WeightsDescription(**loaded).c_str(), g4::WeightsMemory(**loaded),

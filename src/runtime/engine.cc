@@ -31,40 +31,33 @@ StatusOr<DType> ParseCacheType(const std::string& name) {
 }
 
 StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(std::vector<std::string> args) {
-  static const char* const kAliases[] = {"-ctk", "-ctv", "--cache-type-k", "--cache-type-v"};
+  // llama.cpp's four spellings, then gemma4rt's own, which joins the check where an alias is given
+  // (else CLI11 would refuse a second --cache-type although all agree).
+  static const char* const kSpellings[] = {"-ctk", "-ctv", "--cache-type-k", "--cache-type-v", "--cache-type"};
   std::vector<std::string> out, values;
+  bool alias = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     bool taken = false;
-    for (const char* alias : kAliases) {
-      const std::string name = alias;
-      if (a == name) {
-        if (i + 1 >= args.size()) return InvalidArgument(name + " needs a value (f16 or f32)");
+    for (const char* spelling : kSpellings) {
+      const std::string name = spelling;
+      const bool own = name == "--cache-type";
+      if (a == name && i + 1 < args.size()) {
         values.push_back(args[++i]);
+      } else if (a == name && !own) {
+        return InvalidArgument(name + " needs a value (f16 or f32)");
       } else if (a.rfind(name + "=", 0) == 0) {
         values.push_back(a.substr(name.size() + 1));
       } else {
         continue;
       }
+      alias = alias || !own;
       taken = true;
       break;
     }
     if (!taken) out.push_back(a);
   }
-  if (values.empty()) return out;
-  // With an alias, a `--cache-type` of its own joins the check and the one flag emitted (else
-  // CLI11 would refuse the second --cache-type although all agree).
-  std::vector<std::string> rest;
-  for (size_t i = 0; i < out.size(); ++i) {
-    if (out[i] == "--cache-type" && i + 1 < out.size()) {
-      values.push_back(out[++i]);
-    } else if (out[i].rfind("--cache-type=", 0) == 0) {
-      values.push_back(out[i].substr(13));
-    } else {
-      rest.push_back(out[i]);
-    }
-  }
-  out = std::move(rest);
+  if (!alias) return args;  // --cache-type alone: CLI11 checks it
   for (const std::string& v : values)
     if (v != values[0])
       return InvalidArgument("K and V cache types differ (" + values[0] + ", " + v +

@@ -106,15 +106,12 @@ void Attention(const AttentionParams& p, const AttentionStep& s, ThreadPool* poo
   const int threads = pool != nullptr ? pool->size() : 1;
   auto q_of = [&](int t, int kvh) { return s.q + (static_cast<size_t>(t) * Nq + kvh * G) * D; };
   auto out_of = [&](int t, int kvh) { return s.out + (static_cast<size_t>(t) * Nq + kvh * G) * D; };
-  using RangeFn = std::function<void(int, int64_t, int64_t)>;
-  std::function<void(int64_t, const RangeFn&)> serial = [](int64_t n, const RangeFn& fn) {
-    if (n > 0) fn(0, 0, n);
-  };
-  std::function<void(int64_t, const RangeFn&)> for_each = [&](int64_t n, const RangeFn& fn) {
-    if (pool != nullptr) {
+  // fn over [0, n) on the pool, or on the calling thread where there is none or !parallel.
+  auto for_each = [&](int64_t n, const std::function<void(int, int64_t, int64_t)>& fn, bool parallel = true) {
+    if (pool != nullptr && parallel) {
       pool->ParallelFor(n, fn);
-    } else {
-      serial(n, fn);
+    } else if (n > 0) {
+      fn(0, 0, n);
     }
   };
 
@@ -215,8 +212,7 @@ void Attention(const AttentionParams& p, const AttentionStep& s, ThreadPool* poo
   }
   // Each chunk state the merges read is G * D floats (a head group reads its heads of each unit).
   const int64_t merge_floats = static_cast<int64_t>(chunks_total) * gd;
-  auto merge_each = merge_floats >= kParallelMergeFloats ? for_each : serial;
-  merge_each(static_cast<int64_t>(merges.size() / 3), [&](int, int64_t b, int64_t e) {
+  for_each(static_cast<int64_t>(merges.size() / 3), [&](int, int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const int64_t u0 = merges[3 * i], u1 = merges[3 * i + 1], h = merges[3 * i + 2];
       const int item = static_cast<int>(units[4 * u0]);
@@ -226,7 +222,7 @@ void Attention(const AttentionParams& p, const AttentionStep& s, ThreadPool* poo
       AttentionMergeStrided(1, G, D, static_cast<int>(u1 - u0), m + u0 * G + i0, l + u0 * G + i0,
                             acc + u0 * gd + i0 * D, out_of(item / Nkv, item % Nkv) + h * D);
     }
-  });
+  }, /*parallel=*/merge_floats >= kParallelMergeFloats);
 }
 
 void AttentionReference(const AttentionParams& p, const AttentionStep& s) {

@@ -85,8 +85,9 @@ HWY_INLINE float Tail(const float* HWY_RESTRICT qh, const T* HWY_RESTRICT kr, si
 }
 
 // out[0..3] = the lanes of v0..v3 summed, four at once: interleaving 32-bit then 64-bit lanes
-// leaves lane i holding partial sums of v(i mod 4) (on every target: x86's per-block and SVE's
-// whole-vector interleaves both keep lane parity), then halves are added down to 4 lanes. Against
+// leaves lane i holding partial sums of v(i mod 4) (x86's interleaves work per 128-bit block, which
+// keeps that; NEON's vectors are one block), then halves are added down to 4 lanes; SVE (scalable)
+// and the scalar target take one SumOfLanes per vector. Against
 // four SumOfLanes (a shuffle tree each), about a third of the shuffles and adds; the score pass
 // does one such reduction per head and key, 16 per register block of 8 heads x 2 keys.
 template <class D, class V = hn::Vec<D>>
