@@ -187,15 +187,20 @@ TEST_P(GoldenTest, Bf16ActivationsStayCloseToTransformers) {
 }
 
 // The fused gated MLP (CpuBackendOptions::fuse_mlp, the default), q/k/v in one loop
-// (group_matmuls, the default) and the activations prepared once per input for all threads (int8
-// blocks; BF16's reordered floats, shared by q/k/v and gate/up) give the bits of separate ops on
-// one thread, in prefill and in decode.
+// (group_matmuls, the default), the activations prepared once per input for all threads (int8
+// blocks; BF16's reordered floats, shared by q/k/v and gate/up) and the MLPs and output
+// projections of a prefill in row blocks (row_block; 3 rows here, so that the fixture's short
+// prompt is cut into blocks) give the bits of separate ops on one thread
+// without blocks, in prefill and in decode.
 TEST_P(GoldenTest, FusedMlpOnTwoThreadsGivesTheBitsOfUnfusedOnOne) {
   Reference ref = LoadReference(GetParam());
   CpuBackendOptions unfused;
   unfused.fuse_mlp = false;
   unfused.group_matmuls = false;
-  auto a = MakeEngine(GetParam(), 512, 1, 2);
+  unfused.row_block = 0;
+  CpuBackendOptions blocked;
+  blocked.row_block = 3;
+  auto a = MakeEngine(GetParam(), 512, 1, 2, blocked);
   auto b = MakeEngine(GetParam(), 512, 1, 1, unfused);
   ASSERT_TRUE(a != nullptr && b != nullptr);
   const auto prompt = std::span<const int32_t>(ref.ids).first(ref.ids.size() - 1);

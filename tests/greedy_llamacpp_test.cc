@@ -160,6 +160,9 @@ struct InvarianceConfig {
   // CpuBackendOptions::fuse_mlp and group_matmuls: false runs gate, up and GeGlu as three ops and
   // q, k and v as three loops.
   bool fuse = true;
+  // CpuBackendOptions::row_block: MLPs and output projections of prefill steps longer than this
+  // in blocks of this many rows (0: none).
+  int row_block = 128;
 };
 
 // Prefill of a 300-token prompt and one decode step, alone and batched with another sequence,
@@ -177,6 +180,7 @@ void ExpectSameLogitBits(bool int8_activations, std::span<const InvarianceConfig
     CpuBackendOptions bo;
     bo.int8_activations = int8_activations;
     bo.fuse_mlp = bo.group_matmuls = c.fuse;
+    bo.row_block = c.row_block;
     EngineOptions eo{2, 512, c.chunk};
     eo.kv_type = kv_type;
     auto e = Engine::Create(std::move(m).value(), MakeCpuBackend(c.threads, bo), eo);
@@ -193,7 +197,7 @@ void ExpectSameLogitBits(bool int8_activations, std::span<const InvarianceConfig
     const size_t V = solo.size();
     ASSERT_EQ(batched.size(), 2 * V);
     const std::string what = "threads " + std::to_string(c.threads) + " chunk " + std::to_string(c.chunk) +
-                             (c.fuse ? "" : " unfused MLP, ungrouped q/k/v");
+                             (c.fuse ? "" : " unfused MLP, ungrouped q/k/v") + " row block " + std::to_string(c.row_block);
     for (size_t i = 0; i < V; ++i) ASSERT_EQ(batched[V + i], solo[i]) << what << ": batched decode, logit " << i;
     if (first_prefill.empty()) {
       first_prefill = prefill;
@@ -206,7 +210,9 @@ void ExpectSameLogitBits(bool int8_activations, std::span<const InvarianceConfig
 }
 
 TEST(GreedyLlamaCppTest, Gemma3_270mInt8LogitsAreTheSameBitsForEveryChunkThreadCountAndBatch) {
-  const InvarianceConfig configs[] = {{2, 512}, {1, 512}, {2, 5}, {2, 64}, {1, 129}, {3, 200}, {2, 512, false}, {1, 3, false}};
+  const InvarianceConfig configs[] = {{2, 512},         {1, 512},        {2, 5},           {2, 64},
+                                      {1, 129},         {3, 200},        {2, 512, false},  {1, 3, false},
+                                      {2, 512, true, 0}, {1, 300, true, 7}, {2, 200, true, 64}};
   ExpectSameLogitBits(true, configs);
 }
 
@@ -214,14 +220,14 @@ TEST(GreedyLlamaCppTest, Gemma3_270mInt8LogitsAreTheSameBitsForEveryChunkThreadC
 // values are rounded to f16 before attention, so a key reads the same from the step as from the
 // cache and the cut of a prompt into chunks does not show.
 TEST(GreedyLlamaCppTest, Gemma3_270mInt8LogitsWithAnF16CacheAreTheSameBitsForEveryChunkThreadCountAndBatch) {
-  const InvarianceConfig configs[] = {{2, 512}, {1, 5}, {2, 64}, {3, 129}};
+  const InvarianceConfig configs[] = {{2, 512}, {1, 5}, {2, 64}, {3, 129}, {2, 512, true, 0}, {1, 300, true, 9}};
   ExpectSameLogitBits(true, configs, DType::kF16);
 }
 
 // The same with f32 activations on the file's block-quantised weights (Q5_0/Q8_0/Q4_K/Q6_K...):
 // until 2026-11-29 their decode and prefill tiles summed a row differently, ~1e-5 apart.
 TEST(GreedyLlamaCppTest, Gemma3_270mF32ActivationLogitsAreTheSameBitsForEveryChunkThreadCountAndBatch) {
-  const InvarianceConfig configs[] = {{2, 512}, {1, 7}, {3, 129}, {2, 512, false}};
+  const InvarianceConfig configs[] = {{2, 512}, {1, 7}, {3, 129}, {2, 512, false}, {2, 512, true, 0}, {1, 300, true, 11}};
   ExpectSameLogitBits(false, configs);
 }
 
@@ -251,6 +257,35 @@ TEST(GreedyLlamaCppTest, Gemma3_270mFusedMlpStepHoldsOneMlpOutputLess) {
               bytes[0] / 1048576.0, bytes[1] / 1048576.0, mlp_output / 1048576.0);
   EXPECT_EQ(c.layers[0].mlp_width, 2048);
   EXPECT_LE(bytes[1] + mlp_output, bytes[0]);
+}
+
+// Row blocks (CpuBackendOptions::row_block, 128 by default): a 512-token prefill step of the 270M
+// holds the MLP output and the down projection's int8 input for 128 tokens instead of 512, and the
+// output projection's int8 input likewise (node outputs plus prepared activations, StepBytes).
+// This and the step's K and V in f16 (not f32) brought `generate`'s peak RSS over a 1749-token
+// prompt from 284.6 to 280.2 MiB (docs/PERFORMANCE.md).
+TEST(GreedyLlamaCppTest, Gemma3_270mRowBlocksHoldAQuarterOfTheMlpOutput) {
+  const std::string path = DefaultModelPath();
+  ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: run scripts/fetch-default-model.sh";
+  auto m = LoadModel(path);
+  ASSERT_TRUE(m.ok());
+  const ModelConfig& c = (*m)->config;
+  const Graph g = BuildGemmaGraph(c, (*m)->weights, GraphOptions{});
+  const int tokens = 512;
+  size_t bytes[2] = {0, 0};
+  for (int blocked : {0, 1}) {
+    CpuBackendOptions bo;
+    bo.row_block = blocked ? 128 : 0;
+    auto backend = MakeCpuBackend(2, bo);
+    auto exe = backend->Compile(g, tokens, 1);
+    ASSERT_TRUE(exe.ok());
+    bytes[blocked] = (*exe)->StepBytes();
+  }
+  const size_t mlp_output = static_cast<size_t>(tokens) * c.layers[0].mlp_width * sizeof(float);
+  std::printf("prefill step of %d tokens: %.2f MiB without row blocks, %.2f MiB with (an MLP output: %.2f MiB)\n",
+              tokens, bytes[0] / 1048576.0, bytes[1] / 1048576.0, mlp_output / 1048576.0);
+  EXPECT_EQ(c.layers[0].mlp_width, 2048);
+  EXPECT_LE(bytes[1] + mlp_output * 3 / 4, bytes[0]);
 }
 
 // q, k and v of one norm run as one pool loop (CpuBackendOptions::group_matmuls), seen through the

@@ -121,29 +121,40 @@ struct Merge {
   int32_t result;
 };
 
-// Trie over the byte strings of the tokens that may be written as text.
-class SpecialTrie {
+// The byte strings of the tokens that may be written as text (special tokens), matched at a
+// position of a text: one table sorted by bytes, texts in one buffer, walked a byte at a time as a
+// trie would be by narrowing a range of entries with two binary searches per byte (in text
+// without special tokens the first byte already empties it). Gemma's ~6K special tokens take
+// ~0.1 MiB; a trie of one node per byte with a vector of children each held ~0.9 MiB of heap,
+// part of `generate`'s peak RSS (docs/PERFORMANCE.md).
+class SpecialTable {
  public:
+  // Adds a token; the first id added wins for a text added twice; empty texts never match. Call
+  // Finish before ForEachMatch.
   void Insert(std::string_view text, int32_t id);
+  void Finish();
   // Calls fn(length, id) for every token that matches s at position pos, shortest first.
   template <typename Fn>
   void ForEachMatch(std::string_view s, size_t pos, Fn&& fn) const {
-    int32_t node = 0;
-    for (size_t i = pos; i < s.size(); ++i) {
-      node = Child(node, static_cast<unsigned char>(s[i]));
-      if (node < 0) return;
-      if (nodes_[node].id >= 0) fn(i + 1 - pos, nodes_[node].id);
+    auto lo = entries_.begin(), hi = entries_.end();
+    for (size_t len = 1; pos + len <= s.size() && lo != hi; ++len) {
+      // [lo, hi): the entries that start with s[pos, pos + len - 1), the one equal to it first.
+      const unsigned char c = static_cast<unsigned char>(s[pos + len - 1]);
+      lo = std::partition_point(lo, hi, [&](const Entry& e) { return e.len < len || Byte(e, len - 1) < c; });
+      hi = std::partition_point(lo, hi, [&](const Entry& e) { return Byte(e, len - 1) == c; });
+      if (lo != hi && lo->len == len) fn(len, lo->id);
     }
   }
-  bool empty() const { return nodes_.size() <= 1; }
+  bool empty() const { return entries_.empty(); }
 
  private:
-  struct Node {
-    int32_t id = -1;
-    std::vector<std::pair<uint8_t, int32_t>> children;  // sorted by byte
+  struct Entry {
+    uint32_t offset, len;  // bytes of text_
+    int32_t id;
   };
-  int32_t Child(int32_t node, uint8_t b) const;
-  std::vector<Node> nodes_ = std::vector<Node>(1);
+  unsigned char Byte(const Entry& e, size_t i) const { return static_cast<unsigned char>(text_[e.offset + i]); }
+  std::string text_;
+  std::vector<Entry> entries_;
 };
 
 // One step of an HF normalizer (applied to the text between added tokens).
@@ -185,8 +196,8 @@ struct Model {
   // Tokens recognised in raw text. GGUF: llama.cpp's longest-first order, SpecialRank(id) = the
   // token's place in the order of length descending, then id. HF: leftmost-longest, two tries
   // (raw text, then normalized text).
-  SpecialTrie raw_trie;
-  SpecialTrie normalized_trie;
+  SpecialTable raw_specials;
+  SpecialTable normalized_specials;
   // GGUF: the special tokens' ids in increasing order and, at the same index, their ranks (6414
   // of Gemma 3's 262144 tokens: 50 KB, where a rank per token id took 1 MiB).
   std::vector<int32_t> special_ids;

@@ -39,29 +39,20 @@ std::vector<Symbol> SplitChars(std::string_view text) {
 
 }  // namespace
 
-int32_t SpecialTrie::Child(int32_t node, uint8_t b) const {
-  const auto& ch = nodes_[node].children;
-  auto it = std::lower_bound(ch.begin(), ch.end(), b,
-                             [](const std::pair<uint8_t, int32_t>& p, uint8_t v) { return p.first < v; });
-  return (it != ch.end() && it->first == b) ? it->second : -1;
+void SpecialTable::Insert(std::string_view text, int32_t id) {
+  if (text.empty()) return;
+  entries_.push_back({static_cast<uint32_t>(text_.size()), static_cast<uint32_t>(text.size()), id});
+  text_.append(text);
 }
 
-void SpecialTrie::Insert(std::string_view text, int32_t id) {
-  int32_t node = 0;
-  for (char c : text) {
-    const uint8_t b = static_cast<uint8_t>(c);
-    int32_t next = Child(node, b);
-    if (next < 0) {
-      next = static_cast<int32_t>(nodes_.size());
-      nodes_.emplace_back();
-      auto& ch = nodes_[node].children;
-      auto it = std::lower_bound(ch.begin(), ch.end(), b,
-                                 [](const std::pair<uint8_t, int32_t>& p, uint8_t v) { return p.first < v; });
-      ch.insert(it, {b, next});
-    }
-    node = next;
-  }
-  if (nodes_[node].id < 0) nodes_[node].id = id;  // first id wins for duplicated strings
+void SpecialTable::Finish() {
+  auto view = [this](const Entry& e) { return std::string_view(text_).substr(e.offset, e.len); };
+  std::stable_sort(entries_.begin(), entries_.end(), [&](const Entry& a, const Entry& b) { return view(a) < view(b); });
+  // Equal texts are adjacent in the order they were added: keep the first.
+  entries_.erase(std::unique(entries_.begin(), entries_.end(), [&](const Entry& a, const Entry& b) { return view(a) == view(b); }),
+                 entries_.end());
+  entries_.shrink_to_fit();
+  text_.shrink_to_fit();
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -108,8 +108,8 @@ void Model::Finalize() {
   }
   std::sort(eog.begin(), eog.end());
 
-  raw_trie = SpecialTrie();
-  normalized_trie = SpecialTrie();
+  raw_specials = SpecialTable();
+  normalized_specials = SpecialTable();
   special_ids.clear();
   special_ranks.clear();
   if (kind == Tokenizer::Kind::kHfBpe) {
@@ -117,11 +117,13 @@ void Model::Finalize() {
       const uint32_t a = tokens.attrs(i);
       if (!(a & (kTokenControl | kTokenUserDefined))) continue;
       if (a & kTokenNormalized) {
-        normalized_trie.Insert(Normalize(tokens.text(i)), i);
+        normalized_specials.Insert(Normalize(tokens.text(i)), i);
       } else {
-        raw_trie.Insert(tokens.text(i), i);
+        raw_specials.Insert(tokens.text(i), i);
       }
     }
+    raw_specials.Finish();
+    normalized_specials.Finish();
     return;
   }
   // llama.cpp: every CONTROL / USER_DEFINED / UNKNOWN token, longest first.
@@ -134,8 +136,9 @@ void Model::Finalize() {
   std::vector<std::pair<int32_t, int32_t>> by_id(ids.size());  // (id, rank)
   for (size_t r = 0; r < ids.size(); ++r) {
     by_id[r] = {ids[r], static_cast<int32_t>(r)};
-    raw_trie.Insert(tokens.text(ids[r]), ids[r]);
+    raw_specials.Insert(tokens.text(ids[r]), ids[r]);
   }
+  raw_specials.Finish();
   std::sort(by_id.begin(), by_id.end());
   special_ids.resize(by_id.size());
   special_ranks.resize(by_id.size());
@@ -166,7 +169,7 @@ bool IsAsciiSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\
 // over every special token of the vocabulary.
 std::vector<Fragment> PartitionLongestFirst(const Model& m, std::string_view text, bool parse_special) {
   std::vector<Fragment> frags{{-1, 0, text.size()}};
-  if (m.raw_trie.empty() || text.empty()) return frags;
+  if (m.raw_specials.empty() || text.empty()) return frags;
   const auto allowed = [&](int32_t id) {
     return parse_special || !(m.tokens.attrs(id) & (kTokenControl | kTokenUnknown));
   };
@@ -175,7 +178,7 @@ std::vector<Fragment> PartitionLongestFirst(const Model& m, std::string_view tex
   std::vector<int32_t> found;
   size_t total = 0;
   for (size_t pos = 0; pos < text.size(); ++pos) {
-    m.raw_trie.ForEachMatch(text, pos, [&](size_t, int32_t id) {
+    m.raw_specials.ForEachMatch(text, pos, [&](size_t, int32_t id) {
       if (!allowed(id)) return;
       ++total;
       if (seen.empty()) seen.assign(m.num_special(), 0);
@@ -222,7 +225,7 @@ std::vector<Fragment> PartitionLongestFirst(const Model& m, std::string_view tex
   std::vector<Occ> occ;
   occ.reserve(total);
   for (size_t pos = 0; pos < text.size(); ++pos) {
-    m.raw_trie.ForEachMatch(text, pos, [&](size_t len, int32_t id) {
+    m.raw_specials.ForEachMatch(text, pos, [&](size_t len, int32_t id) {
       if (allowed(id)) {
         occ.push_back({m.SpecialRank(id), static_cast<uint32_t>(pos), static_cast<uint32_t>(len), id});
       }
@@ -256,7 +259,7 @@ bool IsWordByte(unsigned char c) {
 // HF AddedVocabulary::find_matches: leftmost-longest matches; a "special" match is left as text
 // when parse_special is false (tokenizers' encode_special_tokens); lstrip / rstrip absorb the
 // whitespace around a match; single_word matches need non-word characters on both sides.
-std::vector<Fragment> PartitionLeftmostLongest(const Model& m, const tokenizer_internal::SpecialTrie& trie,
+std::vector<Fragment> PartitionLeftmostLongest(const Model& m, const tokenizer_internal::SpecialTable& specials,
                                                std::string_view text, bool parse_special) {
   std::vector<Fragment> out;
   size_t start = 0;  // end of the last emitted piece
@@ -264,7 +267,7 @@ std::vector<Fragment> PartitionLeftmostLongest(const Model& m, const tokenizer_i
   while (pos < text.size()) {
     size_t best_len = 0;
     int32_t best_id = -1;
-    trie.ForEachMatch(text, pos, [&](size_t len, int32_t id) {
+    specials.ForEachMatch(text, pos, [&](size_t len, int32_t id) {
       best_len = len;
       best_id = id;
     });
@@ -309,13 +312,13 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos, bool
   if (text.empty()) return out;
 
   if (m.kind == Kind::kHfBpe) {
-    for (const Fragment& f : PartitionLeftmostLongest(m, m.raw_trie, text, parse_special)) {
+    for (const Fragment& f : PartitionLeftmostLongest(m, m.raw_specials, text, parse_special)) {
       if (f.id >= 0) {
         out.push_back(f.id);
         continue;
       }
       const std::string norm = m.Normalize(text.substr(f.begin, f.end - f.begin));
-      for (const Fragment& g : PartitionLeftmostLongest(m, m.normalized_trie, norm, parse_special)) {
+      for (const Fragment& g : PartitionLeftmostLongest(m, m.normalized_specials, norm, parse_special)) {
         if (g.id >= 0) {
           out.push_back(g.id);
         } else {

@@ -57,7 +57,7 @@ int AttentionKeyRuns(const AttentionParams& p, const AttentionStep& s, int t, in
   // Step: positions max(lo, start) .. pos, rows first + (j - start).
   const int j0 = std::max(lo, start);
   const int64_t row = first + (j0 - start);
-  add(s.k, s.v, row, pos - j0 + 1, false);
+  add(s.k, s.v, row, pos - j0 + 1, s.step_f16);
   *num_runs = n;
   return pos - lo + 1;
 }
@@ -241,16 +241,14 @@ void AttentionReference(const AttentionParams& p, const AttentionStep& s) {
     // the step, else from the step.
     std::vector<float> row_f32(D);
     auto row = [&](int j, bool is_v, int kvh) -> const float* {
-      if (j < start) {
-        const int slot = s.ring ? j % s.slots : j;
-        const int64_t at = static_cast<int64_t>(slot) * ld + static_cast<int64_t>(kvh) * D;
-        const void* base = is_v ? s.v_cache[t] : s.k_cache[t];
-        if (!s.cache_f16) return static_cast<const float*>(base) + at;
-        const uint16_t* h = static_cast<const uint16_t*>(base) + at;
-        for (int d = 0; d < D; ++d) row_f32[d] = F16ToF32(h[d]);
-        return row_f32.data();
-      }
-      return (is_v ? s.v : s.k) + (first + (j - start)) * ld + static_cast<int64_t>(kvh) * D;
+      const bool cached = j < start;
+      const int64_t r = cached ? (s.ring ? j % s.slots : j) : first + (j - start);
+      const int64_t at = r * ld + static_cast<int64_t>(kvh) * D;
+      const void* base = cached ? (is_v ? s.v_cache[t] : s.k_cache[t]) : (is_v ? s.v : s.k);
+      if (!(cached ? s.cache_f16 : s.step_f16)) return static_cast<const float*>(base) + at;
+      const uint16_t* h = static_cast<const uint16_t*>(base) + at;
+      for (int d = 0; d < D; ++d) row_f32[d] = F16ToF32(h[d]);
+      return row_f32.data();
     };
     for (int h = 0; h < Nq; ++h) {
       const float* qh = s.q + (static_cast<size_t>(t) * Nq + h) * D;

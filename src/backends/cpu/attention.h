@@ -52,8 +52,8 @@ struct AttentionParams {
 struct AttentionStep {
   int tokens;
   const float* q;  // [tokens, Nq*D]
-  const float* k;  // [tokens, Nkv*D]: the step's keys
-  const float* v;  // [tokens, Nkv*D]
+  const void* k;   // [tokens, Nkv*D]: the step's keys, f16 where step_f16, else f32
+  const void* v;   // [tokens, Nkv*D]
   float* out;      // [tokens, Nq*D]; may be q (Attention only: in place)
   const int32_t* positions;      // [tokens] absolute positions
   const int32_t* seq_first;      // [tokens] step index of the first token of t's sequence
@@ -62,6 +62,7 @@ struct AttentionStep {
   int slots;                     // cache rows per sequence
   bool ring;                     // slot of position j = j % slots (sliding layer), else j
   bool cache_f16 = false;        // cache rows are f16, else f32
+  bool step_f16 = false;         // the step's k and v rows are f16 (as an f16 cache holds them), else f32
 };
 
 // x[i] = the f16 nearest to x[i] (round to nearest even, as F32ToF16), as f32; n floats.

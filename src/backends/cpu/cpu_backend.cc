@@ -50,6 +50,7 @@ class CpuWorkspace {
   std::vector<float> act_reordered;     // or its f32 activations in its kernel's order (BF16)
   std::vector<std::vector<float>> mlp;  // per pool task: a fused MLP's second matmul, [rows, kMlpCols]
   std::vector<float> rope_cs;           // the current step's RoPE tables (CpuExecutable::rope_offset_)
+  std::vector<uint16_t> attn_kv_f16;    // with an f16 cache: the attention step's K then V rows in f16
   // CpuBackendOptions::profile: the per-op table (Backend::Profile) and each entry's index by
   // (op, step tokens).
   std::vector<OpProfile> profile;
@@ -77,7 +78,9 @@ class CpuExecutable : public Executable {
   }
 
   void Run(const StepInput& in, KvCache& cache) override;
-  size_t StepBytes() const override { return arena_floats_ * sizeof(float); }
+  // The arena's floats plus the workspace this step needs besides (prepared activations, the
+  // fused MLP's per-thread blocks, RoPE tables): what a step of this shape holds at most.
+  size_t StepBytes() const override { return step_bytes_; }
 
   OutputView Output(const std::string& name) const override {
     auto it = outputs_.find(name);
@@ -88,6 +91,9 @@ class CpuExecutable : public Executable {
 
  private:
   int RowsOf(const Node& n) const { return n.rows == Rows::kTokens ? num_tokens_ : num_out_; }
+  // Rows a node's buffers are sized for: RowsOf, or, in an MLP run in row blocks (mlp_down_of_),
+  // the block.
+  int PlannedRowsOf(int node) const;
   float* Buf(int node) { return base_ + offset_of_[node]; }
   void Plan();
   void RunAttention(const AttentionOp& op, const float* q, const float* k, const float* v, float* out,
@@ -144,7 +150,13 @@ class CpuExecutable : public Executable {
                   int ldy, int task);
   // The fused gated MLP of GeGlu node `node` (see Plan, CpuBackendOptions::fuse_mlp): out [rows,
   // mlp_width] = GeGlu(gate, up), in blocks of kMlpCols output columns per thread.
-  void RunFusedMlp(int node, int rows, float* out);
+  // x: its input's first row (nullptr: prepared by the previous matmul, the plan's act_reuse_).
+  void RunFusedMlp(int node, const float* x, int rows, float* out);
+  // The fused MLP `node` and its down projection mlp_down_of_[node] over the step's rows, in
+  // blocks of CpuBackendOptions::row_block rows: per block, the fused MLP into its output
+  // (block rows), then the down projection of those into its own output's rows. Returns the
+  // seconds the down projections took where the plan profiles it (else 0).
+  double RunMlpBlocks(int node, int rows);
   // The matmul group led by node `leader` (see Plan, CpuBackendOptions::group_matmuls): one pool
   // loop over the weight rows of every member, end to end, each member's output at its own
   // buffer.
@@ -184,6 +196,14 @@ class CpuExecutable : public Executable {
   };
   std::vector<FusedMlp> mlp_of_;
   std::vector<bool> fused_away_;
+  // MLPs run in row blocks (CpuBackendOptions::row_block): mlp_down_of_[fused GeGlu node] =
+  // the down projection that alone reads it (-1: none), which is blocked_away_: run by the GeGlu
+  // node, its output live from there.
+  std::vector<int> mlp_down_of_;
+  std::vector<bool> blocked_away_;
+  // Plain matmuls run in row blocks (see Plan): prepared and multiplied block by block.
+  std::vector<bool> row_blocked_;
+  size_t step_bytes_ = 0;
   // Matmul groups (CpuBackendOptions::group_matmuls): group_of_[leader] = the group's matmul
   // nodes in graph order, the leader first (empty: not a leader); the other members are
   // grouped_away_: run by the leader, their outputs live from the leader on.
@@ -230,7 +250,6 @@ class CpuExecutable : public Executable {
   std::vector<float> scratch_;       // one converted weight row (max K)
   std::vector<int32_t> seq_first_;   // per token: index of its sequence's first step token
   std::vector<const void*> attn_cache_rows_;  // per token: K, then V cache row of slot 0 of its sequence
-  std::vector<float> attn_kv_f16_;            // with an f16 cache: the step's K and V rounded to f16 values
   cpu::AttentionScratch attn_scratch_;
   std::vector<float> moe_scratch_;
   std::vector<cpu::ActBlockQ8> moe_q8_;  // int8 blocks of the experts' inputs
@@ -251,7 +270,9 @@ class CpuExecutable : public Executable {
 // them in blocks of columns (RunFusedMlp), and only its output [tokens, mlp_width] is in the
 // arena. Gemma 3 270M, a 452-token prefill chunk: arena 8.17 -> 4.63 MiB, the MLP output next to
 // the residual (GreedyLlamaCppTest.Gemma3_270mFusedMlpStepHoldsOneMlpOutputLess; generate's peak
-// RSS in docs/PERFORMANCE.md).
+// RSS in docs/PERFORMANCE.md). With row blocks (CpuBackendOptions::row_block) the MLP output
+// holds a block's rows, and a blocked matmul's input lives through it (read block by block), its
+// output over the input where the rows are no wider.
 void CpuExecutable::Plan() {
   const auto& nodes = graph_.nodes();
   const int n = static_cast<int>(nodes.size());
@@ -259,11 +280,10 @@ void CpuExecutable::Plan() {
   // shape, read by nothing else and not exported.
   mlp_of_.assign(n, {});
   fused_away_.assign(n, false);
-  size_t mlp_scratch = 0;
+  std::vector<int> uses(n, 0);
+  for (const Node& node : nodes)
+    for (int in : node.inputs) ++uses[in];
   if (opts_.fuse_mlp) {
-    std::vector<int> uses(n, 0);
-    for (const Node& node : nodes)
-      for (int in : node.inputs) ++uses[in];
     for (int i = 0; i < n; ++i) {
       if (!std::holds_alternative<GeGluOp>(nodes[i].op) || nodes[i].inputs.size() != 2) continue;
       const int a = nodes[i].inputs[0], b = nodes[i].inputs[1];
@@ -276,16 +296,7 @@ void CpuExecutable::Plan() {
       if (nodes[a].rows != nodes[i].rows || nodes[b].rows != nodes[i].rows || nodes[a].cols != nodes[i].cols) continue;
       mlp_of_[i] = {a, b};
       fused_away_[a] = fused_away_[b] = true;
-      mlp_scratch = std::max(mlp_scratch, static_cast<size_t>(RowsOf(nodes[i])) * kMlpCols);
     }
-  }
-  if (mlp_scratch > 0) {  // in the workspace, shared by the executables (steps run one at a time)
-    if (ws_->mlp.size() < static_cast<size_t>(pool_->size())) ws_->mlp.resize(pool_->size());
-    for (auto& v : ws_->mlp)
-      if (v.size() < mlp_scratch) {
-        v = {};
-        v.resize(mlp_scratch);
-      }
   }
   // A fused MLP prepares its input where its GeGlu node runs: the trackers below see it there.
   auto matmul_at = [&](int i) -> const Node* {
@@ -297,7 +308,6 @@ void CpuExecutable::Plan() {
   // quantisation (reordering) and never read the f32 input (q, k, v of one norm; gate and up): it
   // may die before them.
   act_reuse_.assign(n, false);
-  size_t q8_blocks = 0, superblocks = 0, reordered_floats = 0;
   // Only matmuls whose weights want the same activation group (cpu::PreferredActGroup: 256 for
   // Q4_K/Q5_K, 32 for the rest) share a quantisation, so each weight type sees activations
   // quantised as llama.cpp quantises them for it (Q8_K or Q8_0). The two workspaces are separate:
@@ -307,19 +317,15 @@ void CpuExecutable::Plan() {
     if (node == nullptr) continue;
     const auto* mm = std::get_if<MatMulOp>(&node->op);
     const int x = node->inputs[0], K = nodes[x].cols;
-    const size_t rows = RowsOf(*node);
     if (UsesQ8(*mm->w, K)) {
       const int group = cpu::PreferredActGroup(mm->w->dtype, K);
       act_reuse_[i] = x == quantised && group == quantised_group;
       quantised = x;
       quantised_group = group;
-      q8_blocks = std::max(q8_blocks, static_cast<size_t>(K / 32) * rows);
-      if (UsesSuperblocks(mm->w->dtype, K)) superblocks = std::max(superblocks, 2 * static_cast<size_t>(K / 256) * rows);
     } else if (Reorders(mm->w->dtype, K)) {
       act_reuse_[i] = x == reordered && K == reordered_k;
       reordered = x;
       reordered_k = K;
-      reordered_floats = std::max(reordered_floats, static_cast<size_t>(K) * rows);
     }
   }
   // Matmul groups: a plain matmul (not part of a fused MLP) that prepares its activations
@@ -350,6 +356,66 @@ void CpuExecutable::Plan() {
       group_of_[i] = std::move(members);
     }
   }
+  // Row blocks (CpuBackendOptions::row_block), for steps longer than the block. A fused MLP whose
+  // output only the next node reads, a matmul of the same rows (the down projection), runs with
+  // it block by block (mlp_down_of_); a plain matmul that prepares its input and is no wider than
+  // it (the attention output projection) prepares and multiplies it block by block
+  // (row_blocked_). No prepared input of theirs may be reused by a later matmul: the workspace
+  // ends the step holding the last block's only.
+  mlp_down_of_.assign(n, -1);
+  blocked_away_.assign(n, false);
+  row_blocked_.assign(n, false);
+  auto reused_after = [&](int i, int a, int b) {  // a later matmul reuses the preparation of a or b
+    for (int k = i + 1; k < n; ++k) {
+      const Node* mk = matmul_at(k);
+      if (mk != nullptr && act_reuse_[k] && (mk->inputs[0] == a || mk->inputs[0] == b)) return true;
+    }
+    return false;
+  };
+  for (int i = 0; opts_.row_block > 0 && i < n; ++i) {
+    if (RowsOf(nodes[i]) <= opts_.row_block || act_reuse_[i] || blocked_away_[i]) continue;
+    if (mlp_of_[i].first >= 0) {
+      const int j = i + 1, x = nodes[mlp_of_[i].first].inputs[0];
+      if (j == n || uses[i] != 1 || !nodes[i].name.empty() || !std::holds_alternative<MatMulOp>(nodes[j].op) ||
+          nodes[j].inputs.size() != 1 || nodes[j].inputs[0] != i || nodes[j].rows != nodes[i].rows || act_reuse_[j] ||
+          !group_of_[j].empty() || reused_after(j, x, i))
+        continue;
+      mlp_down_of_[i] = j;
+      blocked_away_[j] = true;
+      continue;
+    }
+    const auto* mm = std::get_if<MatMulOp>(&nodes[i].op);
+    if (mm == nullptr || fused_away_[i] || grouped_away_[i] || !group_of_[i].empty()) continue;
+    const int x = nodes[i].inputs[0], K = nodes[x].cols;
+    if (nodes[x].rows != nodes[i].rows || nodes[i].cols > K || !(UsesQ8(*mm->w, K) || Reorders(mm->w->dtype, K)) ||
+        reused_after(i, x, x))
+      continue;
+    row_blocked_[i] = true;
+  }
+  // The workspace's prepared activations and fused-MLP blocks, for the rows each matmul runs on.
+  size_t q8_blocks = 0, superblocks = 0, reordered_floats = 0, mlp_scratch = 0;
+  for (int i = 0; i < n; ++i) {
+    const Node* node = matmul_at(i);
+    if (node == nullptr) continue;
+    const Tensor& w = *std::get<MatMulOp>(node->op).w;
+    const int K = nodes[node->inputs[0]].cols;
+    const size_t rows = PlannedRowsOf(i);
+    if (UsesQ8(w, K)) {
+      q8_blocks = std::max(q8_blocks, static_cast<size_t>(K / 32) * rows);
+      if (UsesSuperblocks(w.dtype, K)) superblocks = std::max(superblocks, 2 * static_cast<size_t>(K / 256) * rows);
+    } else if (Reorders(w.dtype, K)) {
+      reordered_floats = std::max(reordered_floats, static_cast<size_t>(K) * rows);
+    }
+    if (mlp_of_[i].first >= 0) mlp_scratch = std::max(mlp_scratch, rows * kMlpCols);
+  }
+  if (mlp_scratch > 0) {  // in the workspace, shared by the executables (steps run one at a time)
+    if (ws_->mlp.size() < static_cast<size_t>(pool_->size())) ws_->mlp.resize(pool_->size());
+    for (auto& v : ws_->mlp)
+      if (v.size() < mlp_scratch) {
+        v = {};
+        v.resize(mlp_scratch);
+      }
+  }
   if (ws_->act_q8.size() < q8_blocks) {  // sized here, never during a step; the old blocks go first
     ws_->act_q8 = {};
     ws_->act_sums = {};
@@ -372,7 +438,9 @@ void CpuExecutable::Plan() {
     if (const Node* mm = matmul_at(i)) {
       const int x = mm->inputs[0], K = nodes[x].cols;
       const Tensor& w = *std::get<MatMulOp>(mm->op).w;
-      last_use[x] = std::max(last_use[x], UsesQ8(w, K) || Reorders(w.dtype, K) ? i - 1 : i);
+      // In row blocks the input is read block by block to the end.
+      const bool prepared_first = (UsesQ8(w, K) || Reorders(w.dtype, K)) && mlp_down_of_[i] < 0 && !row_blocked_[i];
+      last_use[x] = std::max(last_use[x], prepared_first ? i - 1 : i);
       continue;
     }
     for (int in : nodes[i].inputs) last_use[in] = i;
@@ -401,7 +469,15 @@ void CpuExecutable::Plan() {
       value_of[i] = value_of[a];
       return true;
     };
-    if (std::holds_alternative<AddOp>(node.op)) {
+    if (blocked_away_[i] || row_blocked_[i]) {
+      // A matmul in row blocks: over its (or its MLP's) input x where x dies there and rows are no
+      // wider than x's: block b writes rows [r0, r0 + B), which lie within x's rows [0, r0 + B),
+      // all read by then.
+      const int at = blocked_away_[i] ? node.inputs[0] : i;
+      const int x = blocked_away_[i] ? nodes[mlp_of_[at].first].inputs[0] : node.inputs[0];
+      if (last_use[x] == at && value_of[x] >= 0 && nodes[x].rows == node.rows && node.cols <= nodes[x].cols)
+        value_of[i] = value_of[x];
+    } else if (std::holds_alternative<AddOp>(node.op)) {
       over(0) || over(1);
     } else if (std::holds_alternative<ScaleOp>(node.op) || std::holds_alternative<SoftcapOp>(node.op) ||
                std::holds_alternative<RmsNormOp>(node.op) || std::holds_alternative<RopeOp>(node.op) ||
@@ -421,13 +497,14 @@ void CpuExecutable::Plan() {
   for (int i = 0; i < n; ++i) {
     leader_of[i] = i;
     for (int m : group_of_[i]) leader_of[m] = i;
+    if (mlp_down_of_[i] >= 0) leader_of[mlp_down_of_[i]] = i;
   }
   size_t max_k = 1;
   for (int i = 0; i < n; ++i) {
     const Node& node = nodes[i];
     for (int in : node.inputs) max_k = std::max<size_t>(max_k, nodes[in].cols);
     if (node.cols <= 0 || fused_away_[i]) continue;
-    const size_t need = static_cast<size_t>(RowsOf(node)) * node.cols;
+    const size_t need = static_cast<size_t>(PlannedRowsOf(i)) * node.cols;
     const size_t size = (std::max<size_t>(need, 1) + kAlign - 1) / kAlign * kAlign;
     const int last = std::max(i, last_use[i]);
     if (value_of[i] != i) {  // in place: extend the value's range
@@ -485,6 +562,8 @@ void CpuExecutable::Plan() {
     rope_table_of_[i] = static_cast<int>(t);
   }
   if (ws_->rope_cs.size() < rope_floats) ws_->rope_cs.resize(rope_floats);  // grown only, as the arena
+  step_bytes_ = sizeof(float) * (arena_floats_ + 2 * q8_blocks + reordered_floats + mlp_scratch * pool_->size() + rope_floats) +
+                sizeof(cpu::ActBlockQ8) * q8_blocks + sizeof(cpu::ActSuperblockQ8) * superblocks;
   rope_ready_.assign(rope_offset_.size(), 0);
   // Hints: for each node that runs on the pool, the next matmul (or fused MLP) after it, unless
   // an MoE block (whose expert matmuls are chosen at run time) comes first.
@@ -493,7 +572,7 @@ void CpuExecutable::Plan() {
     Hint next;
     for (int i = n - 1; i >= 0; --i) {
       const auto& op = nodes[i].op;
-      const bool on_pool = !fused_away_[i] && !grouped_away_[i] && (std::holds_alternative<MatMulOp>(op) || mlp_of_[i].first >= 0 ||
+      const bool on_pool = !fused_away_[i] && !grouped_away_[i] && !blocked_away_[i] && (std::holds_alternative<MatMulOp>(op) || mlp_of_[i].first >= 0 ||
                                                std::holds_alternative<AttentionOp>(op) ||
                                                std::holds_alternative<SoftcapOp>(op));
       if (on_pool) hint_after_[i] = next;
@@ -502,7 +581,7 @@ void CpuExecutable::Plan() {
         continue;
       }
       const Node* mm = matmul_at(i);
-      if (mm == nullptr || grouped_away_[i]) continue;
+      if (mm == nullptr || grouped_away_[i] || blocked_away_[i]) continue;
       // Worker 1's run starts at unit u0 of the loop: in a group, of the members' rows end to end.
       std::vector<const Tensor*> ws{std::get<MatMulOp>(mm->op).w};
       for (size_t m = 1; m < group_of_[i].size(); ++m) ws.push_back(std::get<MatMulOp>(nodes[group_of_[i][m]].op).w);
@@ -562,6 +641,11 @@ void CpuExecutable::Plan() {
   }
 }
 
+int CpuExecutable::PlannedRowsOf(int node) const {
+  const int rows = RowsOf(graph_.node(node));
+  return mlp_down_of_[node] >= 0 || blocked_away_[node] || row_blocked_[node] ? std::min(rows, opts_.row_block) : rows;
+}
+
 void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
   G4_CHECK(static_cast<int>(in.tokens.size()) == num_tokens_ && in.positions.size() == in.tokens.size() &&
            in.seq_ids.size() == in.tokens.size() && static_cast<int>(in.output_rows.size()) == num_out_);
@@ -580,7 +664,9 @@ void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& node = nodes[i];
     const int rows = RowsOf(node);
+    if (blocked_away_[i]) continue;  // run by its MLP's GeGlu node (RunMlpBlocks)
     if (profile_slot_[i] >= 0) t0 = Clock::now();
+    double nested_seconds = 0;  // of another node's profile entry (RunMlpBlocks' down projections)
     float* out = node.cols > 0 ? Buf(static_cast<int>(i)) : nullptr;
     auto input = [&](int j) -> float* { return Buf(node.inputs[j]); };
     std::visit(Overloaded{
@@ -596,6 +682,15 @@ void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
         [&](const MatMulOp& op) {
           if (fused_away_[i] || grouped_away_[i]) return;  // run by its GeGlu node / its group's leader
           if (!group_of_[i].empty()) return RunMatMulGroup(static_cast<int>(i), rows);
+          if (row_blocked_[i]) {
+            const float* x = input(0);
+            const int K = graph_.node(node.inputs[0]).cols;
+            for (int r0 = 0; r0 < rows; r0 += opts_.row_block) {
+              const int nr = std::min(opts_.row_block, rows - r0);
+              ParallelMatMul(x + static_cast<size_t>(r0) * K, nr, K, *op.w, op.out_scale, out + static_cast<size_t>(r0) * node.cols);
+            }
+            return;
+          }
           ParallelMatMul(act_reuse_[i] ? nullptr : input(0), rows, graph_.node(node.inputs[0]).cols, *op.w, op.out_scale, out);
         },
         [&](const RmsNormOp& op) {
@@ -632,8 +727,11 @@ void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
           }
         },
         [&](const GeGluOp&) {
-          if (mlp_of_[i].first >= 0) {
-            RunFusedMlp(static_cast<int>(i), rows, out);
+          if (mlp_down_of_[i] >= 0) {
+            nested_seconds = RunMlpBlocks(static_cast<int>(i), rows);
+          } else if (mlp_of_[i].first >= 0) {
+            RunFusedMlp(static_cast<int>(i), act_reuse_[i] ? nullptr : Buf(graph_.node(mlp_of_[i].first).inputs[0]), rows,
+                        out);
           } else {
             cpu::GeGlu(input(0), input(1), static_cast<int64_t>(rows) * node.cols, out);
           }
@@ -682,7 +780,7 @@ void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
     if (profile_slot_[i] >= 0) {
       OpProfile& p = ws_->profile[profile_slot_[i]];
       ++p.calls;
-      p.seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+      p.seconds += std::chrono::duration<double>(Clock::now() - t0).count() - nested_seconds;
     }
     const Hint& h = hint_after_[i];
     if (h.a != nullptr) pool_->PrefetchHint(h.a, h.a_bytes, h.b, h.b_bytes);
@@ -777,7 +875,7 @@ void CpuExecutable::ParallelMatMulRaw(const float* x, int rows, int K, const uin
   });
 }
 
-void CpuExecutable::RunFusedMlp(int node, int rows, float* out) {
+void CpuExecutable::RunFusedMlp(int node, const float* x, int rows, float* out) {
   const Node& first = graph_.node(mlp_of_[node].first);
   const Node& second = graph_.node(mlp_of_[node].second);
   const auto& op1 = std::get<MatMulOp>(first.op);
@@ -787,8 +885,8 @@ void CpuExecutable::RunFusedMlp(int node, int rows, float* out) {
   const DType wt = op1.w->dtype;
   const size_t row_bytes = DTypeRowBytes(wt, K);
   CheckWorkspace(wt, K, rows);
-  const Activations a = Prepare(act_reuse_[node] ? nullptr : Buf(first.inputs[0]), rows, K, wt, ws_->act_q8.data(),
-                                ws_->act_sums.data(), ws_->act_sb.data(), ws_->act_reordered.data());
+  const Activations a =
+      Prepare(x, rows, K, wt, ws_->act_q8.data(), ws_->act_sums.data(), ws_->act_sb.data(), ws_->act_reordered.data());
   // Per block of columns: the first matmul straight into out, the second into the thread's
   // scratch, then GeGlu in place over out.
   const int g = RowGrain(wt);  // kMlpCols is a multiple of it
@@ -805,6 +903,32 @@ void CpuExecutable::RunFusedMlp(int node, int rows, float* out) {
       }
     }
   });
+}
+
+double CpuExecutable::RunMlpBlocks(int node, int rows) {
+  const int down = mlp_down_of_[node];
+  const Node& dn = graph_.node(down);
+  const auto& op = std::get<MatMulOp>(dn.op);
+  const int x_node = graph_.node(mlp_of_[node].first).inputs[0];
+  const int K = graph_.node(x_node).cols, width = graph_.node(node).cols;
+  const float* x = Buf(x_node);
+  float* mlp = Buf(node);  // [block rows, width]
+  float* y = Buf(down);    // [rows, dn.cols], possibly over x: a block's rows are read before they are written
+  const int slot = profile_slot_[down];
+  using Clock = std::chrono::steady_clock;
+  double seconds = 0;
+  for (int r0 = 0; r0 < rows; r0 += opts_.row_block) {
+    const int n = std::min(opts_.row_block, rows - r0);
+    RunFusedMlp(node, x + static_cast<size_t>(r0) * K, n, mlp);
+    const Clock::time_point t0 = slot >= 0 ? Clock::now() : Clock::time_point();
+    ParallelMatMul(mlp, n, width, *op.w, op.out_scale, y + static_cast<size_t>(r0) * dn.cols);
+    if (slot >= 0) seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  if (slot >= 0) {
+    ++ws_->profile[slot].calls;
+    ws_->profile[slot].seconds += seconds;
+  }
+  return seconds;
 }
 
 void CpuExecutable::RunMatMulGroup(int leader, int rows) {
@@ -847,18 +971,25 @@ void CpuExecutable::RunAttention(const AttentionOp& op, const float* q, const fl
   }
   const cpu::AttentionParams params{op.num_heads, op.num_kv_heads, op.head_dim, op.window, op.scale, op.softcap};
   const bool half = cache.type() == DType::kF16;
+  const void* step_k = k;
+  const void* step_v = v;
   if (half) {
-    // The step's keys and values as the cache will hold them (attention.h: AttentionStep).
+    // The step's keys and values as the cache holds them (attention.h: AttentionStep), in the
+    // workspace (one buffer for every executable: steps run one at a time).
     const size_t n = static_cast<size_t>(num_tokens_) * cache.kv_width(layer);
-    if (attn_kv_f16_.size() < 2 * n) attn_kv_f16_.resize(2 * n);
-    std::copy_n(k, n, attn_kv_f16_.data());
-    std::copy_n(v, n, attn_kv_f16_.data() + n);
-    cpu::RoundToF16(attn_kv_f16_.data(), static_cast<int64_t>(2 * n));
-    k = attn_kv_f16_.data();
-    v = attn_kv_f16_.data() + n;
+    std::vector<uint16_t>& kv = ws_->attn_kv_f16;
+    if (kv.size() < 2 * n) {
+      kv = {};
+      kv.resize(2 * n);
+    }
+    cpu::ToF16(k, static_cast<int64_t>(n), kv.data());
+    cpu::ToF16(v, static_cast<int64_t>(n), kv.data() + n);
+    step_k = kv.data();
+    step_v = kv.data() + n;
   }
-  const cpu::AttentionStep step{num_tokens_, q, k, v, out, in.positions.data(), seq_first_.data(), kc, vc,
-                                cache.slots(layer), cache.window(layer) > 0, half};
+  cpu::AttentionStep step{num_tokens_, q, step_k, step_v, out, in.positions.data(), seq_first_.data(), kc, vc,
+                          cache.slots(layer), cache.window(layer) > 0, half};
+  step.step_f16 = half;
   cpu::Attention(params, step, pool_, &attn_scratch_);
 }
 
