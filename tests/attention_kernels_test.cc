@@ -90,6 +90,7 @@ struct StepCase {
   std::vector<std::vector<float>> k_cache, v_cache;
   std::vector<std::vector<uint16_t>> kh_cache, vh_cache;  // half: the caches in f16
   std::vector<float> q, k, v;
+  std::vector<uint16_t> kh, vh;  // half: the step's rows in f16 (AttentionStep::step_f16), as the backend passes them
   std::vector<int32_t> positions, seq_first, seq_of;
   std::vector<const void*> kc, vc;
   bool half;
@@ -146,6 +147,8 @@ struct StepCase {
         kh_cache.push_back(to_f16(k_cache[i]));
         vh_cache.push_back(to_f16(v_cache[i]));
       }
+      kh = to_f16(k);
+      vh = to_f16(v);
     }
     for (int t = 0; t < tokens; ++t) {
       kc.push_back(half ? static_cast<const void*>(kh_cache[seq_of[t]].data()) : k_cache[seq_of[t]].data());
@@ -154,8 +157,14 @@ struct StepCase {
   }
 
   cpu::AttentionStep Step(float* out) const {
-    return cpu::AttentionStep{tokens, q.data(), k.data(), v.data(), out, positions.data(), seq_first.data(),
-                              kc.data(), vc.data(), slots, p.window > 0, half};
+    cpu::AttentionStep s{tokens, q.data(), k.data(), v.data(), out, positions.data(), seq_first.data(),
+                         kc.data(), vc.data(), slots, p.window > 0, half};
+    if (half) {
+      s.k = kh.data();
+      s.v = vh.data();
+      s.step_f16 = true;
+    }
+    return s;
   }
 };
 
@@ -257,8 +266,8 @@ TEST_P(AttentionKernelsTest, MatchesReferenceAndDefinition) {
         std::vector<float> out(exact.size(), 777.0f);
         cpu::AttentionScratch scratch;
         cpu::Attention(s.p, s.Step(out.data()), pool, &scratch);
-        // The f16 cache holds the same values: the kernel's f16 path gives the same bits, and the
-        // reference reads it the same.
+        // The f16 cache and f16 step rows hold the same values: the kernel's f16 path gives the
+        // same bits, and the reference reads them the same.
         std::vector<float> out_half(exact.size(), 777.0f), ref_half(exact.size(), 777.0f);
         cpu::Attention(s_half.p, s_half.Step(out_half.data()), pool, &scratch);
         ASSERT_EQ(out_half, out) << sc.name << " softcap " << softcap << " threads " << threads << ": f16 cache";
@@ -280,7 +289,7 @@ TEST_P(AttentionKernelsTest, MatchesReferenceAndDefinition) {
               worst_simd, worst_rel);
 }
 
-// The f16 cache's conversions (ToF16 for the cache rows, RoundToF16 for the step's rows) are
+// The f16 conversions (ToF16 for the cache and the step's rows, RoundToF16 for f16 values as f32) are
 // F32ToF16's round-to-nearest-even on every target, bit for bit: ties, subnormals, the overflow to
 // infinity, signed zeros; NaN stays NaN. A length that is no multiple of any lane count covers the
 // tails.

@@ -21,6 +21,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <span>
 
 #include <nlohmann/json.hpp>
@@ -30,6 +31,7 @@
 #include "model/model.h"
 #include "runtime/backend.h"
 #include "runtime/engine.h"
+#include "runtime/kv_cache.h"
 
 namespace g4 {
 namespace {
@@ -286,6 +288,64 @@ TEST(GreedyLlamaCppTest, Gemma3_270mRowBlocksHoldAQuarterOfTheMlpOutput) {
               tokens, bytes[0] / 1048576.0, bytes[1] / 1048576.0, mlp_output / 1048576.0);
   EXPECT_EQ(c.layers[0].mlp_width, 2048);
   EXPECT_LE(bytes[1] + mlp_output * 3 / 4, bytes[0]);
+}
+
+// Row blocks in graphs that BuildGemmaGraph does not make, on the 270M's quantised weights: the
+// blocked matmul's input is read again after it (so its output cannot go over the input) and its
+// output is exported; an MLP in row blocks whose down projection is exported while the MLP's
+// input lives on. Found by review: blocked outputs were given buffers of one block's rows (a write
+// past the end), and the down projection's range began at its own node instead of the MLP's, so
+// the MLP block buffer could share its bytes (every block but the last overwritten). Each
+// exported output must be the bits of the unblocked step.
+TEST(GreedyLlamaCppTest, RowBlockedOutputsThatOutliveTheirInputsAreWholeAndRight) {
+  const std::string path = DefaultModelPath();
+  ASSERT_TRUE(std::filesystem::exists(path)) << path << " is missing: run scripts/fetch-default-model.sh";
+  auto m = LoadModel(path);
+  ASSERT_TRUE(m.ok());
+  const ModelConfig& c = (*m)->config;
+  const auto& layer = (*m)->weights.layers[0];
+  const int H = c.hidden, T = 300;
+  std::vector<int32_t> tokens(T), pos(T), seq(T, 0), out_rows{T - 1};
+  for (int t = 0; t < T; ++t) {
+    tokens[t] = 1000 + 37 * t;
+    pos[t] = t;
+  }
+  for (bool mlp : {false, true}) {
+    Graph g;
+    const int x = g.Add(EmbedOp{(*m)->weights.embed, 1.0f}, {}, H);
+    if (mlp) {
+      const int I = static_cast<int>(layer.gate_proj->shape[0]);
+      const int gate = g.Add(MatMulOp{layer.gate_proj, 1.0f}, {x}, I);
+      const int up = g.Add(MatMulOp{layer.up_proj, 1.0f}, {x}, I);
+      g.Add(MatMulOp{layer.down_proj, 1.0f}, {g.Add(GeGluOp{}, {gate, up}, I)}, H, "m");
+    } else {
+      g.Add(MatMulOp{layer.k_proj, 1.0f}, {x}, static_cast<int>(layer.k_proj->shape[0]), "m");  // 256 of 640 columns
+    }
+    g.Add(SliceOp{0}, {g.Add(ScaleOp{2.0f}, {x}, H, "y")}, 32, "z");
+    std::map<std::string, std::vector<float>> want;
+    for (int block : {0, 7, 128}) {
+      CpuBackendOptions bo;
+      bo.row_block = block;
+      auto backend = MakeCpuBackend(2, bo);
+      auto exe = backend->Compile(g, T, 1);
+      ASSERT_TRUE(exe.ok());
+      KvCache cache(c, 1, 512);
+      (*exe)->Run(StepInput{tokens, pos, seq, out_rows}, cache);
+      for (const char* name : {"m", "y", "z"}) {
+        const OutputView o = (*exe)->Output(name);
+        ASSERT_EQ(o.rows, T) << name;
+        const std::vector<float> got(o.data, o.data + static_cast<size_t>(o.rows) * o.cols);
+        if (block == 0) {
+          want[name] = got;
+          continue;
+        }
+        ASSERT_EQ(got.size(), want[name].size());
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_EQ(got[i], want[name][i]) << (mlp ? "MLP" : "k_proj") << " row block " << block << " output " << name
+                                           << " row " << i / o.cols;
+      }
+    }
+  }
 }
 
 // q, k and v of one norm run as one pool loop (CpuBackendOptions::group_matmuls), seen through the

@@ -45,8 +45,9 @@ class Executable {
   virtual void Run(const StepInput& input, KvCache& cache) = 0;
   // Exported output by name; rows == 0 if the graph has no such output.
   virtual OutputView Output(const std::string& name) const = 0;
-  // Bytes of host memory the step's node outputs take (the CPU backend: its share of the
-  // workspace arena, which executables of one backend share); 0 where a backend does not say.
+  // Bytes of host memory the step's node outputs and prepared activations take (the CPU backend:
+  // the workspace arena and activation buffers it needs, which executables of one backend share;
+  // not the attention's and kernels' own scratch); 0 where a backend does not say.
   virtual size_t StepBytes() const { return 0; }
 };
 

@@ -194,7 +194,7 @@ struct Model {
   std::vector<int32_t> eog;
 
   // Tokens recognised in raw text. GGUF: llama.cpp's longest-first order, SpecialRank(id) = the
-  // token's place in the order of length descending, then id. HF: leftmost-longest, two tries
+  // token's place in the order of length descending, then id. HF: leftmost-longest, two tables
   // (raw text, then normalized text).
   SpecialTable raw_specials;
   SpecialTable normalized_specials;

@@ -43,12 +43,14 @@ struct AttentionParams {
   float softcap;  // > 0: scores = softcap * tanh(scores / softcap)
 };
 
-// One attention op's inputs for one step. Rows of q/out are Nq*D floats, rows of k/v Nkv*D floats,
-// rows of the cache Nkv*D elements, f32 or f16 (cache_f16: IEEE binary16). Token t of sequence s
+// One attention op's inputs for one step. Rows of q/out are Nq*D floats, rows of k/v Nkv*D
+// elements (f32, or f16 where step_f16), rows of the cache Nkv*D elements, f32 or f16
+// (cache_f16: IEEE binary16). Token t of sequence s
 // at position p attends to the cache rows of positions before the step (first step position of s
 // = positions[seq_first[t]]) and to the step rows of s. With an f16 cache, the step rows must hold
-// f16 values (each an f32 that f16 represents exactly: RoundToF16), so a key reads the same
-// whether it comes from the step or, in a later step, from the cache.
+// f16 values (step_f16: the rows in f16, as the CPU backend passes them; or f32 rows of values
+// that f16 represents exactly, RoundToF16), so a key reads the same whether it comes from the
+// step or, in a later step, from the cache.
 struct AttentionStep {
   int tokens;
   const float* q;  // [tokens, Nq*D]

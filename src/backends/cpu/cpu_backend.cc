@@ -79,7 +79,8 @@ class CpuExecutable : public Executable {
 
   void Run(const StepInput& in, KvCache& cache) override;
   // The arena's floats plus the workspace this step needs besides (prepared activations, the
-  // fused MLP's per-thread blocks, RoPE tables): what a step of this shape holds at most.
+  // fused MLP's per-thread blocks, RoPE tables); not the scratch that grows during Run (the
+  // attention's f16 step rows and split-K state, per-thread weight rows, MoE buffers).
   size_t StepBytes() const override { return step_bytes_; }
 
   OutputView Output(const std::string& name) const override {
@@ -493,9 +494,11 @@ void CpuExecutable::Plan() {
   };
   std::vector<Range> ranges;
   std::vector<int> range_of(n, -1);
-  std::vector<int> leader_of(n);  // where a node's output is written: its group's leader, or itself
+  // Where a node's output is first written: its group's leader, the GeGlu node of its MLP in row
+  // blocks, or itself (in two passes: a member comes after its leader).
+  std::vector<int> leader_of(n);
+  for (int i = 0; i < n; ++i) leader_of[i] = i;
   for (int i = 0; i < n; ++i) {
-    leader_of[i] = i;
     for (int m : group_of_[i]) leader_of[m] = i;
     if (mlp_down_of_[i] >= 0) leader_of[mlp_down_of_[i]] = i;
   }
@@ -504,7 +507,8 @@ void CpuExecutable::Plan() {
     const Node& node = nodes[i];
     for (int in : node.inputs) max_k = std::max<size_t>(max_k, nodes[in].cols);
     if (node.cols <= 0 || fused_away_[i]) continue;
-    const size_t need = static_cast<size_t>(PlannedRowsOf(i)) * node.cols;
+    // Only an MLP in row blocks holds a block's rows; a blocked matmul writes all of its rows.
+    const size_t need = static_cast<size_t>(mlp_down_of_[i] >= 0 ? PlannedRowsOf(i) : RowsOf(node)) * node.cols;
     const size_t size = (std::max<size_t>(need, 1) + kAlign - 1) / kAlign * kAlign;
     const int last = std::max(i, last_use[i]);
     if (value_of[i] != i) {  // in place: extend the value's range
@@ -636,6 +640,9 @@ void CpuExecutable::Plan() {
         op.append(" ").append(DTypeName(em->table->dtype)).append(" ").append(std::to_string(em->table->shape[0]));
         op.append("x").append(std::to_string(em->table->shape[1]));
       }
+      // In row blocks, the weights are read once per block.
+      if (mlp_down_of_[i] >= 0 || blocked_away_[i] || row_blocked_[i])
+        bytes *= (num_tokens_ + opts_.row_block - 1) / opts_.row_block;
       profile_slot_[i] = ws_->ProfileSlot(op, num_tokens_, bytes);
     }
   }

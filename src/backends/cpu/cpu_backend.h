@@ -33,7 +33,7 @@ struct CpuBackendOptions {
   // Steps of more than this many tokens (prefill chunks) run two kinds of matmul block of rows by
   // block of rows: a fused MLP (fuse_mlp) together with the down projection that alone reads it,
   // and a matmul that prepares its input (int8 blocks, bf16) and is no wider than it (the
-  // attention output projection). Their outputs, for the MLP, and prepared inputs are then held
+  // attention output projection; Gemma 4's per-layer-input gate). Their outputs, for the MLP, and prepared inputs are then held
   // for this many tokens, not the whole step, and the narrower output is written over the input
   // rows already read. Every row goes through the same kernels as unblocked: the same bits
   // (tests/greedy_llamacpp_test.cc, tests/golden_test.cc). Gemma 3 270M, a 512-token step: 10.38
