@@ -17,7 +17,8 @@
 // sum are vector reductions: with K and V in cache (BM_AttentionDecode, 4000 keys, one thread,
 // warm), 0.85-0.87x the time at D 256 and 0.89-0.92x at D 512 against one SumOfLanes per score and
 // scalar loops; in decode at depth 4000 the sliding layers' calls 0.85-0.92x, the full layers'
-// unchanged (their 8 MB of K and V come from memory).
+// unchanged (their 8 MB of K and V come from memory). Each q vector is loaded once per head
+// block and key block (G4_IN_REGISTER), not once per multiply-add.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -135,6 +136,19 @@ HWY_INLINE void Sum4(D df, V v0, V v1, V v2, V v3, float* HWY_RESTRICT out) {
 // and 16 ahead, into L2, and no prefetch (which was slower than the 4-head kernel before it).
 constexpr size_t kPrefetchRows = 12;
 
+// Keeps v in a register: GCC folded each q load of the score loop into every multiply-add that
+// used it (a memory operand per key: 16 loads of q per 16 multiply-adds at 8 heads x 2 keys,
+// besides the K loads and 4 prefetches), and the loop waited on the load ports, which the two
+// vCPUs of this VM appear to share. Loaded once per head: Zen 5, BM_AttentionDecode D 512 over 4000
+// f16 keys, in-process A/B by call: 0.92x the time on one thread, 0.75x on two, 0.57x on two
+// with the cache from memory; decode of the E2B at depth 4000, a full layer's call 0.89-0.94x.
+#undef G4_IN_REGISTER  // defined once per Highway target (foreach_target.h)
+#if HWY_ARCH_X86 && defined(__GNUC__) && HWY_TARGET <= HWY_AVX2
+#define G4_IN_REGISTER(v) asm("" : "+v"(v.raw))
+#else
+#define G4_IN_REGISTER(v) (void)0
+#endif
+
 // s[h * kTile + j] = q_h . k_j for heads h < H (q rows of D floats) and keys j < J (k rows at
 // stride ld from k): per D-chunk of N floats, J K loads and H q loads for H x J multiply-adds.
 // Prefetches the J rows at kpf (K) and at v (V), row stride ld, as it goes.
@@ -160,7 +174,8 @@ HWY_INLINE void DotTile(const float* HWY_RESTRICT q, size_t D, const T* HWY_REST
     }
 #define G4_DOT_HEAD(h)                                        \
   if constexpr (H > h) {                                      \
-    const VF qv = hn::LoadU(df, q + h * D + d);               \
+    VF qv = hn::LoadU(df, q + h * D + d);                     \
+    G4_IN_REGISTER(qv);                                       \
     a##h##0 = hn::MulAdd(qv, kv0, a##h##0);                   \
     if constexpr (J > 1) a##h##1 = hn::MulAdd(qv, kv1, a##h##1); \
     if constexpr (J > 2) a##h##2 = hn::MulAdd(qv, kv2, a##h##2); \
