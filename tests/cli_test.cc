@@ -168,7 +168,7 @@ TEST(CliTest, GenerateWithoutNStopsAtTheEndOfTheContext) {
   EXPECT_NE(full.out.find("exceeds the context size 5"), std::string::npos) << full.out;
 }
 
-// -f FILE (llama.cpp's): the file's text is the prompt, less one trailing newline, the same ids
+// -f FILE (llama.cpp's): the file's text is the prompt, less one trailing "\n", the same ids
 // as -p with that text; a missing file or a directory fails before the model loads; -f excludes
 // -p and --tokens.
 TEST(CliTest, PromptFromAFileIsThePromptText) {
@@ -200,6 +200,34 @@ TEST(CliTest, PromptFromAFileIsThePromptText) {
   EXPECT_NE(dir.out.find("is a directory"), std::string::npos) << dir.out;
   CliResult both = RunCli("generate -f " + file + " -p hi -n 1");
   EXPECT_EQ(both.status, 108) << both.out;  // CLI11's ExcludesError
+}
+
+// -e/--escape, llama.cpp's default: \n, \r, \t, \', \", \\ and \xHH in -p and in -f's text are the
+// bytes they name, other backslashes stay; --no-escape takes them as written. -f drops one
+// trailing "\n" only, so a CRLF file keeps its "\r" (llama.cpp's -f). Found by a fresh user
+// comparing ids with llama.cpp's llama-tokenize, whose ids these are.
+TEST(CliTest, PromptEscapesAndFileEndingsAreLlamaCpps) {
+  auto ids = [](const std::string& args) {
+    CliResult r = RunCli("logits " + args + " --top 1 --json");
+    EXPECT_EQ(r.status, 0) << r.out;
+    const size_t at = r.out.find('{');
+    if (at == std::string::npos) return std::vector<int32_t>{};
+    return nlohmann::json::parse(r.out.substr(at))["tokens"].get<std::vector<int32_t>>();
+  };
+  EXPECT_EQ(ids("-p 'a\\nb'"), (std::vector<int32_t>{2, 236746, 107, 236763}));
+  EXPECT_EQ(ids("-p 'a\\nb' --no-escape"), (std::vector<int32_t>{2, 236746, 236785, 7814}));
+  const std::string esc = testing::TempDir() + "gemma4rt_escapes.txt";
+  {
+    std::ofstream out(esc, std::ios::binary);
+    out << "a\\x41\\tb\\q\\";  // a\x41\tb\q\ : "A", a tab, then "\q" and a lone "\" as written
+  }
+  EXPECT_EQ(ids("-f " + esc), (std::vector<int32_t>{2, 236746, 236776, 255968, 236763, 236785, 236809, 236785}));
+  const std::string crlf = testing::TempDir() + "gemma4rt_crlf.txt";
+  {
+    std::ofstream out(crlf, std::ios::binary);
+    out << "x\r\n";
+  }
+  EXPECT_EQ(ids("-f " + crlf), (std::vector<int32_t>{2, 236781, 251}));
 }
 
 // The default model (no -m): text in, streamed text out, timings line at the end. RunCli's shell

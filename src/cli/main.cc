@@ -9,6 +9,7 @@
 // scripts/fetch-default-model.sh (~/.cache/gemma4rt/gemma-3-270m-q4_k_m.gguf).
 #include <algorithm>
 #include <cerrno>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -116,8 +117,9 @@ struct Session {
 };
 
 // The prompt text in `path` (generate/logits -f, as llama.cpp's): the file's bytes, less one
-// trailing newline (what an editor leaves and llama.cpp drops). Errors: NOT_FOUND when the file
-// does not exist, INVALID_ARGUMENT when it cannot be read (a directory, no permission).
+// trailing "\n" (what an editor leaves and llama.cpp drops; a CRLF file keeps its "\r", as in
+// llama.cpp, so both tokenise the same text). Errors: NOT_FOUND when the file does not exist,
+// INVALID_ARGUMENT when it cannot be read (a directory, no permission).
 g4::StatusOr<std::string> ReadPromptFile(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return g4::NotFound("prompt file '" + path + "' does not exist");
@@ -128,8 +130,38 @@ g4::StatusOr<std::string> ReadPromptFile(const std::string& path) {
   if (!in) return g4::InvalidArgument("cannot read prompt file '" + path + "': " + std::strerror(errno));
   std::string s = text.str();
   if (!s.empty() && s.back() == '\n') s.pop_back();
-  if (!s.empty() && s.back() == '\r') s.pop_back();
   return s;
+}
+
+// llama.cpp's escape processing of prompts and stop strings (-e/--escape, its default): \n, \r,
+// \t, \', \", \\ and \xHH (two hex digits) become the byte they name; any other backslash, and
+// one at the end, stays as written.
+std::string ProcessEscapes(std::string_view in) {
+  std::string out;
+  out.reserve(in.size());
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != '\\' || i + 1 == in.size()) {
+      out.push_back(in[i]);
+      continue;
+    }
+    const char c = in[++i];
+    switch (c) {
+      case 'n': out.push_back('\n'); break;
+      case 'r': out.push_back('\r'); break;
+      case 't': out.push_back('\t'); break;
+      case '\'': case '"': case '\\': out.push_back(c); break;
+      default:
+        if (c == 'x' && i + 2 < in.size() && std::isxdigit(static_cast<unsigned char>(in[i + 1])) &&
+            std::isxdigit(static_cast<unsigned char>(in[i + 2]))) {
+          out.push_back(static_cast<char>(std::stoi(std::string(in.substr(i + 1, 2)), nullptr, 16)));
+          i += 2;
+        } else {
+          out.push_back('\\');
+          out.push_back(c);
+        }
+    }
+  }
+  return out;
 }
 
 g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int threads, const g4::LoadOptions& lo,
@@ -208,7 +240,7 @@ int Main(int argc_in, char** argv_in) {
   std::string model = g4::DefaultModelPath(), prompt, tokens_text, system, prompt_file;
   int top = 5, chunk = 512, ctx = 0, n_predict = 128;
   int threads = 0;  // all cores
-  bool json_out = false, chat = false, think = false, ignore_eos = false, show_ids = false;
+  bool json_out = false, chat = false, think = false, ignore_eos = false, show_ids = false, escape = true;
   std::optional<float> temp, top_p, min_p, repeat_penalty;
   std::optional<int> top_k;
   std::string seed_flag;  // ParseSeedFlag
@@ -242,6 +274,8 @@ int Main(int argc_in, char** argv_in) {
     auto* f = c->add_option("-f,--file", prompt_file, "prompt text from a file (llama.cpp's -f: the whole file, less one trailing newline)")
                   ->excludes(p)
                   ->excludes(t);
+    c->add_flag("-e,--escape,!--no-escape", escape,
+                "process escapes (\\n, \\r, \\t, \\', \\\", \\\\, \\xHH) in the prompt (-p or -f) and --stop strings, as llama.cpp does by default; --no-escape: take them as written");
     c->add_option("--chunk", chunk, "prefill chunk size in tokens")->check(CLI::Range(1, 1 << 20));
     c->add_option("-c,--ctx-size", ctx, "context size in tokens (0 = model maximum, capped at 4096)")->check(CLI::Range(0, 1 << 24));
     c->add_option("-t,--threads", threads, "CPU threads (0 = all cores, the default)")->check(CLI::Range(0, 1024));
@@ -356,6 +390,10 @@ int Main(int argc_in, char** argv_in) {
     auto text = ReadPromptFile(prompt_file);
     if (!text.ok()) return Fail(text.status());
     prompt = std::move(*text);
+  }
+  if (escape) {
+    prompt = ProcessEscapes(prompt);
+    for (std::string& stop : stops) stop = ProcessEscapes(stop);
   }
   threads = g4::ResolveThreadCount(threads);
   stops.erase(std::remove(stops.begin(), stops.end(), std::string()), stops.end());
