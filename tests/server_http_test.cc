@@ -562,10 +562,25 @@ TEST(ServerHttpTinyTest, ContentLengthIsJudgedBeforeTheBodyArrives) {
 // DefaultHttpThreads (512 here): 200 stalled clients leave room for /health and a completion.
 // Opening the 200 connections at once also found httplib's listen backlog of 5 (SYNs dropped
 // and retried for seconds), now raised.
+// Threads of this process (/proc/self/task), -1 where it cannot be read.
+int ThreadCount() {
+  int n = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator("/proc/self/task", ec); !ec && it != std::filesystem::directory_iterator();
+       it.increment(ec))
+    ++n;
+  return ec ? -1 : n;
+}
+
 TEST(ServerHttpTinyTest, StalledClientsLeaveRoomForOthers) {
   ServeOptions o = Options(TinyModel(), 64, 1);
+  const int before = ThreadCount();
   auto srv = StartServer(o);
   ASSERT_TRUE(srv);
+  // The HTTP workers (512 or more allowed by default) start as connections need them: an idle
+  // server holds a few (httplib's own pool started them all, ~6 MB of stacks).
+  const int idle = ThreadCount();
+  EXPECT_LT(idle - before, 32) << "threads of an idle server";
   std::vector<int> stalled;
   const auto tc = std::chrono::steady_clock::now();
   for (int i = 0; i < 200; ++i) {
@@ -578,6 +593,7 @@ TEST(ServerHttpTinyTest, StalledClientsLeaveRoomForOthers) {
   const double connect_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - tc).count();
   EXPECT_LT(connect_s, 2.0) << "200 connections opened at once (a listen backlog of 5 made it 15 s)";
   std::this_thread::sleep_for(200ms);  // every stalled connection now holds a worker
+  EXPECT_GE(ThreadCount() - idle, 150) << "a worker per stalled connection";
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(Get(srv->port(), "/health").status, 200);
   EXPECT_EQ(Post(srv->port(), "/v1/completions", R"({"prompt":[2,5],"max_tokens":2})").status, 200);
