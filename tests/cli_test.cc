@@ -203,9 +203,12 @@ TEST(CliTest, PromptFromAFileIsThePromptText) {
 }
 
 // -e/--escape, llama.cpp's default: \n, \r, \t, \', \", \\ and \xHH in -p and in -f's text are the
-// bytes they name, other backslashes stay; --no-escape takes them as written. -f drops one
-// trailing "\n" only, so a CRLF file keeps its "\r" (llama.cpp's -f). Found by a fresh user
-// comparing ids with llama.cpp's llama-tokenize, whose ids these are.
+// bytes they name (HH as strtol reads two characters: also " 9" and "-1"), other backslashes stay;
+// --no-escape takes them as written. Found by a fresh user comparing ids with llama.cpp's
+// llama-tokenize, which processes escapes as llama-cli does and gives these ids for the same
+// text. -f drops one trailing "\n" only, so a CRLF file keeps its "\r" (llama-cli's -f, common
+// to llama.cpp's tools; llama-tokenize's own -f keeps the "\n" too). --stop strings are escaped
+// as well.
 TEST(CliTest, PromptEscapesAndFileEndingsAreLlamaCpps) {
   auto ids = [](const std::string& args) {
     CliResult r = RunCli("logits " + args + " --top 1 --json");
@@ -228,6 +231,18 @@ TEST(CliTest, PromptEscapesAndFileEndingsAreLlamaCpps) {
     out << "x\r\n";
   }
   EXPECT_EQ(ids("-f " + crlf), (std::vector<int32_t>{2, 236781, 251}));
+  EXPECT_EQ(ids("-f " + esc + " --no-escape"), ids("-p '" + std::string("a\\x41\\tb\\q\\") + "' --no-escape"));
+  EXPECT_EQ(ids("-p 'q\\x 9r'"), (std::vector<int32_t>{2, 236809, 255968, 236750}));  // \x" 9" = tab
+  EXPECT_EQ(ids("-p 'k\\x-1'"), (std::vector<int32_t>{2, 236767, 493}));            // \x"-1" = 0xFF
+  EXPECT_EQ(ids("-p 'z\\x4'"), (std::vector<int32_t>{2, 236802, 236785, 236781, 236812}));  // as written
+  EXPECT_EQ(ids("-p 'a\\\\b\\\"c'"), (std::vector<int32_t>{2, 236746, 236785, 236763, 236775, 236755}));
+  const std::string shot = "-p 'Question: What is the capital of Germany?\\nAnswer: Berlin\\nQuestion: What is the "
+                           "capital of France?\\nAnswer:' --temp 0 -n 8";
+  CliResult stop = RunCli("generate " + shot + " --stop '\\n'");
+  ASSERT_EQ(stop.status, 0) << stop.out;
+  EXPECT_NE(stop.out.find(" Paris\ngemma4rt: finish_reason=stop"), std::string::npos) << stop.out;
+  CliResult literal = RunCli("generate " + shot + " --stop '\\\\n'");  // a backslash and an n: never generated
+  EXPECT_NE(literal.out.find("finish_reason=length"), std::string::npos) << literal.out;
 }
 
 // The default model (no -m): text in, streamed text out, timings line at the end. RunCli's shell

@@ -133,9 +133,10 @@ g4::StatusOr<std::string> ReadPromptFile(const std::string& path) {
   return s;
 }
 
-// llama.cpp's escape processing of prompts and stop strings (-e/--escape, its default): \n, \r,
-// \t, \', \", \\ and \xHH (two hex digits) become the byte they name; any other backslash, and
-// one at the end, stays as written.
+// llama.cpp's escape processing of prompts and stop strings (-e/--escape, its default;
+// string_process_escapes): \n, \r, \t, \', \", \\ and \xHH become the byte they name (HH: the
+// next two characters as strtol reads them in base 16, both consumed, so also " 9" or "-1"); any
+// other backslash, and one at the end, stays as written.
 std::string ProcessEscapes(std::string_view in) {
   std::string out;
   out.reserve(in.size());
@@ -151,14 +152,18 @@ std::string ProcessEscapes(std::string_view in) {
       case 't': out.push_back('\t'); break;
       case '\'': case '"': case '\\': out.push_back(c); break;
       default:
-        if (c == 'x' && i + 2 < in.size() && std::isxdigit(static_cast<unsigned char>(in[i + 1])) &&
-            std::isxdigit(static_cast<unsigned char>(in[i + 2]))) {
-          out.push_back(static_cast<char>(std::stoi(std::string(in.substr(i + 1, 2)), nullptr, 16)));
-          i += 2;
-        } else {
-          out.push_back('\\');
-          out.push_back(c);
+        if (c == 'x' && i + 2 < in.size()) {  // strtol over the next two characters, as llama.cpp
+          const char x[3] = {in[i + 1], in[i + 2], 0};
+          char* end = nullptr;
+          const long value = std::strtol(x, &end, 16);
+          if (end == x + 2) {
+            out.push_back(static_cast<char>(value));
+            i += 2;
+            break;
+          }
         }
+        out.push_back('\\');
+        out.push_back(c);
     }
   }
   return out;

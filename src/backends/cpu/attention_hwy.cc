@@ -136,7 +136,7 @@ HWY_INLINE void Sum4(D df, V v0, V v1, V v2, V v3, float* HWY_RESTRICT out) {
 // and 16 ahead, into L2, and no prefetch (which was slower than the 4-head kernel before it).
 constexpr size_t kPrefetchRows = 12;
 
-// Keeps v in a register: GCC folded each q load of the score loop into every multiply-add that
+// Keeps v in a register (GCC and clang, x86; measured with GCC 12): GCC folded each q load of the score loop into every multiply-add that
 // used it (a memory operand per key: 16 loads of q per 16 multiply-adds at 8 heads x 2 keys,
 // besides the K loads and 4 prefetches), and the loop waited on the load ports, which the two
 // vCPUs of this VM appear to share. Loaded once per head: Zen 5, BM_AttentionDecode D 512 over 4000
@@ -250,12 +250,26 @@ HWY_INLINE void DotHeads(const float* HWY_RESTRICT q, size_t D, const T* HWY_RES
 // order (one multiply-add per key and element): the block's H x VB accumulators stay in
 // registers across the keys, so per key the kernel loads VB vectors of V and H weights for H x VB
 // multiply-adds. p: head h's weights at p + h * kTile; a: head h's acc row at a + h * D.
-// The next tile's K rows, fetched into L2 one 64-byte line per key step of the V sums (ahead: the
-// next line; end: past the last), so that memory streams K while the V sums compute on what the
-// score pass fetched, instead of idling until the next score pass (see AttentionPartialHwy).
-// Addresses as integers, only prefetched (as DotHeads' K rows ahead).
+// The next tile's K rows (this KV head's slice of each), fetched into L2 one 64-byte line per key
+// step of the V sums, so that memory streams K while the V sums compute on what the score pass
+// fetched, instead of idling until the next score pass (see AttentionPartialHwy). At D 512 in f16
+// with 8 heads in a block (Gemma 4's full layers) the steps cover the next 64 rows exactly; with
+// fewer steps per line (f32 rows, or 4 heads at D 256: Gemma 3) the first part of them. row: the
+// next row's slice; line: the next line's offset in it; slice: its bytes; rows: rows left, stride:
+// bytes between rows. Addresses as integers, only prefetched (as DotHeads' K rows ahead).
 struct Ahead {
-  uintptr_t next, end;
+  uintptr_t row;
+  size_t line, slice, rows, stride;
+  HWY_INLINE void Step() {
+    if (rows == 0) return;
+    __builtin_prefetch(reinterpret_cast<const void*>(row + line), 0, 2);
+    line += 64;
+    if (line >= slice) {
+      line = 0;
+      row += stride;
+      --rows;
+    }
+  }
 };
 
 template <size_t H, size_t VB, class T>
@@ -274,10 +288,7 @@ HWY_INLINE void AccumulateVBlock(const float* HWY_RESTRICT p, const T* HWY_RESTR
   G4_V_LOAD(0) G4_V_LOAD(1) G4_V_LOAD(2) G4_V_LOAD(3) G4_V_LOAD(4) G4_V_LOAD(5) G4_V_LOAD(6) G4_V_LOAD(7)
 #undef G4_V_LOAD
   for (size_t j = 0; j < n; ++j) {
-    if (next_k.next < next_k.end) {
-      __builtin_prefetch(reinterpret_cast<const void*>(next_k.next), 0, 2);
-      next_k.next += 64;
-    }
+    next_k.Step();
     const T* HWY_RESTRICT vr = v + static_cast<int64_t>(j) * ld + d0;
     const VF v0 = LoadRow(df, vr);
     const VF v1 = VB > 1 ? LoadRow(df, vr + N) : v0;
@@ -456,9 +467,10 @@ void AttentionPartialHwy(const float* HWY_RESTRICT q, int G_, int D_, const KvRu
     // memory on two threads 0.88x, warm unchanged.
     const KvRun& last = seg[nseg - 1].rows;
     const size_t elem = last.half ? 2 : 4;
-    const uintptr_t next = reinterpret_cast<uintptr_t>(last.k) + static_cast<uintptr_t>(last.n) * ld * elem;
+    const size_t stride = static_cast<size_t>(ld) * elem;
     const size_t keys_after = static_cast<size_t>(runs[r].n) - in_run;  // the last segment's run is runs[r]
-    Ahead next_k{next, next + std::min(kTile, keys_after) * static_cast<size_t>(ld) * elem};
+    Ahead next_k{reinterpret_cast<uintptr_t>(last.k) + static_cast<uintptr_t>(last.n) * stride, 0, D * elem,
+                 std::min(kTile, keys_after), stride};
     for (size_t i = 0; i < nseg; ++i) {
       const KvRun& kv = seg[i].rows;
       const size_t n = static_cast<size_t>(kv.n);
