@@ -464,13 +464,17 @@ void AttentionPartialHwy(const float* HWY_RESTRICT q, int G_, int D_, const KvRu
     // about half the multiply-adds, left it idle. Decode of the E2B Q4_K_M at depth 4000 on Zen 5
     // (old and new kernels alternating by token in one process): a full layer's call 0.90-0.93x
     // (233 -> 209 µs), a sliding layer's 0.95x; BM_AttentionDecode D 512 over 4000 f16 keys from
-    // memory on two threads 0.88x, warm unchanged.
+    // memory on two threads 0.88x, warm unchanged. The call's last tile fetches the kTile rows
+    // after its last run (addresses only prefetched, as in DotHeads): in a cache those are the
+    // next split-K chunk's, which the same thread usually runs next (ParallelFor's owned runs),
+    // so that chunk does not start cold: same A/B, a full layer's call 0.96-0.98x, the benchmark
+    // above warm and from memory together 0.98x. Prefetching two tiles ahead instead: no gain.
     const KvRun& last = seg[nseg - 1].rows;
     const size_t elem = last.half ? 2 : 4;
     const size_t stride = static_cast<size_t>(ld) * elem;
     const size_t keys_after = static_cast<size_t>(runs[r].n) - in_run;  // the last segment's run is runs[r]
     Ahead next_k{reinterpret_cast<uintptr_t>(last.k) + static_cast<uintptr_t>(last.n) * stride, 0, D * elem,
-                 std::min(kTile, keys_after), stride};
+                 t0 + kTile >= total ? kTile : std::min(kTile, keys_after), stride};
     for (size_t i = 0; i < nseg; ++i) {
       const KvRun& kv = seg[i].rows;
       const size_t n = static_cast<size_t>(kv.n);
