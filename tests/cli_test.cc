@@ -319,6 +319,25 @@ CliResult ServeUntilLoaded(const std::string& args) {
                 log + " && break; sleep 0.1; done; kill -INT $pid; wait $pid; cat " + log);
 }
 
+// serve shuts down in order on SIGINT or SIGTERM (exit 0); a second signal while it does exits at
+// once with 128 + its number, as llama-server (a fresh user's second Ctrl-C did nothing while
+// shutdown waited on a stalled client). The two signals differ so that neither is merged into a
+// pending one.
+TEST(CliTest, ServeExitsAtOnceOnASecondSignal) {
+  const std::string log = testing::TempDir() + "gemma4rt_cli_serve_signals.log";
+  auto run = [&](const std::string& kills) {
+    return RunCli("serve --port 0 -t 1 -m " + Fixture("gemma4-e2b-tiny") + " -c 64 -np 1 >" + log +
+                  " 2>&1 & pid=$!; for i in $(seq 1 600); do grep -q -e 'model loaded' -e 'error' " + log +
+                  " && break; sleep 0.1; done; " + kills + "; wait $pid; echo \"exit=$?\"; cat " + log);
+  };
+  CliResult one = run("kill -INT $pid");
+  EXPECT_NE(one.out.find("exit=0"), std::string::npos) << one.out;
+  EXPECT_NE(one.out.find("signal 2, shutting down"), std::string::npos) << one.out;
+  CliResult two = run("kill -TERM $pid; kill -INT $pid");
+  EXPECT_NE(two.out.find("exit=130"), std::string::npos) << two.out;
+  EXPECT_NE(two.out.find("second signal, exiting now"), std::string::npos) << two.out;
+}
+
 // info, logits, generate, bench and serve all describe the weights with WeightsDescription: the
 // projections' dtype first, then the embedding's when it differs.
 TEST(CliTest, EveryCommandDescribesTheWeightsTheSameWay) {

@@ -603,6 +603,45 @@ TEST(ServerHttpTinyTest, StalledClientsLeaveRoomForOthers) {
   for (int fd : stalled) close(fd);
 }
 
+// Found by a fresh user: Ctrl-C on `serve` while a client had sent half a request waited for the
+// 30 s read timeout (and 5 s for an open connection that had sent nothing), so the server seemed
+// to ignore it. Stopping now ends the connections that are waiting for their client: they read end
+// of file, and the stop takes well under the read timeout. A completion a client asked for before
+// the stop still gets its whole answer.
+TEST(ServerHttpTinyTest, StoppingDoesNotWaitForStalledClients) {
+  auto srv = StartServer(Options(TinyModel(), 64, 1));
+  ASSERT_TRUE(srv);
+  const int port = srv->port();
+  EXPECT_EQ(Post(port, "/v1/completions", R"({"prompt":[2,5],"max_tokens":2})").status, 200);
+  std::vector<int> clients;
+  for (int i = 0; i < 3; ++i) {
+    const int fd = ConnectLoopback(port);
+    ASSERT_GE(fd, 0);
+    const std::string half = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro";
+    ASSERT_EQ(send(fd, half.data(), half.size(), MSG_NOSIGNAL), static_cast<ssize_t>(half.size()));
+    clients.push_back(fd);
+  }
+  const int silent = ConnectLoopback(port);
+  ASSERT_GE(silent, 0);
+  clients.push_back(silent);
+  std::this_thread::sleep_for(200ms);  // each connection is now with a worker
+  const auto t0 = std::chrono::steady_clock::now();
+  srv->Stop();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(s, 3.0) << "stop waited for clients that sent part of a request or nothing (read timeout 30 s)";
+  for (int fd : clients) {
+    char c;
+    timeval tv{2, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    EXPECT_EQ(recv(fd, &c, 1, 0), 0) << "the server ended the connection";
+    close(fd);
+  }
+  // A client of the stopped server cannot connect.
+  httplib::Client c("127.0.0.1", port);
+  c.set_connection_timeout(1, 0);
+  EXPECT_FALSE(c.Get("/health"));
+}
+
 // Found by a fresh user: OPTIONS (a browser's CORS preflight) was 404, so no page on another
 // origin could call the server. As llama-server and vLLM: the preflight is 204 with the allowed
 // methods and headers, before and whatever the API key, and every response allows any origin;

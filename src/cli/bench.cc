@@ -655,9 +655,10 @@ int BenchMain(int argc, char** argv) {
   const size_t size_bytes = loaded->weights.total_bytes;
   const size_t weight_read = WeightBytesPerToken(*loaded);
 
-  // Weights are mmap'd: read every page once so that no test pays for the first touch.
+  // Mapped weights (--mmap): read every page once so that no test pays for the first touch, with
+  // progress on a terminal (no \r lines in logs); copied weights are in memory already.
   int last_pct = -1;
-  const bool show_progress = size_bytes > (size_t{128} << 20) && isatty(STDERR_FILENO);  // no \r lines in logs
+  const bool show_progress = size_bytes > (size_t{128} << 20) && !loaded->weights_copied && isatty(STDERR_FILENO);
   PrefaultWeights(*loaded, [&](double f) {
     const int pct = static_cast<int>(f * 100);
     if (!show_progress || pct == last_pct) return;

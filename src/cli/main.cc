@@ -180,7 +180,10 @@ g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int thr
                g4::cpu::SimdTargetName(), g4::ActivationPolicy(g4::CpuBackendOptionsFor(f32_activations)), g4::WeightsDescription(*loaded).c_str(),
                g4::WeightsMemory(*loaded), kv_type == g4::DType::kF16 ? "f16" : "f32", threads,
                context);
-  if (loaded->weights.total_bytes > (size_t{128} << 20)) {  // progress for large models
+  // Large mapped weights (--mmap) are read once here, with progress; copied ones are in memory
+  // already (their copy showed its own progress on a terminal), and a pipe got five "loading
+  // weights" lines for a few milliseconds of work (found by a fresh user).
+  if (loaded->weights.total_bytes > (size_t{128} << 20) && !loaded->weights_copied) {
     int last = -1;
     const bool tty = isatty(STDERR_FILENO);
     g4::PrefaultWeights(*loaded, [&](double f) {

@@ -229,15 +229,13 @@ bool AddrPort(const sockaddr_storage& a, std::string* addr, int* port) {
   return true;
 }
 
-// The file descriptor of the TCP connection `req` arrived on, or -1. cpp-httplib 0.11 (Debian 12)
-// does not expose it to handlers, so it is found by its two endpoints among this process's
-// sockets (httplib keeps the connection open until the handler returns, so the match stays
-// valid while the handler waits).
-int ConnectionSocket(const httplib::Request& req) {
-  if (req.remote_port <= 0 || req.local_port <= 0) return -1;
+// Calls fn(fd, local address, local port, peer address, peer port) for each connected TCP socket
+// of this process (from /proc/self/fd), until fn returns true. cpp-httplib 0.11 (Debian 12) shows
+// neither handlers nor the server its connections' sockets.
+void ForEachConnectedSocket(
+    const std::function<bool(int fd, const std::string& la, int lp, const std::string& pa, int pp)>& fn) {
   DIR* dir = opendir("/proc/self/fd");
-  if (dir == nullptr) return -1;
-  int found = -1;
+  if (dir == nullptr) return;
   while (dirent* e = readdir(dir)) {
     char* end = nullptr;
     const long fd = std::strtol(e->d_name, &end, 10);
@@ -252,13 +250,33 @@ int ConnectionSocket(const httplib::Request& req) {
         getpeername(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&peer), &pl) != 0 || !AddrPort(local, &la, &lp) ||
         !AddrPort(peer, &pa, &pp))
       continue;
-    if (lp == req.local_port && pp == req.remote_port && pa == req.remote_addr) {
-      found = static_cast<int>(fd);
-      break;
-    }
+    if (fn(static_cast<int>(fd), la, lp, pa, pp)) break;
   }
   closedir(dir);
+}
+
+// The file descriptor of the TCP connection `req` arrived on, or -1, found by its two endpoints
+// (httplib keeps the connection open until the handler returns, so the match stays valid while
+// the handler waits).
+int ConnectionSocket(const httplib::Request& req) {
+  if (req.remote_port <= 0 || req.local_port <= 0) return -1;
+  int found = -1;
+  ForEachConnectedSocket([&](int fd, const std::string&, int lp, const std::string& pa, int pp) {
+    if (lp == req.local_port && pp == req.remote_port && pa == req.remote_addr) found = fd;
+    return found >= 0;
+  });
   return found;
+}
+
+// Ends every connection the server on `port` accepted (connected sockets whose local port is
+// `port`; a client of it in this process has an ephemeral local port) with shutdown(): a worker
+// waiting for the rest of a request (up to the 30 s read timeout) or for a keep-alive connection's
+// next one (5 s) sees end of file at once. The worker still closes the descriptor.
+void ShutDownConnections(int port) {
+  ForEachConnectedSocket([&](int fd, const std::string&, int lp, const std::string&, int) {
+    if (lp == port) ::shutdown(fd, SHUT_RDWR);
+    return false;
+  });
 }
 
 // True when the peer of connected socket `fd` has closed or reset the connection (a request's
@@ -1046,7 +1064,22 @@ void HttpServer::Stop() {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   m.svr.stop();
-  if (m.thread.joinable()) m.thread.join();
+  // httplib's stop() closes the listening socket, then joins the workers, which wait on their
+  // clients: one that sent part of a request held shutdown for the 30 s read timeout (found by a
+  // fresh user: Ctrl-C seemed ignored). Nothing such a client sent has reached a handler. Again
+  // every 20 ms until the workers are joined: a connection accepted just before the listening
+  // socket closed may reach /proc/self/fd after a pass.
+  if (!m.thread.joinable()) return;
+  std::atomic<bool> joined{false};
+  std::thread joiner([&m, &joined] {
+    m.thread.join();
+    joined.store(true);
+  });
+  for (int i = 0; !joined.load(); ++i) {
+    if (i % 20 == 0) ShutDownConnections(m.port);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  joiner.join();
 }
 
 }  // namespace g4::server

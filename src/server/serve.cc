@@ -14,6 +14,7 @@
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 
@@ -48,8 +49,16 @@ std::string BaseName(const std::string& path) {
   return p.filename().string();
 }
 
+// The first SIGINT/SIGTERM asks for an orderly shutdown (ServeMain's loop); a second one, while
+// that runs, exits at once (as llama-server), with 128 + the signal's number.
 std::atomic<int> g_signal{0};
-void OnSignal(int sig) { g_signal.store(sig); }
+void OnSignal(int sig) {
+  if (g_signal.exchange(sig) != 0) {
+    static const char kMsg[] = "gemma4rt: second signal, exiting now\n";
+    [[maybe_unused]] const ssize_t w = write(STDERR_FILENO, kMsg, sizeof kMsg - 1);  // async-signal-safe
+    _exit(128 + sig);
+  }
+}
 
 }  // namespace
 
