@@ -73,28 +73,35 @@ int SliceKeyRuns(const KvRun* runs, int num_runs, int begin, int end, int64_t ld
 }
 
 namespace {
-// AttentionMerge of G heads whose per-chunk states are `stride` heads apart (a head group's).
-void AttentionMergeStrided(int G, int stride, int D, int parts, const float* m, const float* l, const float* acc,
-                           float* out) {
-  for (int g = 0; g < G; ++g) {
-    float mx = -INFINITY;
-    for (int c = 0; c < parts; ++c) mx = std::max(mx, m[c * stride + g]);
-    float sum = 0;
-    for (int c = 0; c < parts; ++c) sum += std::exp(m[c * stride + g] - mx) * l[c * stride + g];
-    const float inv = 1.0f / sum;
-    float* o = out + static_cast<size_t>(g) * D;
-    std::fill(o, o + D, 0.0f);
-    for (int c = 0; c < parts; ++c) {
-      const float w = std::exp(m[c * stride + g] - mx) * inv;
-      const float* a = acc + (static_cast<size_t>(c) * stride + g) * D;
-      for (int d = 0; d < D; ++d) o[d] += w * a[d];
-    }
-  }
+// One head's softmax state (m, l, acc [D]) folded into the running state (rm, rl, racc [D]): both
+// rescaled to the larger maximum, then added. The one routine for every fold (not inlined), so
+// a fold is the same operations wherever it runs: the whole-item path folds each chunk as it is
+// computed, the split-K merge folds the chunks' stored states in the same order, and their
+// outputs are the same bits.
+__attribute__((noinline)) void FoldHead(int D, float m, float l, const float* acc, float* rm, float* rl, float* racc) {
+  const float mx = std::max(*rm, m);
+  const float a = std::exp(*rm - mx), b = std::exp(m - mx);
+  *rl = *rl * a + l * b;
+  for (int d = 0; d < D; ++d) racc[d] = racc[d] * a + acc[d] * b;
+  *rm = mx;
+}
+
+// out [D] = acc / l: a head's folded state normalised.
+void FinishHead(int D, float l, const float* acc, float* out) {
+  const float inv = 1.0f / l;
+  for (int d = 0; d < D; ++d) out[d] = acc[d] * inv;
 }
 }  // namespace
 
 void AttentionMerge(int G, int D, int parts, const float* m, const float* l, const float* acc, float* out) {
-  AttentionMergeStrided(G, G, D, parts, m, l, acc, out);
+  std::vector<float> racc(static_cast<size_t>(D));
+  for (int g = 0; g < G; ++g) {
+    float rm = m[g], rl = l[g];
+    std::copy(acc + static_cast<size_t>(g) * D, acc + static_cast<size_t>(g + 1) * D, racc.begin());
+    for (int c = 1; c < parts; ++c)
+      FoldHead(D, m[c * G + g], l[c * G + g], acc + (static_cast<size_t>(c) * G + g) * D, &rm, &rl, racc.data());
+    FinishHead(D, rl, racc.data(), out + static_cast<size_t>(g) * D);
+  }
 }
 
 void Attention(const AttentionParams& p, const AttentionStep& s, ThreadPool* pool, AttentionScratch* scratch) {
@@ -133,20 +140,29 @@ void Attention(const AttentionParams& p, const AttentionStep& s, ThreadPool* poo
   };
 
   if (items >= threads) {
-    // Whole items, zig-zag order (see attention.h): a thread runs all chunks of an item, then
-    // merges them.
+    // Whole items, zig-zag order (see attention.h): a thread runs an item's chunks in order, each
+    // folded into the item's running state as soon as it is computed (two states per thread, not
+    // one per chunk: 21 chunks of 4 heads x 256 at 4000 keys held ~150 KB per thread).
     for_each(items, [&](int, int64_t b, int64_t e) {
       thread_local std::vector<float> state;
+      const size_t one = 2 * static_cast<size_t>(G) + gd;  // m [G], l [G], acc [G, D]
+      if (state.size() < 2 * one) state.resize(2 * one);
+      float* rm = state.data();
+      float* rl = rm + G;
+      float* racc = rl + G;
+      float* cm = state.data() + one;
+      float* cl = cm + G;
+      float* cacc = cl + G;
       for (int64_t z = b; z < e; ++z) {
         const int item = static_cast<int>(z % 2 == 0 ? z / 2 : items - 1 - z / 2);
         const int chunks = ChunksOf(keys_of(item));
-        const size_t need = static_cast<size_t>(chunks) * (2 * G + gd);
-        if (state.size() < need) state.resize(need);
-        float* m = state.data();
-        float* l = m + static_cast<size_t>(chunks) * G;
-        float* acc = l + static_cast<size_t>(chunks) * G;
-        for (int c = 0; c < chunks; ++c) chunk_state(item, c, m + c * G, l + c * G, acc + c * gd);
-        AttentionMerge(G, D, chunks, m, l, acc, out_of(item / Nkv, item % Nkv));
+        chunk_state(item, 0, rm, rl, racc);
+        for (int c = 1; c < chunks; ++c) {
+          chunk_state(item, c, cm, cl, cacc);
+          for (int g = 0; g < G; ++g) FoldHead(D, cm[g], cl[g], cacc + g * D, rm + g, rl + g, racc + g * D);
+        }
+        float* out = out_of(item / Nkv, item % Nkv);
+        for (int g = 0; g < G; ++g) FinishHead(D, rl[g], racc + g * D, out + g * D);
       }
     });
     return;
@@ -218,9 +234,14 @@ void Attention(const AttentionParams& p, const AttentionStep& s, ThreadPool* poo
       const int item = static_cast<int>(units[4 * u0]);
       // Each unit's state is G-strided, from its first head h0: head h of unit u at
       // m[u * G + h - h0], acc[(u * G + h - h0) * D].
+      // Folded in order into unit u0's own state (no other merge reads this head of it).
       const int64_t i0 = h - units[4 * u0 + 2];
-      AttentionMergeStrided(1, G, D, static_cast<int>(u1 - u0), m + u0 * G + i0, l + u0 * G + i0,
-                            acc + u0 * gd + i0 * D, out_of(item / Nkv, item % Nkv) + h * D);
+      float* rm = m + u0 * G + i0;
+      float* rl = l + u0 * G + i0;
+      float* racc = acc + u0 * gd + i0 * D;
+      for (int64_t u = u0 + 1; u < u1; ++u)
+        FoldHead(D, m[u * G + i0], l[u * G + i0], acc + u * gd + i0 * D, rm, rl, racc);
+      FinishHead(D, *rl, racc, out_of(item / Nkv, item % Nkv) + h * D);
     }
   }, /*parallel=*/merge_floats >= kParallelMergeFloats);
 }

@@ -17,7 +17,7 @@
 //
 // Threading (Attention): items = tokens x Nkv. Each item's keys are cut into chunks (by index from
 // its first key: 64 keys below 2048 keys, longer beyond, attention.cc ChunkKeys), each chunk's
-// state computed on its own and the states merged in order (AttentionMerge). With at least as
+// state computed on its own and the states folded in order (AttentionMerge). With at least as
 // many items as threads, whole items are spread over the pool in zig-zag order (item 0, last, 1,
 // last - 1, ...), so that the causal prefill's short and long items pair up in each thread's
 // range; with fewer (decode: one token; MQA: one KV head) the chunks of all items are, and where
@@ -106,7 +106,9 @@ struct KvRun {
 void AttentionPartial(const float* q, int G, int D, const KvRun* runs, int num_runs, int64_t ld, float scale,
                       float softcap, float* m, float* l, float* acc);
 // Combines `parts` states (m, l [parts, G]; acc [parts, G, D]) into out [G, D] = the softmax-weighted
-// sum over all the parts' keys.
+// sum over all the parts' keys: folded left to right (part 0, then each next one: both states
+// rescaled to the larger maximum and added), then out = acc / l. Attention folds its chunks with
+// the same operations in both of its paths.
 void AttentionMerge(int G, int D, int parts, const float* m, const float* l, const float* acc, float* out);
 // The key runs of token t and KV head kvh (at most 3), and their total length.
 int AttentionKeyRuns(const AttentionParams& p, const AttentionStep& s, int t, int kvh, KvRun* runs, int* num_runs);

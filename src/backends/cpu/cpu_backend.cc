@@ -51,6 +51,8 @@ class CpuWorkspace {
   std::vector<std::vector<float>> mlp;  // per pool task: a fused MLP's second matmul, [rows, kMlpCols]
   std::vector<float> rope_cs;           // the current step's RoPE tables (CpuExecutable::rope_offset_)
   std::vector<uint16_t> attn_kv_f16;    // with an f16 cache: the attention step's K then V rows in f16
+  std::vector<std::vector<float>> task_scratch;  // per pool task: one converted weight row (max K)
+  cpu::AttentionScratch attn;           // split-K attention's units and chunk states
   // CpuBackendOptions::profile: the per-op table (Backend::Profile) and each entry's index by
   // (op, step tokens).
   std::vector<OpProfile> profile;
@@ -227,7 +229,6 @@ class CpuExecutable : public Executable {
   std::vector<Hint> hint_after_;  // per node; a == nullptr: none (also every node off the pool)
   static constexpr int kHintMaxTokens = 8;
   static constexpr size_t kHintBytes = 256 << 10;
-  std::vector<std::vector<float>> task_scratch_;  // per pool task: one converted weight row
   // RoPE's cos/sin (cpu::RopeTable) per distinct (head_dim, inv_freq) among the Rope nodes, made
   // by the first such node of each step and reused by the rest: rope_table_of_[node] (-1: not a
   // Rope node), table t at ws_->rope_cs + rope_offset_[t] ([num_tokens_, head_dim] floats; the
@@ -251,7 +252,6 @@ class CpuExecutable : public Executable {
   std::vector<float> scratch_;       // one converted weight row (max K)
   std::vector<int32_t> seq_first_;   // per token: index of its sequence's first step token
   std::vector<const void*> attn_cache_rows_;  // per token: K, then V cache row of slot 0 of its sequence
-  cpu::AttentionScratch attn_scratch_;
   std::vector<float> moe_scratch_;
   std::vector<cpu::ActBlockQ8> moe_q8_;  // int8 blocks of the experts' inputs
   std::vector<float> moe_sums_;
@@ -547,7 +547,9 @@ void CpuExecutable::Plan() {
   arena_floats_ = arena;
   base_ = ws_->Arena(arena_floats_);  // allocated (and its pages touched) at compile time, as before
   scratch_.assign(max_k, 0.0f);
-  task_scratch_.assign(pool_->size(), std::vector<float>(max_k, 0.0f));
+  if (ws_->task_scratch.size() < static_cast<size_t>(pool_->size())) ws_->task_scratch.resize(pool_->size());
+  for (auto& ts : ws_->task_scratch)
+    if (ts.size() < static_cast<size_t>(max_k)) ts.resize(max_k);
   // RoPE tables: one per distinct (head_dim, inv_freq), num_tokens_ x head_dim floats each.
   rope_table_of_.assign(n, -1);
   rope_offset_.clear();
@@ -866,7 +868,7 @@ void CpuExecutable::MatMulPart(const Activations& a, int rows, int K, const uint
   } else if (a.xr != nullptr) {
     cpu::MatMulReordered(a.xr, rows, K, w, wt, M, scale, y, ldy);
   } else {
-    cpu::MatMul(a.x, rows, K, w, wt, M, scale, y, ldy, task_scratch_[task].data());
+    cpu::MatMul(a.x, rows, K, w, wt, M, scale, y, ldy, ws_->task_scratch[task].data());
   }
 }
 
@@ -997,7 +999,7 @@ void CpuExecutable::RunAttention(const AttentionOp& op, const float* q, const fl
   cpu::AttentionStep step{num_tokens_, q, step_k, step_v, out, in.positions.data(), seq_first_.data(), kc, vc,
                           cache.slots(layer), cache.window(layer) > 0, half};
   step.step_f16 = half;
-  cpu::Attention(params, step, pool_, &attn_scratch_);
+  cpu::Attention(params, step, pool_, &ws_->attn);
 }
 
 // Mixture of experts (Gemma 4 26B-A4B), transformers' Gemma4 text MoE block: per token, a router
@@ -1020,7 +1022,7 @@ void CpuExecutable::RunMoE(const MoEOp& op, const float* y, const float* r, floa
   const size_t need = static_cast<size_t>(H) + E + R * (static_cast<size_t>(H) + 2 * I + I + H);
   if (moe_scratch_.size() < need) moe_scratch_.resize(need);
   if (scratch_.size() < static_cast<size_t>(std::max(H, I))) scratch_.resize(std::max(H, I));
-  for (auto& ts : task_scratch_)
+  for (auto& ts : ws_->task_scratch)
     if (ts.size() < static_cast<size_t>(std::max(H, I))) ts.resize(std::max(H, I));
   const size_t blocks = R * static_cast<size_t>(std::max(H, I)) / 32;
   if (moe_q8_.size() < blocks) {
