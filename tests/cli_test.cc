@@ -322,7 +322,8 @@ CliResult ServeUntilLoaded(const std::string& args) {
 // serve shuts down in order on SIGINT or SIGTERM (exit 0); a second signal while it does exits at
 // once with 128 + its number, as llama-server (a fresh user's second Ctrl-C did nothing while
 // shutdown waited on a stalled client). The two signals differ so that neither is merged into a
-// pending one.
+// pending one; different threads may take them, so either can be the second (130 or 143: a
+// review saw 143 in 2-4 of 40 runs of the same kills).
 TEST(CliTest, ServeExitsAtOnceOnASecondSignal) {
   const std::string log = testing::TempDir() + "gemma4rt_cli_serve_signals.log";
   auto run = [&](const std::string& kills) {
@@ -334,7 +335,7 @@ TEST(CliTest, ServeExitsAtOnceOnASecondSignal) {
   EXPECT_NE(one.out.find("exit=0"), std::string::npos) << one.out;
   EXPECT_NE(one.out.find("signal 2, shutting down"), std::string::npos) << one.out;
   CliResult two = run("kill -TERM $pid; kill -INT $pid");
-  EXPECT_NE(two.out.find("exit=130"), std::string::npos) << two.out;
+  EXPECT_TRUE(two.out.find("exit=130") != std::string::npos || two.out.find("exit=143") != std::string::npos) << two.out;
   EXPECT_NE(two.out.find("second signal, exiting now"), std::string::npos) << two.out;
 }
 

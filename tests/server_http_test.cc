@@ -642,6 +642,73 @@ TEST(ServerHttpTinyTest, StoppingDoesNotWaitForStalledClients) {
   EXPECT_FALSE(c.Get("/health"));
 }
 
+// Stopping ends only the connections of the server that stops: another server in the process
+// on the same port at another local address (127.0.0.2) keeps its client waiting for the rest
+// of its request (a review found the first version matching the port alone).
+TEST(ServerHttpTinyTest, StoppingOneServerLeavesAnotherOnTheSamePortAlone) {
+  auto a = StartServer(Options(TinyModel(), 64, 1));
+  ASSERT_TRUE(a);
+  ServeOptions ob = Options(TinyModel(), 64, 1);
+  ob.host = "127.0.0.2";
+  ob.port = a->port();
+  ob.threads = 1;
+  ob.log_requests = false;
+  auto b = ServeInstance::Start(ob);
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  ASSERT_TRUE((*b)->WaitLoaded().ok());
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(a->port()));
+  inet_pton(AF_INET, "127.0.0.2", &sa.sin_addr);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+  const std::string half = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{";
+  ASSERT_EQ(send(fd, half.data(), half.size(), MSG_NOSIGNAL), static_cast<ssize_t>(half.size()));
+  std::this_thread::sleep_for(200ms);
+  a->Stop();
+  timeval tv{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char ch;
+  EXPECT_EQ(recv(fd, &ch, 1, 0), -1) << "the other server's connection was ended";
+  close(fd);
+  (*b)->Stop();
+}
+
+// Requests in flight when the server stops are cancelled and answered: a non-streaming
+// completion gets its 503, a stream its error event and [DONE], before the connections that
+// wait for their clients are closed.
+TEST(ServerHttpRealStopTest, RequestsInFlightAreAnsweredWhenTheServerStops) {
+  if (!std::filesystem::exists(RealModel())) GTEST_SKIP() << "no default model at " << RealModel();
+  auto srv = StartServer(Options(RealModel(), 1024, 2));
+  ASSERT_TRUE(srv);
+  const int port = srv->port();
+  const std::string body = R"({"prompt":"Write a long story.","max_tokens":900,"ignore_eos":true)";
+  Reply plain;
+  std::string streamed;
+  std::thread t1([&] { plain = Post(port, "/v1/completions", body + "}"); });
+  std::thread t2([&] {
+    auto c = Client(port);
+    httplib::Request req;
+    req.method = "POST";
+    req.path = "/v1/completions";
+    req.body = body + R"(,"stream":true})";
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+      streamed.append(d, n);
+      return true;
+    };
+    c->send(req);
+  });
+  std::this_thread::sleep_for(500ms);  // both generating
+  srv->Stop();
+  t1.join();
+  t2.join();
+  EXPECT_EQ(plain.status, 503) << plain.raw;
+  EXPECT_NE(streamed.find("\"error\""), std::string::npos) << streamed;
+  EXPECT_NE(streamed.find("data: [DONE]"), std::string::npos) << streamed;
+}
+
 // Found by a fresh user: OPTIONS (a browser's CORS preflight) was 404, so no page on another
 // origin could call the server. As llama-server and vLLM: the preflight is 204 with the allowed
 // methods and headers, before and whatever the API key, and every response allows any origin;

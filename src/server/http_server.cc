@@ -268,13 +268,17 @@ int ConnectionSocket(const httplib::Request& req) {
   return found;
 }
 
-// Ends every connection the server on `port` accepted (connected sockets whose local port is
-// `port`; a client of it in this process has an ephemeral local port) with shutdown(): a worker
-// waiting for the rest of a request (up to the 30 s read timeout) or for a keep-alive connection's
-// next one (5 s) sees end of file at once. The worker still closes the descriptor.
-void ShutDownConnections(int port) {
-  ForEachConnectedSocket([&](int fd, const std::string&, int lp, const std::string&, int) {
-    if (lp == port) ::shutdown(fd, SHUT_RDWR);
+// Ends every connection that the server listening on addr:port accepted (connected sockets of
+// this process whose local address is addr:port, or any local address where addr is a wildcard;
+// a client of the server in this process has an ephemeral local port) with shutdown(): a worker
+// waiting for the rest of a request (up to the 30 s read timeout) or for a keep-alive
+// connection's next one (5 s) sees end of file at once. The worker still closes the descriptor.
+// A socket closed and its number reused by another thread between the listing and shutdown()
+// could be hit instead: `serve` opens no other sockets while it stops.
+void ShutDownConnections(const std::string& addr, int port) {
+  const bool any = addr.empty() || addr == "0.0.0.0" || addr == "::";
+  ForEachConnectedSocket([&](int fd, const std::string& la, int lp, const std::string&, int) {
+    if (lp == port && (any || la == addr)) ::shutdown(fd, SHUT_RDWR);
     return false;
   });
 }
@@ -351,6 +355,7 @@ struct HttpServer::Impl {
   httplib::Server svr;
   std::thread thread;
   int port = -1;
+  std::string bound_addr;  // the listening socket's address as AddrPort writes it ("" if unknown)
   std::atomic<int> listen_fd{-1};  // the listening socket (httplib's set_socket_options sees it made)
   bool started = false, stopped = false;
   std::mutex stop_mu;
@@ -1031,7 +1036,14 @@ Status HttpServer::Start() {
   // clients connecting at once had their SYNs dropped and retried after 1 s, 3 s, ... (200
   // connections took 15 s to open in StalledClientsLeaveRoomForOthers). listen() again on the
   // bound socket raises the backlog (Linux takes the new value; capped by net.core.somaxconn).
-  if (const int fd = m.listen_fd.load(); fd >= 0) ::listen(fd, 4096);
+  if (const int fd = m.listen_fd.load(); fd >= 0) {
+    ::listen(fd, 4096);
+    sockaddr_storage local{};
+    socklen_t len = sizeof local;
+    int lp = 0;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) != 0 || !AddrPort(local, &m.bound_addr, &lp))
+      m.bound_addr.clear();
+  }
   m.started = true;
   m.thread = std::thread([&m] { m.svr.listen_after_bind(); });
   // Stop() is a no-op on a server that is not yet running: wait until it runs.
@@ -1066,17 +1078,21 @@ void HttpServer::Stop() {
   m.svr.stop();
   // httplib's stop() closes the listening socket, then joins the workers, which wait on their
   // clients: one that sent part of a request held shutdown for the 30 s read timeout (found by a
-  // fresh user: Ctrl-C seemed ignored). Nothing such a client sent has reached a handler. Again
-  // every 20 ms until the workers are joined: a connection accepted just before the listening
-  // socket closed may reach /proc/self/fd after a pass.
+  // fresh user: Ctrl-C seemed ignored). Nothing such a client sent has reached a handler. After
+  // kGraceMs (a handler that has returned still has its response written by httplib: a
+  // cancelled non-streaming request's 503 goes out after it leaves `inflight`; a review cut
+  // such answers off when this ran at once), then again every 20 ms until the workers are
+  // joined: a connection accepted just before the listening socket closed may reach
+  // /proc/self/fd after a pass.
   if (!m.thread.joinable()) return;
+  constexpr int kGraceMs = 500;
   std::atomic<bool> joined{false};
   std::thread joiner([&m, &joined] {
     m.thread.join();
     joined.store(true);
   });
   for (int i = 0; !joined.load(); ++i) {
-    if (i % 20 == 0) ShutDownConnections(m.port);
+    if (i >= kGraceMs && (i - kGraceMs) % 20 == 0) ShutDownConnections(m.bound_addr, m.port);
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   joiner.join();
