@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <csignal>
 #include <future>
 #include <sstream>
 #include <thread>
@@ -357,6 +358,28 @@ TEST(ServerHttpTinyTest, TokenIdCompletionsMatchTheEngineStreamedAndNot) {
   Reply text = Post(srv->port(), "/v1/completions", R"({"prompt":"hi"})");
   EXPECT_EQ(text.status, 400);
   EXPECT_EQ(text.body["error"]["param"], "prompt");
+}
+
+// A signal while the model loads ends `serve` without waiting for the load (found by a fresh user:
+// Ctrl-C waited 47 s for an E2B --quantize q4_0, then logged "serving as" after "shutting down");
+// once loaded, a signal stops the instance in order instead.
+TEST(ServerHttpTinyTest, ASignalWhileLoadingExitsWithoutWaitingForTheLoad) {
+  std::promise<void> release;
+  std::shared_future<void> go = release.get_future().share();
+  auto srv = StartServer(Options(TinyModel(), 64, 1), [go] { go.wait(); }, /*wait=*/false);
+  ASSERT_TRUE(srv);
+  std::atomic<int> sig{SIGINT};
+  int exits = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(RunUntilSignal(*srv, sig, [&] { ++exits; }), 0);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(exits, 1) << "exit_now while loading";
+  EXPECT_LT(s, 2.0) << "waited for the load";
+  release.set_value();
+  ASSERT_TRUE(srv->WaitLoaded().ok());
+  EXPECT_EQ(RunUntilSignal(*srv, sig, [&] { ++exits; }), 0);
+  EXPECT_EQ(exits, 1) << "loaded: an orderly stop, not exit_now";
+  EXPECT_FALSE(srv->LoadResult() && Get(srv->port(), "/health").status == 200) << "still serving after the stop";
 }
 
 TEST(ServerHttpTinyTest, HealthIs503WhileLoading) {

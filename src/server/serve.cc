@@ -322,18 +322,33 @@ int ServeMain(int argc, char** argv) {
   }
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
+  return RunUntilSignal(**inst, g_signal, [] {
+    std::fflush(stderr);
+    _exit(0);
+  });
+}
+
+int RunUntilSignal(ServeInstance& inst, const std::atomic<int>& signal, const std::function<void()>& exit_now) {
   for (;;) {
-    if (const int sig = g_signal.load()) {
+    if (const int sig = signal.load()) {
+      if (!inst.LoadResult()) {
+        // Still loading: nothing is served yet (requests get 503), and a copy or --quantize of a
+        // large model takes up to a minute, which the signal waited for (found by a fresh user:
+        // 47 s for the E2B with --quantize q4_0). Exit now; an orderly stop has nothing to end.
+        std::fprintf(stderr, "gemma4rt: signal %d while the model loads: exiting\n", sig);
+        exit_now();
+        return 0;
+      }
       std::fprintf(stderr, "gemma4rt: signal %d, shutting down\n", sig);
       break;
     }
-    if (auto r = (*inst)->LoadResult(); r && !r->ok()) {
-      (*inst)->Stop();
+    if (auto r = inst.LoadResult(); r && !r->ok()) {
+      inst.Stop();
       return 1;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  (*inst)->Stop();
+  inst.Stop();
   return 0;
 }
 

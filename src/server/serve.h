@@ -9,6 +9,8 @@
 // ...); the command line wins.
 #pragma once
 
+#include <atomic>
+
 #include <condition_variable>
 #include <cstddef>
 #include <functional>
@@ -112,6 +114,12 @@ class ServeInstance {
   std::condition_variable cv_;
   std::optional<Status> load_result_;
 };
+
+// ServeMain's loop over a started instance, polled every 100 ms: returns 1 once the load has
+// failed; once `signal` is nonzero (SIGINT/SIGTERM, the signal's number), stops the instance and
+// returns 0, or, while the model is still loading (a load cannot be interrupted; nothing is served
+// yet), calls exit_now(), which `serve` makes _exit(0), and returns 0 if it returns (tests).
+int RunUntilSignal(ServeInstance& inst, const std::atomic<int>& signal, const std::function<void()>& exit_now);
 
 // The `serve` subcommand: argv holds the arguments after "serve" (argv[0] is the first of them, not
 // a program name). Runs until SIGINT/SIGTERM; returns the process exit code.
