@@ -339,6 +339,27 @@ TEST(CliTest, ServeExitsAtOnceOnASecondSignal) {
   EXPECT_NE(two.out.find("second signal, exiting now"), std::string::npos) << two.out;
 }
 
+// Ctrl-C during `generate` ends it after the current token with the timings line
+// (finish_reason=interrupted) and exit status 130, as llama-cli (a fresh user: it died at once,
+// without timings).
+TEST(CliTest, GenerateInterruptedPrintsItsTimings) {
+  const std::string model = DefaultModelFile();
+  if (!std::ifstream(model)) GTEST_SKIP() << "no default model at " << model << " (scripts/fetch-default-model.sh)";
+  const std::string out = testing::TempDir() + "gemma4rt_cli_interrupt.out";
+  const std::string err = testing::TempDir() + "gemma4rt_cli_interrupt.err";
+  CliResult r = RunCli("generate -m " + model + " -t 1 -n 3000 --ignore-eos --temp 0 -p 'Once upon a time' >" + out +
+                       " 2>" + err + " & pid=$!; for i in $(seq 1 600); do [ -s " + out +
+                       " ] && break; sleep 0.1; done; kill -INT $pid; wait $pid; echo \"exit=$?\"; cat " + err);
+  EXPECT_NE(r.out.find("exit=130"), std::string::npos) << r.out;
+  const size_t at = r.out.find("finish_reason=interrupted");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const size_t g = r.out.find("generated=", at);
+  ASSERT_NE(g, std::string::npos) << r.out;
+  const int generated = std::atoi(r.out.c_str() + g + 10);
+  EXPECT_GT(generated, 0) << r.out;
+  EXPECT_LT(generated, 3000) << r.out;
+}
+
 // info, logits, generate, bench and serve all describe the weights with WeightsDescription: the
 // projections' dtype first, then the embedding's when it differs.
 TEST(CliTest, EveryCommandDescribesTheWeightsTheSameWay) {

@@ -8,6 +8,8 @@
 // MODEL defaults to $GEMMA4RT_MODEL, else the default model fetched by
 // scripts/fetch-default-model.sh (~/.cache/gemma4rt/gemma-3-270m-q4_k_m.gguf).
 #include <algorithm>
+#include <atomic>
+#include <csignal>
 #include <cerrno>
 #include <cctype>
 #include <cstdio>
@@ -167,6 +169,17 @@ std::string ProcessEscapes(std::string_view in) {
     }
   }
   return out;
+}
+
+// generate's SIGINT: the first asks Generate to stop after the current token (GenerateRequest::
+// interrupt); a second exits at once.
+std::atomic<bool> g_interrupted{false};
+void OnInterrupt(int) {
+  if (g_interrupted.exchange(true)) {
+    static const char kMsg[] = "\ngemma4rt: second interrupt, exiting now\n";
+    [[maybe_unused]] const ssize_t w = write(STDERR_FILENO, kMsg, sizeof kMsg - 1);  // async-signal-safe
+    _exit(130);
+  }
 }
 
 g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int threads, const g4::LoadOptions& lo,
@@ -482,10 +495,16 @@ int Main(int argc_in, char** argv_in) {
   req.ignore_eos = ignore_eos;
   g4::GenerateResult result;
   if (!s.tokenizer) show_ids = true;  // no tokenizer: ids are the only output
+  // Ctrl-C (SIGINT) ends the generation after the current token, with the timings line and exit
+  // status 130, as llama-cli; a second one exits at once (the prompt's prefill is not interrupted).
+  g_interrupted.store(false);
+  req.interrupt = &g_interrupted;
+  std::signal(SIGINT, OnInterrupt);
   st = g4::Generate(engine, s.tokenizer.get(), 0, req, [](std::string_view piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
   }, &result);
+  std::signal(SIGINT, SIG_DFL);
   if (!st.ok()) return Fail(st);
   std::printf("\n");
   if (show_ids) {
@@ -502,7 +521,7 @@ int Main(int argc_in, char** argv_in) {
                result.prefill_seconds, n, n > 1 ? (n - 1) / std::max(1e-9, result.decode_seconds) : 0.0,
                // The seed that was used (drawn when -s was -1 or absent), so a sampled run can be repeated.
                req.sampling.temperature > 0 ? ("; seed=" + std::to_string(result.seed)).c_str() : "");
-  return 0;
+  return result.finish_reason == "interrupted" ? 130 : 0;
 }
 }  // namespace
 

@@ -112,6 +112,10 @@ Status Generate(Engine& engine, const Tokenizer* tokenizer, int seq, const Gener
       break;
     }
     if (i + 1 == req.max_tokens) break;
+    if (req.interrupt != nullptr && req.interrupt->load()) {
+      result->finish_reason = "interrupted";
+      break;
+    }
     G4_RETURN_IF_ERROR(engine.Decode(std::span<const int32_t>(&seq, 1), std::span<const int32_t>(&next, 1), nullptr));
   }
   if (!stops.stopped()) {

@@ -3,6 +3,7 @@
 // Used by `gemma4rt generate`; the server's scheduler will drive the same pieces per step.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -22,12 +23,15 @@ struct GenerateRequest {
   std::vector<std::string> stop;      // stop strings (not included in the output)
   std::vector<int32_t> stop_ids;      // extra stop token ids (the tokenizer's end-of-generation ids always stop)
   bool ignore_eos = false;            // true: only max_tokens and stop strings end generation
+  // Read before each decode step (not during the prompt's prefill): once true, generation ends
+  // with finish_reason "interrupted" (`generate`'s Ctrl-C). May be null.
+  const std::atomic<bool>* interrupt = nullptr;
 };
 
 struct GenerateResult {
   std::vector<int32_t> tokens;        // generated ids (a final stop token included)
   std::string text;                   // the streamed text, concatenated
-  std::string finish_reason;          // "stop" (stop token or string) or "length"
+  std::string finish_reason;          // "stop" (stop token or string), "length" or "interrupted"
   double prefill_seconds = 0;         // prompt processing, i.e. time to first token
   double decode_seconds = 0;          // the remaining tokens
   int prompt_tokens = 0;
