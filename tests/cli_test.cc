@@ -698,6 +698,18 @@ TEST(CliTest, BenchJsonReportsSpeedsMemoryAndBothBandwidthFractions) {
 
 // Bandwidth buffers larger than the memory available are refused before the model loads (they
 // used to end the run in std::bad_alloc after the first tg repetition).
+// llama-bench's -t takes a list; here one count per run, and a list says so before loading
+// anything (CLI11 said "Value 1,2 not in range 0 to 1024").
+TEST(CliTest, BenchSaysItTakesOneThreadCount) {
+  CliResult r = RunCli("bench -m " + Fixture("gemma4-e2b-tiny") + " -p 0 -n 2 -r 1 -t 1,2 --bw-mib 0");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_NE(r.out.find("-t takes one thread count per run (got 2)"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("tg2"), std::string::npos) << r.out;
+  CliResult one = RunCli("bench -m " + Fixture("gemma4-e2b-tiny") + " -p 0 -n 2 -r 1 -t 1 --no-warmup --bw-mib 0");
+  EXPECT_EQ(one.status, 0) << one.out;
+  EXPECT_NE(one.out.find("|       1 |              tg2 |"), std::string::npos) << one.out;
+}
+
 TEST(CliTest, BenchRefusesBandwidthBuffersLargerThanTheMemory) {
   CliResult r = RunCli("bench -m " + Fixture("gemma4-e2b-tiny") + " -p 0 -n 2 -r 1 -t 1 --bw-mib 1048576");
   EXPECT_EQ(r.status, 1) << r.out;

@@ -494,7 +494,11 @@ int BenchMain(int argc, char** argv) {
                "activations (llama.cpp's)");
   app.add_option("--quality-tokens", quality_tokens, "most tokens of the quality text")->check(CLI::Range(2, 1 << 16));
   app.add_option("-m,--model", model, "GGUF file or Hugging Face checkpoint directory (default: $GEMMA4RT_MODEL or the fetched Gemma 3 270M)");
-  app.add_option("-t,--threads", threads, "CPU threads (0 = all cores, the default)")->check(CLI::Range(0, 1024));
+  // One thread count per run: llama-bench's -t takes a list, and a list here got CLI11's "Value 1,2
+  // not in range 0 to 1024" (a fresh user); read as a list, so that one says what to do instead.
+  std::vector<int> thread_list;
+  app.add_option("-t,--threads", thread_list, "CPU threads (0 = all cores, the default); one count per run (llama-bench's "
+                 "-t list: run bench once per count)")->delimiter(',')->check(CLI::Range(0, 1024));
   app.add_option("--cache-type", cache_type, kCacheTypeHelp)->check(CLI::IsMember({"f32", "f16"}));
   app.add_option("-p,--n-prompt", n_prompt, "prompt tokens per pp test, comma-separated list (0 = no pp test)")
       ->delimiter(',')->check(CLI::Range(0, 1 << 20));
@@ -521,6 +525,12 @@ int BenchMain(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (thread_list.size() > 1) {
+    std::fprintf(stderr, "gemma4rt bench: error: -t takes one thread count per run (got %zu); run bench once per "
+                 "count (-p, -n and -d take comma-separated lists)\n", thread_list.size());
+    return 1;
+  }
+  if (!thread_list.empty()) threads = thread_list[0];
   threads = ResolveThreadCount(threads);
   const bool json = json_flag || output == "json";
   // The bandwidth tests run right after each tg repetition, so that each repetition's fraction is
