@@ -9,7 +9,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh >&2
 GEMMA4RT_DEFAULT_MODEL="$(bash scripts/fetch-default-model.sh)"
 export GEMMA4RT_DEFAULT_MODEL
-bash scripts/build.sh >&2
+BUILD_TARGET=gemma4rt bash scripts/build.sh >&2
 if [ "$#" -eq 0 ]; then
   set -- serve -np 4 --metrics
 fi
