@@ -9,6 +9,7 @@
 // scripts/fetch-default-model.sh (~/.cache/gemma4rt/gemma-3-270m-q4_k_m.gguf).
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cerrno>
 #include <cctype>
@@ -197,11 +198,15 @@ g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int thr
   // already (their copy showed its own progress on a terminal), and a pipe got five "loading
   // weights" lines for a few milliseconds of work (found by a fresh user).
   if (loaded->weights.total_bytes > (size_t{128} << 20) && !loaded->weights_copied) {
+    // Shown once the read has taken half a second: a file in the page cache is read in
+    // milliseconds, and printed five lines on a pipe for it (a fresh user: noise).
     int last = -1;
     const bool tty = isatty(STDERR_FILENO);
+    const auto start = std::chrono::steady_clock::now();
     g4::PrefaultWeights(*loaded, [&](double f) {
       const int pct = static_cast<int>(f * 100);
       if (pct == last || (!tty && pct % 25 != 0)) return;  // a line every 25% when not a terminal
+      if (last < 0 && std::chrono::steady_clock::now() - start < std::chrono::milliseconds(500)) return;
       last = pct;
       std::fprintf(stderr, "%sgemma4rt: loading weights %3d%% of %.1f MiB%s", tty ? "\r" : "", pct,
                    loaded->weights.total_bytes / 1048576.0, tty && pct < 100 ? "" : "\n");
