@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <functional>
 #include <future>
@@ -11,6 +12,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "model/model.h"
 #include "runtime/engine.h"
+#include "runtime/generate.h"
 #include "runtime/scheduler.h"
 
 namespace g4 {
@@ -78,6 +80,36 @@ TEST(DetectLoopTest, CatchesRepeatsAndLeavesNormalTextAlone) {
 }
 
 // 8 different prompts, submitted staggered onto 4 slots, each give exactly the ids they give alone.
+// An interrupt (generate's Ctrl-C) stops a prefill between its chunks: Cancelled, the sequence
+// holding the chunks already run (the first always runs); Generate then ends "interrupted" with
+// no token. Unset, the same prompt prefills whole and generates.
+TEST(GenerateTest, InterruptStopsThePrefillBetweenChunks) {
+  auto engine = TinyEngine(1);
+  const std::vector<int32_t> prompt = {2, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45};  // 3 chunks of 5
+  std::atomic<bool> stop{true};
+  Status st = engine->Prefill(0, prompt, false, nullptr, nullptr, &stop);
+  EXPECT_EQ(st.code(), StatusCode::kCancelled) << st.ToString();
+  EXPECT_EQ(engine->SequenceLength(0), 5);
+  GenerateRequest req;
+  req.prompt = prompt;
+  req.max_tokens = 4;
+  req.sampling.temperature = 0;
+  req.ignore_eos = true;
+  req.interrupt = &stop;
+  GenerateResult r;
+  ASSERT_TRUE(Generate(*engine, nullptr, 0, req, nullptr, &r).ok());
+  EXPECT_EQ(r.finish_reason, "interrupted");
+  EXPECT_TRUE(r.tokens.empty());
+  EXPECT_EQ(r.prompt_tokens, 12);
+  EXPECT_EQ(r.prefilled_tokens, 5);
+  stop = false;
+  ASSERT_TRUE(Generate(*engine, nullptr, 0, req, nullptr, &r).ok());
+  EXPECT_EQ(r.finish_reason, "length");
+  EXPECT_EQ(r.tokens.size(), 4u);
+  EXPECT_EQ(r.prefilled_tokens, 12);
+  EXPECT_EQ(engine->SequenceLength(0), static_cast<int>(prompt.size()) + 3);
+}
+
 TEST(SchedulerTest, ConcurrentRequestsMatchTheirSoloRuns) {
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 8; ++i) {

@@ -13,6 +13,7 @@ std::string Status::ToString() const {
     case StatusCode::kUnimplemented: name = "UNIMPLEMENTED"; break;
     case StatusCode::kResourceExhausted: name = "RESOURCE_EXHAUSTED"; break;
     case StatusCode::kInternal: name = "INTERNAL"; break;
+    case StatusCode::kCancelled: name = "CANCELLED"; break;
   }
   return std::string(name) + ": " + message_;
 }

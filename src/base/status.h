@@ -21,6 +21,7 @@ enum class StatusCode {
   kUnimplemented,     // a valid input we do not support yet (named in the message)
   kResourceExhausted, // KV cache or memory budget exceeded
   kInternal,
+  kCancelled,         // the caller asked to stop (an interrupt flag), before the work was done
 };
 
 class [[nodiscard]] Status {
@@ -47,6 +48,7 @@ inline Status FailedPrecondition(std::string m) { return {StatusCode::kFailedPre
 inline Status Unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
 inline Status ResourceExhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
+inline Status Cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
 
 // Holds either a value or a non-OK Status.
 template <typename T>

@@ -500,8 +500,9 @@ int Main(int argc_in, char** argv_in) {
   req.ignore_eos = ignore_eos;
   g4::GenerateResult result;
   if (!s.tokenizer) show_ids = true;  // no tokenizer: ids are the only output
-  // Ctrl-C (SIGINT) ends the generation after the current token, with the timings line and exit
-  // status 130, as llama-cli; a second one exits at once (the prompt's prefill is not interrupted).
+  // Ctrl-C (SIGINT) ends the generation after the current token (in the prompt's prefill: after
+  // the current chunk), with the timings line and exit status 130, as llama-cli; a second one
+  // exits at once.
   g_interrupted.store(false);
   req.interrupt = &g_interrupted;
   std::signal(SIGINT, OnInterrupt);
@@ -520,9 +521,13 @@ int Main(int argc_in, char** argv_in) {
   std::fflush(stdout);
   const int n = static_cast<int>(result.tokens.size());
   std::fprintf(stderr,
-               "gemma4rt: finish_reason=%s prompt=%d tokens, prefill %.1f tokens/s, time to first token %.3f s; "
+               "gemma4rt: finish_reason=%s prompt=%d tokens%s, prefill %.1f tokens/s, time to first token %.3f s; "
                "generated=%d tokens, decode %.1f tokens/s%s\n",
-               result.finish_reason.c_str(), result.prompt_tokens, result.prompt_tokens / std::max(1e-9, result.prefill_seconds),
+               result.finish_reason.c_str(), result.prompt_tokens,
+               result.prefilled_tokens < result.prompt_tokens
+                   ? (" (" + std::to_string(result.prefilled_tokens) + " prefilled)").c_str()
+                   : "",
+               result.prefilled_tokens / std::max(1e-9, result.prefill_seconds),
                result.prefill_seconds, n, n > 1 ? (n - 1) / std::max(1e-9, result.decode_seconds) : 0.0,
                // The seed that was used (drawn when -s was -1 or absent), so a sampled run can be repeated.
                req.sampling.temperature > 0 ? ("; seed=" + std::to_string(result.seed)).c_str() : "");

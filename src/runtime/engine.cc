@@ -114,7 +114,7 @@ StatusOr<Executable*> Engine::GetExecutable(int num_tokens, int num_output_rows,
 }
 
 Status Engine::Prefill(int seq, std::span<const int32_t> tokens, bool all_logits, std::vector<float>* logits,
-                       std::map<std::string, std::vector<float>>* captured) {
+                       std::map<std::string, std::vector<float>>* captured, const std::atomic<bool>* interrupt) {
   last_exe_ = nullptr;
   if (seq < 0 || seq >= cache_.max_seqs()) return InvalidArgument("sequence " + std::to_string(seq) + " is out of range");
   if (tokens.empty()) return InvalidArgument("prefill needs at least one token");
@@ -128,6 +128,10 @@ Status Engine::Prefill(int seq, std::span<const int32_t> tokens, bool all_logits
   if (logits) logits->assign(all_logits ? static_cast<size_t>(n) * V : V, 0.0f);
   if (captured) captured->clear();
   for (int begin = 0; begin < n; begin += options_.prefill_chunk) {
+    if (begin > 0 && interrupt != nullptr && interrupt->load()) {
+      last_exe_ = nullptr;  // no logits
+      return Cancelled("prefill interrupted after " + std::to_string(begin) + " of " + std::to_string(n) + " tokens");
+    }
     const int len = std::min(options_.prefill_chunk, n - begin);
     const bool last_chunk = begin + len == n;
     const int out_rows = all_logits ? len : (last_chunk ? 1 : 0);

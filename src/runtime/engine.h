@@ -6,6 +6,7 @@
 // one-shot prefill, chunked prefill and token-by-token decode compute the same logits.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <span>
@@ -70,9 +71,12 @@ class Engine {
   // token. captured (optional): every exported graph output with one row per token ("embeddings",
   // "hidden.<l>", "ple", and "logits" when all_logits), [tokens, cols] row-major.
   // Errors: InvalidArgument (bad seq, empty tokens, token id outside [0, vocab)),
-  // ResourceExhausted (the sequence would exceed max_context; nothing is written).
+  // ResourceExhausted (the sequence would exceed max_context; nothing is written), Cancelled
+  // (interrupt, read before each chunk after the first, became true: the sequence holds the
+  // chunks already run and no logits).
   Status Prefill(int seq, std::span<const int32_t> tokens, bool all_logits, std::vector<float>* logits,
-                 std::map<std::string, std::vector<float>>* captured = nullptr);
+                 std::map<std::string, std::vector<float>>* captured = nullptr,
+                 const std::atomic<bool>* interrupt = nullptr);
 
   // One token per sequence: tokens[b] is appended to seqs[b] (distinct). logits: [B, V].
   // Errors as Prefill.

@@ -94,9 +94,16 @@ Status Generate(Engine& engine, const Tokenizer* tokenizer, int seq, const Gener
   engine.ResetSequence(seq);
   const auto t0 = Clock::now();
   // Each step's logits are sampled in place in the engine's step memory (no copy).
-  G4_RETURN_IF_ERROR(engine.Prefill(seq, req.prompt, false, nullptr));
+  const Status prefilled = engine.Prefill(seq, req.prompt, false, nullptr, nullptr, req.interrupt);
   const auto t1 = Clock::now();
   result->prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
+  if (prefilled.code() == StatusCode::kCancelled) {  // interrupted between prefill chunks
+    result->finish_reason = "interrupted";
+    result->prefilled_tokens = engine.SequenceLength(seq);
+    return OkStatus();
+  }
+  G4_RETURN_IF_ERROR(prefilled);
+  result->prefilled_tokens = result->prompt_tokens;
   result->finish_reason = "length";
   for (int i = 0; i < req.max_tokens; ++i) {
     G4_ASSIGN_OR_RETURN(int32_t next, sampler.SampleInPlace(engine.StepLogits(), req.prompt, result->tokens));

@@ -23,8 +23,8 @@ struct GenerateRequest {
   std::vector<std::string> stop;      // stop strings (not included in the output)
   std::vector<int32_t> stop_ids;      // extra stop token ids (the tokenizer's end-of-generation ids always stop)
   bool ignore_eos = false;            // true: only max_tokens and stop strings end generation
-  // Read before each decode step (not during the prompt's prefill): once true, generation ends
-  // with finish_reason "interrupted" (`generate`'s Ctrl-C). May be null.
+  // Read between the prompt's prefill chunks and before each decode step: once true, generation
+  // ends with finish_reason "interrupted" (`generate`'s Ctrl-C). May be null.
   const std::atomic<bool>* interrupt = nullptr;
 };
 
@@ -35,6 +35,7 @@ struct GenerateResult {
   double prefill_seconds = 0;         // prompt processing, i.e. time to first token
   double decode_seconds = 0;          // the remaining tokens
   int prompt_tokens = 0;
+  int prefilled_tokens = 0;           // prompt tokens run through the model: prompt_tokens, or fewer when interrupted
   uint64_t seed = 0;                  // the sampler's seed: the request's, or the one drawn without one
 };
 
