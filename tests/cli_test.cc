@@ -698,6 +698,17 @@ TEST(CliTest, BenchJsonReportsSpeedsMemoryAndBothBandwidthFractions) {
 
 // Bandwidth buffers larger than the memory available are refused before the model loads (they
 // used to end the run in std::bad_alloc after the first tg repetition).
+// Unexpected arguments are listed in the order given, by every command (Debian's CLI11 2.1.2
+// reverses them: "not expected: 2 -n hi -p 1,2 -t" for `info -t 1,2 -p hi -n 2`, a fresh user).
+TEST(CliTest, UnexpectedArgumentsAreListedInOrder) {
+  for (const char* cmd : {"info", "generate", "bench", "serve"}) {
+    CliResult r = RunCli(std::string(cmd) + " --bogus 1 --other");
+    EXPECT_NE(r.status, 0) << cmd << ": " << r.out;
+    EXPECT_NE(r.out.find("The following arguments were not expected: --bogus 1 --other"), std::string::npos)
+        << cmd << ": " << r.out;
+  }
+}
+
 // llama-bench's -t takes a list; here one count per run, and a list says so before loading
 // anything (CLI11 said "Value 1,2 not in range 0 to 1024").
 TEST(CliTest, BenchSaysItTakesOneThreadCount) {

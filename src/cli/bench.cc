@@ -1,6 +1,7 @@
 // `gemma4rt bench`: see bench.h. Flag names follow llama-bench (-m -t -p -n -d -r -ub -o).
 #include "backends/cpu/kernels.h"
 #include "cli/bench.h"
+#include "cli/parse_error.h"
 #include "cli/progress.h"
 
 #include <algorithm>
@@ -523,7 +524,7 @@ int BenchMain(int argc, char** argv) {
   try {
     app.parse(static_cast<int>(cargv.size()), cargv.data());
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return ExitOnParseError(app, e);
   }
   if (thread_list.size() > 1) {
     std::fprintf(stderr, "gemma4rt bench: error: -t takes one thread count per run (got %zu); run bench once per "
@@ -957,8 +958,8 @@ int BenchMain(int argc, char** argv) {
                 HumanBytes(static_cast<double>(rss_budget)).c_str(),
                 peak_rss == 0 ? "not measured" : peak_rss <= rss_budget ? "within" : "OVER");
     if (bw_gbps > 0) {
-      std::printf("; memcpy bandwidth %.2f GB/s (%d threads, %s buffers, read + written bytes", bw_gbps, threads,
-                  HumanBytes(static_cast<double>(bw_bytes)).c_str());
+      std::printf("; memcpy bandwidth %.2f GB/s (%d thread%s, %s buffers, read + written bytes", bw_gbps, threads,
+                  threads == 1 ? "" : "s", HumanBytes(static_cast<double>(bw_bytes)).c_str());
       if (all_samples.size() > 1) std::printf("; median of %zu tests, one after each tg repetition", all_samples.size());
       std::printf(")");
     }

@@ -38,6 +38,7 @@
 #include "runtime/engine.h"
 #include "runtime/generate.h"
 #include "cli/bench.h"
+#include "cli/parse_error.h"
 #include "cli/progress.h"
 #include "server/serve.h"
 #include "tokenizer/chat_template.h"
@@ -358,7 +359,11 @@ int Main(int argc_in, char** argv_in) {
       return static_cast<int>(CLI::ExitCodes::ExtrasError);
     }
   }
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return g4::cli::ExitOnParseError(app, e);
+  }
   // Sampling flags are checked before the model loads (SamplingParams::Validate, one flag at a time).
   if (gen->parsed()) {
     if (Status st = ValidateSamplingFlags(temp, top_k, top_p, min_p, repeat_penalty, presence, frequency); !st.ok())

@@ -20,6 +20,7 @@
 
 #include "backends/cpu/cpu_backend.h"
 #include "base/thread_pool.h"
+#include "cli/parse_error.h"
 #include "cli/progress.h"
 #include "model/model.h"
 #include "runtime/generate.h"
@@ -124,7 +125,7 @@ ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
   try {
     app.parse(static_cast<int>(argv.size()), argv.data());
   } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
+    const int code = cli::ExitOnParseError(app, e);
     // A bad value from a GEMMA4RT_* variable reads like a bad flag ("--threads: Value abc not in
     // range 0 to 1024", "Could not convert: --mmap = maybe"): name the variable when the flag was
     // not on the command line.
