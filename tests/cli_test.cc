@@ -709,16 +709,29 @@ TEST(CliTest, UnexpectedArgumentsAreListedInOrder) {
   }
 }
 
-// llama-bench's -t takes a list; here one count per run, and a list says so before loading
-// anything (CLI11 said "Value 1,2 not in range 0 to 1024").
-TEST(CliTest, BenchSaysItTakesOneThreadCount) {
-  CliResult r = RunCli("bench -m " + Fixture("gemma4-e2b-tiny") + " -p 0 -n 2 -r 1 -t 1,2 --bw-mib 0");
-  EXPECT_EQ(r.status, 1) << r.out;
-  EXPECT_NE(r.out.find("-t takes one thread count per run (got 2)"), std::string::npos) << r.out;
-  EXPECT_EQ(r.out.find("tg2"), std::string::npos) << r.out;
-  CliResult one = RunCli("bench -m " + Fixture("gemma4-e2b-tiny") + " -p 0 -n 2 -r 1 -t 1 --no-warmup --bw-mib 0");
-  EXPECT_EQ(one.status, 0) << one.out;
-  EXPECT_NE(one.out.find("|       1 |              tg2 |"), std::string::npos) << one.out;
+// llama-bench's -t takes a comma-separated list (a fresh user's `-t 1,2` got CLI11's "Value 1,2 not
+// in range"): the whole bench once per count, a table each; --json an array of their objects.
+TEST(CliTest, BenchRunsOncePerThreadCountOfAList) {
+  const std::string m = "bench -m " + Fixture("gemma4-e2b-tiny") + " -p 0 -n 2 -r 1 --no-warmup --bw-mib 0";
+  CliResult md = RunCli(m + " -t 1,2");
+  ASSERT_EQ(md.status, 0) << md.out;
+  const size_t one = md.out.find("|       1 |              tg2 |"), two = md.out.find("|       2 |              tg2 |");
+  EXPECT_NE(one, std::string::npos) << md.out;
+  EXPECT_NE(two, std::string::npos) << md.out;
+  EXPECT_LT(one, two) << "in the list's order: " << md.out;
+  CliResult js = RunCli(m + " --threads=2,1 --json");
+  ASSERT_EQ(js.status, 0) << js.out;
+  const size_t open = js.out.find("\n[\n"), close = js.out.rfind("]");  // the logs (stderr) come first
+  ASSERT_TRUE(open != std::string::npos && close != std::string::npos) << js.out;
+  const nlohmann::json a = nlohmann::json::parse(js.out.substr(open + 1, close - open), nullptr, false);
+  ASSERT_TRUE(a.is_array()) << js.out;
+  ASSERT_EQ(a.size(), 2u) << js.out;
+  EXPECT_EQ(a[0]["threads"], 2);
+  EXPECT_EQ(a[1]["threads"], 1);
+  EXPECT_GT(a[1]["tg2"].get<double>(), 0.0);
+  CliResult bad = RunCli(m + " -t 1,5000");
+  EXPECT_NE(bad.status, 0) << bad.out;
+  EXPECT_EQ(bad.out.find("tg2"), std::string::npos) << "refused before any run: " << bad.out;
 }
 
 TEST(CliTest, BenchRefusesBandwidthBuffersLargerThanTheMemory) {

@@ -5,6 +5,7 @@
 #include "cli/progress.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -455,6 +457,73 @@ StatusOr<QualityResult> MeasureQuality(const std::string& path, const LoadOption
   return r;
 }
 
+// `bench ARGS` with -t/--threads replaced by each of `counts` in turn: one child process per
+// count (`/proc/self/exe bench ...`), so that each loads the model itself and reports its own
+// peak RSS, sharing this process's stderr, and its stdout (a table per count) unless `json`:
+// then the children's objects are printed as one JSON array, as llama-bench's `-o json`.
+// Returns the first failing child's exit status (the rest are not run), else 0.
+int RunPerThreadCount(int argc, char** argv, const std::vector<int>& counts, bool json) {
+  std::vector<std::string> rest;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "-t" || a == "--threads") {
+      ++i;  // and its value
+      continue;
+    }
+    if (a.rfind("--threads=", 0) == 0 || (a.size() > 2 && a.rfind("-t", 0) == 0)) continue;  // -t1,2, --threads=1,2
+    rest.push_back(a);
+  }
+  std::vector<std::string> objects;
+  for (int t : counts) {
+    std::vector<std::string> args{"gemma4rt", "bench"};
+    args.insert(args.end(), rest.begin(), rest.end());
+    args.push_back("-t");
+    args.push_back(std::to_string(t));
+    std::vector<char*> cargs;
+    for (std::string& a : args) cargs.push_back(a.data());
+    cargs.push_back(nullptr);
+    std::fflush(nullptr);
+    int out[2] = {-1, -1};
+    if (json && pipe(out) != 0) return Fail(Internal(std::string("pipe: ") + std::strerror(errno)));
+    const pid_t pid = fork();
+    if (pid < 0) return Fail(Internal(std::string("fork: ") + std::strerror(errno)));
+    if (pid == 0) {
+      if (json) {
+        dup2(out[1], STDOUT_FILENO);
+        close(out[0]);
+        close(out[1]);
+      }
+      execv("/proc/self/exe", cargs.data());
+      std::fprintf(stderr, "gemma4rt bench: cannot run /proc/self/exe: %s\n", std::strerror(errno));
+      _exit(127);
+    }
+    if (json) {
+      close(out[1]);
+      std::string text;
+      char buf[65536];
+      for (ssize_t n; (n = read(out[0], buf, sizeof buf)) != 0;) {
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) break;
+        text.append(buf, static_cast<size_t>(n));
+      }
+      close(out[0]);
+      while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+      objects.push_back(std::move(text));
+    }
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    if (code != 0) return code;
+  }
+  if (json) {
+    std::printf("[\n");
+    for (size_t i = 0; i < objects.size(); ++i) std::printf("%s%s\n", objects[i].c_str(), i + 1 < objects.size() ? "," : "");
+    std::printf("]\n");
+  }
+  return 0;
+}
+
 }  // namespace
 
 int BenchMain(int argc, char** argv) {
@@ -495,11 +564,12 @@ int BenchMain(int argc, char** argv) {
                "activations (llama.cpp's)");
   app.add_option("--quality-tokens", quality_tokens, "most tokens of the quality text")->check(CLI::Range(2, 1 << 16));
   app.add_option("-m,--model", model, "GGUF file or Hugging Face checkpoint directory (default: $GEMMA4RT_MODEL or the fetched Gemma 3 270M)");
-  // One thread count per run: llama-bench's -t takes a list, and a list here got CLI11's "Value 1,2
-  // not in range 0 to 1024" (a fresh user); read as a list, so that one says what to do instead.
+  // llama-bench's -t takes a comma-separated list too (a fresh user's `-t 1,2` got CLI11's "Value
+  // 1,2 not in range 0 to 1024"): RunPerThreadCount.
   std::vector<int> thread_list;
-  app.add_option("-t,--threads", thread_list, "CPU threads (0 = all cores, the default); one count per run (llama-bench's "
-                 "-t list: run bench once per count)")->delimiter(',')->check(CLI::Range(0, 1024));
+  app.add_option("-t,--threads", thread_list, "CPU threads (0 = all cores, the default); a comma-separated list runs "
+                 "the whole bench once per count, each in its own process (--json: an array of their objects)")
+      ->delimiter(',')->check(CLI::Range(0, 1024));
   app.add_option("--cache-type", cache_type, kCacheTypeHelp)->check(CLI::IsMember({"f32", "f16"}));
   app.add_option("-p,--n-prompt", n_prompt, "prompt tokens per pp test, comma-separated list (0 = no pp test)")
       ->delimiter(',')->check(CLI::Range(0, 1 << 20));
@@ -526,11 +596,7 @@ int BenchMain(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return ExitOnParseError(app, e);
   }
-  if (thread_list.size() > 1) {
-    std::fprintf(stderr, "gemma4rt bench: error: -t takes one thread count per run (got %zu); run bench once per "
-                 "count (-p, -n and -d take comma-separated lists)\n", thread_list.size());
-    return 1;
-  }
+  if (thread_list.size() > 1) return RunPerThreadCount(argc, argv, thread_list, json_flag || output == "json");
   if (!thread_list.empty()) threads = thread_list[0];
   threads = ResolveThreadCount(threads);
   const bool json = json_flag || output == "json";
