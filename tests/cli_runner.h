@@ -15,9 +15,9 @@ struct CliResult {
   std::string out;  // stdout and stderr together
 };
 
-// `gemma4rt ARGS 2>&1` through the shell (args are not escaped).
-inline CliResult RunCli(const std::string& args) {
-  const std::string cmd = std::string(GEMMA4RT_BINARY) + " " + args + " 2>&1";
+// `SCRIPT 2>&1` through the shell (sh -c; `$BIN` in it is the gemma4rt binary).
+inline CliResult RunSh(const std::string& script) {
+  const std::string cmd = "BIN='" + std::string(GEMMA4RT_BINARY) + "'; " + script + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   CliResult r{-1, ""};
   if (!p) return r;
@@ -28,6 +28,9 @@ inline CliResult RunCli(const std::string& args) {
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
 }
+
+// `gemma4rt ARGS 2>&1` through the shell (args are not escaped).
+inline CliResult RunCli(const std::string& args) { return RunSh("\"$BIN\" " + args); }
 
 // The JSON object `bench --json` printed in `r.out` (from the first line that is "{" to the last
 // "}"; logs may come before it), or a null value when there is none.

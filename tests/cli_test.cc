@@ -24,6 +24,7 @@ namespace {
 
 using test_util::CliResult;
 using test_util::RunCli;
+using test_util::RunSh;
 
 // The line of `logits --json` output (stdout), wherever stderr lines fall.
 nlohmann::json JsonLine(const std::string& out) {
@@ -315,8 +316,10 @@ std::string WeightsField(const std::string& out) {
 // `gemma4rt serve ARGS` until its "model loaded" line (or an error), then SIGINT; the log.
 CliResult ServeUntilLoaded(const std::string& args) {
   const std::string log = testing::TempDir() + "gemma4rt_cli_serve.log";
-  return RunCli("serve --port 0 -t 1 " + args + " >" + log + " 2>&1 & pid=$!; for i in $(seq 1 600); do grep -q -e 'model loaded' -e 'error' " +
-                log + " && break; sleep 0.1; done; kill -INT $pid; wait $pid; cat " + log);
+  // The log is removed first: a previous run's would satisfy the wait before this server started.
+  return RunSh("rm -f " + log + "; \"$BIN\" serve --port 0 -t 1 " + args + " >" + log +
+               " 2>&1 & pid=$!; for i in $(seq 1 600); do grep -q -e 'model loaded' -e 'error' " + log +
+               " && break; sleep 0.1; done; kill -INT $pid; wait $pid; cat " + log);
 }
 
 // serve shuts down in order on SIGINT or SIGTERM (exit 0); a second signal while it does exits at
@@ -327,9 +330,11 @@ CliResult ServeUntilLoaded(const std::string& args) {
 TEST(CliTest, ServeExitsAtOnceOnASecondSignal) {
   const std::string log = testing::TempDir() + "gemma4rt_cli_serve_signals.log";
   auto run = [&](const std::string& kills) {
-    return RunCli("serve --port 0 -t 1 -m " + Fixture("gemma4-e2b-tiny") + " -c 64 -np 1 >" + log +
-                  " 2>&1 & pid=$!; for i in $(seq 1 600); do grep -q -e 'model loaded' -e 'error' " + log +
-                  " && break; sleep 0.1; done; " + kills + "; wait $pid; echo \"exit=$?\"; cat " + log);
+    // The log is removed first: a previous run's would satisfy the wait before this server started
+    // (a review saw the test fail 3 times in 30 that way).
+    return RunSh("rm -f " + log + "; \"$BIN\" serve --port 0 -t 1 -m " + Fixture("gemma4-e2b-tiny") + " -c 64 -np 1 >" +
+                 log + " 2>&1 & pid=$!; for i in $(seq 1 600); do grep -q -e 'model loaded' -e 'error' " + log +
+                 " && break; sleep 0.1; done; " + kills + "; wait $pid; echo \"exit=$?\"; cat " + log);
   };
   CliResult one = run("kill -INT $pid");
   EXPECT_NE(one.out.find("exit=0"), std::string::npos) << one.out;
@@ -347,9 +352,13 @@ TEST(CliTest, GenerateInterruptedPrintsItsTimings) {
   if (!std::ifstream(model)) GTEST_SKIP() << "no default model at " << model << " (scripts/fetch-default-model.sh)";
   const std::string out = testing::TempDir() + "gemma4rt_cli_interrupt.out";
   const std::string err = testing::TempDir() + "gemma4rt_cli_interrupt.err";
-  CliResult r = RunCli("generate -m " + model + " -t 1 -n 3000 --ignore-eos --temp 0 -p 'Once upon a time' >" + out +
-                       " 2>" + err + " & pid=$!; for i in $(seq 1 600); do [ -s " + out +
-                       " ] && break; sleep 0.1; done; kill -INT $pid; wait $pid; echo \"exit=$?\"; cat " + err);
+  // sh starts a background job with SIGINT ignored, which generate leaves so (a script's
+  // background job must survive the script's Ctrl-C): env restores the default first. The output
+  // files are removed first (a previous run's would end the wait at once).
+  CliResult r = RunSh("rm -f " + out + " " + err + "; env --default-signal=INT \"$BIN\" generate -m " + model +
+                      " -t 1 -n 3000 --ignore-eos --temp 0 -p 'Once upon a time' >" + out + " 2>" + err +
+                      " & pid=$!; for i in $(seq 1 600); do [ -s " + out +
+                      " ] && break; sleep 0.1; done; kill -INT $pid; wait $pid; echo \"exit=$?\"; cat " + err);
   EXPECT_NE(r.out.find("exit=130"), std::string::npos) << r.out;
   const size_t at = r.out.find("finish_reason=interrupted");
   ASSERT_NE(at, std::string::npos) << r.out;

@@ -508,14 +508,17 @@ int Main(int argc_in, char** argv_in) {
   // Ctrl-C (SIGINT) ends the generation after the current token (in the prompt's prefill: after
   // the current chunk), with the timings line and exit status 130, as llama-cli; a second one
   // exits at once.
+  // Not where SIGINT was ignored on entry (a script's background job, which a Ctrl-C meant for the
+  // script must not stop); the previous disposition comes back afterwards.
   g_interrupted.store(false);
   req.interrupt = &g_interrupted;
-  std::signal(SIGINT, OnInterrupt);
+  auto previous = std::signal(SIGINT, SIG_IGN);
+  if (previous != SIG_IGN) std::signal(SIGINT, OnInterrupt);
   st = g4::Generate(engine, s.tokenizer.get(), 0, req, [](std::string_view piece) {
     std::fwrite(piece.data(), 1, piece.size(), stdout);
     std::fflush(stdout);
   }, &result);
-  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGINT, previous);
   if (!st.ok()) return Fail(st);
   std::printf("\n");
   if (show_ids) {
@@ -526,13 +529,14 @@ int Main(int argc_in, char** argv_in) {
   std::fflush(stdout);
   const int n = static_cast<int>(result.tokens.size());
   std::fprintf(stderr,
-               "gemma4rt: finish_reason=%s prompt=%d tokens%s, prefill %.1f tokens/s, time to first token %.3f s; "
+               "gemma4rt: finish_reason=%s prompt=%d tokens%s, prefill %.1f tokens/s, %s %.3f s; "
                "generated=%d tokens, decode %.1f tokens/s%s\n",
                result.finish_reason.c_str(), result.prompt_tokens,
                result.prefilled_tokens < result.prompt_tokens
                    ? (" (" + std::to_string(result.prefilled_tokens) + " prefilled)").c_str()
                    : "",
                result.prefilled_tokens / std::max(1e-9, result.prefill_seconds),
+               result.tokens.empty() ? "prefill time" : "time to first token",
                result.prefill_seconds, n, n > 1 ? (n - 1) / std::max(1e-9, result.decode_seconds) : 0.0,
                // The seed that was used (drawn when -s was -1 or absent), so a sampled run can be repeated.
                req.sampling.temperature > 0 ? ("; seed=" + std::to_string(result.seed)).c_str() : "");

@@ -129,7 +129,7 @@ Status Generate(Engine& engine, const Tokenizer* tokenizer, int seq, const Gener
     StopMatcher::Result r = stops.Feed(detok ? detok->Flush() : std::string());
     emit(r.text);
     if (!r.stopped) emit(stops.Flush().text);
-    else result->finish_reason = "stop";
+    else if (result->finish_reason != "interrupted") result->finish_reason = "stop";
   }
   result->decode_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
   return OkStatus();

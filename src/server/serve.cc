@@ -220,9 +220,12 @@ StatusOr<std::unique_ptr<ServeInstance>> ServeInstance::Start(const ServeOptions
 
 void ServeInstance::Load(std::function<void()> before_load) {
   const auto t0 = std::chrono::steady_clock::now();
-  auto finish = [&](Status st) {
+  // ready (success only): run under mu_ with the result, so that LoadResult() never reads
+  // "loading" from a server that already serves (RunUntilSignal exits at once while loading).
+  auto finish = [&](Status st, const std::function<void()>& ready = nullptr) {
     if (!st.ok()) std::fprintf(stderr, "gemma4rt: error: loading %s failed: %s\n", opt_.model.c_str(), st.ToString().c_str());
     std::lock_guard<std::mutex> lock(mu_);
+    if (ready) ready();
     load_result_ = st;
     cv_.notify_all();
   };
@@ -279,8 +282,7 @@ void ServeInstance::Load(std::function<void()> before_load) {
   std::fprintf(stderr, "gemma4rt: model loaded: %s (%s) weights=%s memory=%s context=%d slots=%d tokenizer=%s in %.1f s; serving as '%s'\n",
                opt_.model.c_str(), arch.c_str(), weights.c_str(), memory, info.context_size, opt_.parallel, tokenizer_ ? "yes" : "no",
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), info.id.c_str());
-  http_->SetReady(std::move(info), scheduler_.get());
-  finish(OkStatus());
+  finish(OkStatus(), [&] { http_->SetReady(std::move(info), scheduler_.get()); });
 }
 
 Status ServeInstance::WaitLoaded() {
