@@ -195,12 +195,11 @@ g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int thr
                g4::cpu::SimdTargetName(), g4::ActivationPolicy(g4::CpuBackendOptionsFor(f32_activations)), g4::WeightsDescription(*loaded).c_str(),
                g4::WeightsMemory(*loaded), kv_type == g4::DType::kF16 ? "f16" : "f32", threads,
                context);
-  // Large mapped weights (--mmap) are read once here, with progress; copied ones are in memory
-  // already (their copy showed its own progress on a terminal), and a pipe got five "loading
-  // weights" lines for a few milliseconds of work (found by a fresh user).
+  // Large mapped weights (--mmap) are read once here; copied ones are in memory already (their
+  // copy showed its own progress on a terminal). The progress shows once the read has taken half
+  // a second: a file in the page cache is read in milliseconds, and a pipe got five "loading
+  // weights" lines for it (a fresh user: noise).
   if (loaded->weights.total_bytes > (size_t{128} << 20) && !loaded->weights_copied) {
-    // Shown once the read has taken half a second: a file in the page cache is read in
-    // milliseconds, and printed five lines on a pipe for it (a fresh user: noise).
     int last = -1;
     const bool tty = isatty(STDERR_FILENO);
     const auto start = std::chrono::steady_clock::now();
@@ -507,9 +506,8 @@ int Main(int argc_in, char** argv_in) {
   if (!s.tokenizer) show_ids = true;  // no tokenizer: ids are the only output
   // Ctrl-C (SIGINT) ends the generation after the current token (in the prompt's prefill: after
   // the current chunk), with the timings line and exit status 130, as llama-cli; a second one
-  // exits at once.
-  // Not where SIGINT was ignored on entry (a script's background job, which a Ctrl-C meant for the
-  // script must not stop); the previous disposition comes back afterwards.
+  // exits at once. Not where SIGINT was ignored on entry (a script's background job, which a
+  // Ctrl-C meant for the script must not stop); the previous disposition comes back afterwards.
   g_interrupted.store(false);
   req.interrupt = &g_interrupted;
   auto previous = std::signal(SIGINT, SIG_IGN);

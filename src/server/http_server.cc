@@ -10,6 +10,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <future>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -1079,23 +1080,17 @@ void HttpServer::Stop() {
   // httplib's stop() closes the listening socket, then joins the workers, which wait on their
   // clients: one that sent part of a request held shutdown for the 30 s read timeout (found by a
   // fresh user: Ctrl-C seemed ignored). Nothing such a client sent has reached a handler. After
-  // kGraceMs (a handler that has returned still has its response written by httplib: a
+  // half a second (a handler that has returned still has its response written by httplib: a
   // cancelled non-streaming request's 503 goes out after it leaves `inflight`; a review cut
   // such answers off when this ran at once), then again every 20 ms until the workers are
   // joined: a connection accepted just before the listening socket closed may reach
   // /proc/self/fd after a pass.
   if (!m.thread.joinable()) return;
-  constexpr int kGraceMs = 500;
-  std::atomic<bool> joined{false};
-  std::thread joiner([&m, &joined] {
-    m.thread.join();
-    joined.store(true);
-  });
-  for (int i = 0; !joined.load(); ++i) {
-    if (i >= kGraceMs && (i - kGraceMs) % 20 == 0) ShutDownConnections(m.bound_addr, m.port);
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  joiner.join();
+  std::future<void> joined = std::async(std::launch::async, [&m] { m.thread.join(); });
+  if (joined.wait_for(std::chrono::milliseconds(500)) == std::future_status::ready) return;
+  do {
+    ShutDownConnections(m.bound_addr, m.port);
+  } while (joined.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready);
 }
 
 }  // namespace g4::server

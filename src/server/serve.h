@@ -10,7 +10,6 @@
 #pragma once
 
 #include <atomic>
-
 #include <condition_variable>
 #include <cstddef>
 #include <functional>
