@@ -216,48 +216,56 @@ BENCHMARK(BM_Stream_BF16)->Unit(benchmark::kMillisecond);
 // ctx cached keys plus its own, on `threads` threads. cold = 1: each iteration reads the cache of
 // another of 35 layers (35 x 2 x ctx x D floats: 9-18 MB at 128 keys, which a 32 MiB L3 holds;
 // 73-147 MB at 1024 keys and 287-573 MB at 4000, which no cache does), as decode does;
-// cold = 0: the same layer every time (the kernel's arithmetic). f16 = 1: an f16 cache (--cache-type
-// f16: half the bytes).
+// cold = 0: the same layer every time (the kernel's arithmetic). kv: the cache's element type, 0
+// f32, 1 f16 (--cache-type f16: half the bytes), 2 bf16 (--cache-type bf16: half the bytes, bf16
+// arithmetic, on the bf16 dot-product kernels where the CPU has them). Before 2026-12-03 the last
+// argument was `f16` (0 or 1): `f16:1` is now `kv:1`.
 void BM_AttentionDecode(benchmark::State& s) {
   const int D = static_cast<int>(s.range(0)), ctx = static_cast<int>(s.range(1));
   const int threads = static_cast<int>(s.range(2));
   const bool cold = s.range(3) != 0;
-  const bool f16 = s.range(4) != 0;
+  const DType type = s.range(4) == 0 ? DType::kF32 : s.range(4) == 1 ? DType::kF16 : DType::kBF16;
+  const bool half = type != DType::kF32;
   constexpr int kHeads = 8, kLayers = 35;
   const int layers = cold ? kLayers : 1;
   std::mt19937 rng(7);
   std::normal_distribution<float> nd;
   const size_t per_layer = static_cast<size_t>(ctx) * D;
   AlignedVector<float> kc(per_layer * layers), vc(per_layer * layers);
-  AlignedVector<uint16_t> kh(f16 ? kc.size() : 0), vh(f16 ? vc.size() : 0);
+  AlignedVector<uint16_t> kh(half ? kc.size() : 0), vh(half ? vc.size() : 0);
   std::vector<float> q(kHeads * D), k(D), v(D), out(kHeads * D);
+  std::vector<uint16_t> k16(D), v16(D);  // the step's row as a 16-bit cache passes it
   for (auto& x : kc) x = 0.1f * nd(rng);
   for (auto& x : vc) x = nd(rng);
   for (auto* b : {&q, &k, &v})
     for (auto& x : *b) x = nd(rng);
-  if (f16) {
-    for (size_t i = 0; i < kh.size(); ++i) kh[i] = F32ToF16(kc[i]), vh[i] = F32ToF16(vc[i]);
-    cpu::RoundToF16(k.data(), D);
-    cpu::RoundToF16(v.data(), D);
+  auto to16 = [&](float x) { return type == DType::kF16 ? F32ToF16(x) : F32ToBf16(x); };
+  if (half) {
+    for (size_t i = 0; i < kh.size(); ++i) kh[i] = to16(kc[i]), vh[i] = to16(vc[i]);
+    for (int d = 0; d < D; ++d) k16[d] = to16(k[d]), v16[d] = to16(v[d]);
+    kc = {};
+    vc = {};
   }
   ThreadPool pool(threads);
   cpu::AttentionScratch scratch;
   const cpu::AttentionParams p{kHeads, 1, D, 0, 1.0f / 16, 0.0f};
   const int32_t pos = ctx, first = 0;
   int layer = 0;
+  const void* step_k = half ? static_cast<const void*>(k16.data()) : k.data();
+  const void* step_v = half ? static_cast<const void*>(v16.data()) : v.data();
   for (auto _ : s) {
-    const void* kp = f16 ? static_cast<const void*>(kh.data() + per_layer * layer) : kc.data() + per_layer * layer;
-    const void* vp = f16 ? static_cast<const void*>(vh.data() + per_layer * layer) : vc.data() + per_layer * layer;
-    const cpu::AttentionStep step{1, q.data(), k.data(), v.data(), out.data(), &pos, &first, &kp, &vp, ctx + 1, false, f16};
+    const void* kp = half ? static_cast<const void*>(kh.data() + per_layer * layer) : kc.data() + per_layer * layer;
+    const void* vp = half ? static_cast<const void*>(vh.data() + per_layer * layer) : vc.data() + per_layer * layer;
+    const cpu::AttentionStep step{1, q.data(), step_k, step_v, out.data(), &pos, &first, &kp, &vp, ctx + 1, false, type, type};
     cpu::Attention(p, step, threads > 1 ? &pool : nullptr, &scratch);
     benchmark::DoNotOptimize(out.data());
     layer = (layer + 1) % layers;
   }
-  s.SetBytesProcessed(static_cast<int64_t>(s.iterations()) * static_cast<int64_t>(2 * per_layer * (f16 ? 2 : 4)));
+  s.SetBytesProcessed(static_cast<int64_t>(s.iterations()) * static_cast<int64_t>(2 * per_layer * DTypeSize(type)));
 }
 BENCHMARK(BM_AttentionDecode)
-    ->ArgNames({"D", "ctx", "threads", "cold", "f16"})
-    ->ArgsProduct({{256, 512}, {128, 1024, 4000}, {1, 2}, {0, 1}, {0, 1}})
+    ->ArgNames({"D", "ctx", "threads", "cold", "kv"})
+    ->ArgsProduct({{256, 512}, {128, 1024, 4000}, {1, 2}, {0, 1}, {0, 1, 2}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

@@ -80,22 +80,23 @@ struct Scenario {
 };
 
 // One step of one attention op: positional K/V tables, the cache laid out as KvCache does (ring
-// slots = min(window, max_context), slot = pos % slots; full: slot = pos), in f32 or (half) f16,
-// the step's rows. Every value is on a grid of eighths in [-1, 1], which f16 holds exactly: the f16
-// cache holds the same numbers as the f32 one.
+// slots = min(window, max_context), slot = pos % slots; full: slot = pos), in f32, f16 or bf16 (type),
+// the step's rows. Every value is on a grid of eighths in [-1, 1], which f16 and bf16 hold exactly:
+// their caches hold the same numbers as the f32 one.
 struct StepCase {
   cpu::AttentionParams p;
   int ld, slots, tokens = 0;
   std::vector<std::vector<float>> k_pos, v_pos;  // per sequence: [positions, ld]
   std::vector<std::vector<float>> k_cache, v_cache;
-  std::vector<std::vector<uint16_t>> kh_cache, vh_cache;  // half: the caches in f16
+  std::vector<std::vector<uint16_t>> kh_cache, vh_cache;  // f16 or bf16: the caches in that type
   std::vector<float> q, k, v;
-  std::vector<uint16_t> kh, vh;  // half: the step's rows in f16 (AttentionStep::step_f16), as the backend passes them
+  std::vector<uint16_t> kh, vh;  // f16 or bf16: the step's rows in that type, as the backend passes them
   std::vector<int32_t> positions, seq_first, seq_of;
   std::vector<const void*> kc, vc;
-  bool half;
+  DType type;
+  bool half() const { return type != DType::kF32; }  // 16-bit rows
 
-  StepCase(const Scenario& sc, float softcap, std::mt19937& rng, bool half_cache = false) : half(half_cache) {
+  StepCase(const Scenario& sc, float softcap, std::mt19937& rng, DType cache_type = DType::kF32) : type(cache_type) {
     p = {sc.G * sc.Nkv, sc.Nkv, sc.D, sc.window, sc.scale, softcap};
     ld = sc.Nkv * sc.D;
     slots = sc.window > 0 ? std::min(sc.window, sc.max_context) : sc.max_context;
@@ -137,10 +138,11 @@ struct StepCase {
     }
     q.resize(static_cast<size_t>(tokens) * p.num_heads * sc.D);
     for (auto& x : q) x = grid();
-    if (half) {
-      auto to_f16 = [](const std::vector<float>& f) {
+    if (half()) {
+      auto to_f16 = [&](const std::vector<float>& f) {
         std::vector<uint16_t> h(f.size());
-        for (size_t i = 0; i < f.size(); ++i) h[i] = F32ToF16(f[i]);  // NaN poison stays NaN
+        for (size_t i = 0; i < f.size(); ++i)
+          h[i] = type == DType::kF16 ? F32ToF16(f[i]) : F32ToBf16(f[i]);  // NaN poison stays NaN
         return h;
       };
       for (size_t i = 0; i < k_cache.size(); ++i) {
@@ -151,18 +153,17 @@ struct StepCase {
       vh = to_f16(v);
     }
     for (int t = 0; t < tokens; ++t) {
-      kc.push_back(half ? static_cast<const void*>(kh_cache[seq_of[t]].data()) : k_cache[seq_of[t]].data());
-      vc.push_back(half ? static_cast<const void*>(vh_cache[seq_of[t]].data()) : v_cache[seq_of[t]].data());
+      kc.push_back(half() ? static_cast<const void*>(kh_cache[seq_of[t]].data()) : k_cache[seq_of[t]].data());
+      vc.push_back(half() ? static_cast<const void*>(vh_cache[seq_of[t]].data()) : v_cache[seq_of[t]].data());
     }
   }
 
   cpu::AttentionStep Step(float* out) const {
     cpu::AttentionStep s{tokens, q.data(), k.data(), v.data(), out, positions.data(), seq_first.data(),
-                         kc.data(), vc.data(), slots, p.window > 0, half};
-    if (half) {
+                         kc.data(), vc.data(), slots, p.window > 0, type, type};
+    if (half()) {
       s.k = kh.data();
       s.v = vh.data();
-      s.step_f16 = true;
     }
     return s;
   }
@@ -247,12 +248,13 @@ TEST_P(AttentionKernelsTest, MatchesReferenceAndDefinition) {
   std::mt19937 rng(1234);
   ThreadPool pool2(2), pool3(3);
   ThreadPool* pools[] = {nullptr, &pool2, &pool3};
-  double worst_simd = 0, worst_ref = 0, worst_rel = 0;
+  double worst_simd = 0, worst_ref = 0, worst_rel = 0, worst_bf16 = 0;
   for (const Scenario& sc : kScenarios) {
     for (float softcap : {0.0f, 50.0f}) {
-      std::mt19937 rng_half = rng;  // the same tables again, with an f16 cache
+      std::mt19937 rng_half = rng, rng_bf16 = rng;  // the same tables again, with an f16 and a bf16 cache
       const StepCase s(sc, softcap, rng);
-      const StepCase s_half(sc, softcap, rng_half, /*half_cache=*/true);
+      const StepCase s_half(sc, softcap, rng_half, DType::kF16);
+      const StepCase s_bf16(sc, softcap, rng_bf16, DType::kBF16);
       std::vector<double> exact, b_ref, b_simd, mags;
       Exact(s, &exact, &b_ref, &b_simd, &mags);
       std::vector<float> ref(exact.size(), 777.0f);
@@ -273,6 +275,19 @@ TEST_P(AttentionKernelsTest, MatchesReferenceAndDefinition) {
         ASSERT_EQ(out_half, out) << sc.name << " softcap " << softcap << " threads " << threads << ": f16 cache";
         cpu::AttentionReference(s_half.p, s_half.Step(ref_half.data()));
         ASSERT_EQ(ref_half, ref) << sc.name << " softcap " << softcap << ": reference, f16 cache";
+        // The bf16 cache holds the same values too, but its kernel also rounds the softmax weights
+        // to bf16 before the V sums (q is on the grid, which bf16 holds): each weight moves by at
+        // most 2^-8 of itself (bf16 keeps 8 significant bits), so the output by at most 2^-8 S
+        // beyond the f32 kernel's bound.
+        std::vector<float> out_bf16(exact.size(), 777.0f);
+        cpu::Attention(s_bf16.p, s_bf16.Step(out_bf16.data()), pool, &scratch);
+        for (size_t i = 0; i < out_bf16.size(); ++i) {
+          const double err = std::abs(static_cast<double>(out_bf16[i]) - exact[i]);
+          ASSERT_LE(err, b_simd[i] + 1.01 * std::ldexp(mags[i], -8))
+              << sc.name << " softcap " << softcap << " threads " << threads << " i " << i << ": bf16 cache "
+              << out_bf16[i] << " vs " << exact[i];
+          if (mags[i] > 0) worst_bf16 = std::max(worst_bf16, err / mags[i]);
+        }
         for (size_t i = 0; i < out.size(); ++i) {
           const double err = std::abs(static_cast<double>(out[i]) - ref[i]);
           ASSERT_LE(err, b_ref[i] + b_simd[i])
@@ -285,8 +300,9 @@ TEST_P(AttentionKernelsTest, MatchesReferenceAndDefinition) {
     }
   }
   // For the record: the largest errors as fractions of their bounds, and relative to S.
-  std::printf("worst |ref - exact| / bound %.3g, |simd - ref| / bound %.3g, |simd - ref| / S %.3g\n", worst_ref,
-              worst_simd, worst_rel);
+  std::printf("worst |ref - exact| / bound %.3g, |simd - ref| / bound %.3g, |simd - ref| / S %.3g, bf16 cache "
+              "|simd - exact| / S %.3g\n",
+              worst_ref, worst_simd, worst_rel, worst_bf16);
 }
 
 // The f16 conversions (ToF16 for the cache and the step's rows, RoundToF16 for f16 values as f32) are
@@ -379,23 +395,27 @@ TEST_P(AttentionKernelsTest, ParallelMergesGiveTheSameBits) {
     int keys, threads;
   };
   for (const Case& c : {Case{2151, 2}, Case{2151, 3}, Case{200, 16}}) {
-    std::mt19937 rng(5);
-    Scenario sc{"mqa512_merge", 512, 1, 8, 0, c.keys, 1.0f / 16, {{c.keys - 1, 1}}};
-    StepCase s(sc, 0.0f, rng, /*half_cache=*/true);
-    FillQOffGrid(s, sc.D);
-    const size_t n = static_cast<size_t>(s.p.num_heads) * sc.D;
-    std::vector<float> one(n, 777.0f), many(n, 777.0f);
-    cpu::AttentionScratch scratch;
-    cpu::Attention(s.p, s.Step(one.data()), nullptr, &scratch);
-    ThreadPool pool(c.threads);
-    cpu::Attention(s.p, s.Step(many.data()), &pool, &scratch);
-    ASSERT_EQ(many, one) << c.keys << " keys, " << c.threads << " threads";
-    std::vector<float> in_place(s.q.begin(), s.q.end());
-    cpu::AttentionStep over_q = s.Step(in_place.data());
-    over_q.q = in_place.data();
-    cpu::Attention(s.p, over_q, &pool, &scratch);
-    ASSERT_EQ(in_place, one) << c.keys << " keys, " << c.threads << " threads, in place";
-    for (float x : one) ASSERT_TRUE(std::isfinite(x));
+    for (DType type : {DType::kF16, DType::kBF16}) {
+      std::mt19937 rng(5);
+      Scenario sc{"mqa512_merge", 512, 1, 8, 0, c.keys, 1.0f / 16, {{c.keys - 1, 1}}};
+      StepCase s(sc, 0.0f, rng, type);
+      FillQOffGrid(s, sc.D);
+      const std::string what = std::to_string(c.keys) + " keys, " + std::to_string(c.threads) + " threads, " +
+                               std::string(DTypeName(type)) + " cache";
+      const size_t n = static_cast<size_t>(s.p.num_heads) * sc.D;
+      std::vector<float> one(n, 777.0f), many(n, 777.0f);
+      cpu::AttentionScratch scratch;
+      cpu::Attention(s.p, s.Step(one.data()), nullptr, &scratch);
+      ThreadPool pool(c.threads);
+      cpu::Attention(s.p, s.Step(many.data()), &pool, &scratch);
+      ASSERT_EQ(many, one) << what;
+      std::vector<float> in_place(s.q.begin(), s.q.end());
+      cpu::AttentionStep over_q = s.Step(in_place.data());
+      over_q.q = in_place.data();
+      cpu::Attention(s.p, over_q, &pool, &scratch);
+      ASSERT_EQ(in_place, one) << what << ", in place";
+      for (float x : one) ASSERT_TRUE(std::isfinite(x));
+    }
   }
 }
 
@@ -423,30 +443,34 @@ TEST_P(AttentionKernelsTest, OutputIsTheSameBitsHoweverTheStepIsCut) {
     // [-1, 1)), so that the scores' partial sums round and a summation order that depended on the
     // cut, the thread or a key's place in a register block would show.
     auto fill_q = [&](StepCase& sc) { FillQOffGrid(sc, ly.D); };
-    // Reference cut: the whole sequence in one step, no cache, one thread.
-    std::vector<float> whole;
-    {
+    // Reference cut: the whole sequence in one step, no cache, one thread; with f32 rows (which
+    // f16 holds exactly) and with bf16 rows (whose kernel rounds q and the weights to bf16).
+    std::vector<float> whole, whole_bf16;
+    for (DType type : {DType::kF32, DType::kBF16}) {
       std::mt19937 rng(77);
       Scenario sc{ly.name, ly.D, ly.Nkv, ly.G, ly.window, ly.len, 0.0625f, {{0, ly.len}}};
-      StepCase c(sc, 0.0f, rng);
+      StepCase c(sc, 0.0f, rng, type);
       fill_q(c);
-      whole.assign(static_cast<size_t>(c.tokens) * c.p.num_heads * ly.D, 0.0f);
+      std::vector<float>& w = type == DType::kBF16 ? whole_bf16 : whole;
+      w.assign(static_cast<size_t>(c.tokens) * c.p.num_heads * ly.D, 0.0f);
       cpu::AttentionScratch scratch;
-      cpu::Attention(c.p, c.Step(whole.data()), nullptr, &scratch);
+      cpu::Attention(c.p, c.Step(w.data()), nullptr, &scratch);
     }
     const size_t row = static_cast<size_t>(ly.G) * ly.Nkv * ly.D;
     std::vector<int> cuts = {1, 64, 65, 129, ly.len - 3};
     if (ly.len > 2049) cuts.push_back(2046);
     for (int cached : cuts)
     for (int step : {1, 3}) {
-      for (int variant = 0; variant < 3; ++variant) {
-        // 0: alone, 1: batched with another sequence, 2: alone with an f16 cache (same values).
+      for (int variant = 0; variant < 4; ++variant) {
+        // 0: alone, 1: batched with another sequence, 2: alone with an f16 cache (same values), 3:
+        // alone with a bf16 cache (its own reference: the keys of a tile pair up by their index in
+        // it, across the cache's end and the ring's wrap, on the bf16 dot-product kernels).
         const bool batched = variant == 1;
         std::mt19937 rng(77);  // the same K/V for the sequence (generated first)
         std::vector<Seq> seqs = {{cached, step, ly.len}};
         if (batched) seqs.push_back({5, 3});  // another sequence in the same step
         Scenario sc{ly.name, ly.D, ly.Nkv, ly.G, ly.window, ly.len, 0.0625f, seqs};
-        StepCase c(sc, 0.0f, rng, /*half_cache=*/variant == 2);
+        StepCase c(sc, 0.0f, rng, variant == 2 ? DType::kF16 : variant == 3 ? DType::kBF16 : DType::kF32);
         fill_q(c);
         for (ThreadPool* pool : pools) {
           std::vector<float> out(static_cast<size_t>(c.tokens) * row, 777.0f);
@@ -463,9 +487,9 @@ TEST_P(AttentionKernelsTest, OutputIsTheSameBitsHoweverTheStepIsCut) {
             if (c.seq_of[t] != 0) continue;
             const int pos = c.positions[t];
             for (size_t i = 0; i < row; ++i) {
-              ASSERT_EQ(out[t * row + i], whole[pos * row + i])
+              ASSERT_EQ(out[t * row + i], (variant == 3 ? whole_bf16 : whole)[pos * row + i])
                   << ly.name << " cached " << cached << " step " << step << (batched ? " batched" : "")
-                  << (c.half ? " f16 cache" : "") << " threads "
+                  << (c.half() ? DTypeName(c.type) : "") << " threads "
                   << (pool != nullptr ? pool->size() : 1) << " position " << pos << " i " << i;
             }
           }

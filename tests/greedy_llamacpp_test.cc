@@ -226,6 +226,14 @@ TEST(GreedyLlamaCppTest, Gemma3_270mInt8LogitsWithAnF16CacheAreTheSameBitsForEve
   ExpectSameLogitBits(true, configs, DType::kF16);
 }
 
+// The same with a bf16 KV cache (--cache-type bf16): its kernel pairs a tile's keys by their index
+// in the tile whichever runs (cache, ring wrap, step rows) they come from (attention_bf16.h), so the
+// cut of a prompt into chunks does not show either.
+TEST(GreedyLlamaCppTest, Gemma3_270mInt8LogitsWithABf16CacheAreTheSameBitsForEveryChunkThreadCountAndBatch) {
+  const InvarianceConfig configs[] = {{2, 512}, {1, 5}, {2, 63}, {3, 129}, {2, 512, true, 0}, {1, 300, true, 9}};
+  ExpectSameLogitBits(true, configs, DType::kBF16);
+}
+
 // The same with f32 activations on the file's block-quantised weights (Q5_0/Q8_0/Q4_K/Q6_K...):
 // until 2026-11-29 their decode and prefill tiles summed a row differently, ~1e-5 apart.
 TEST(GreedyLlamaCppTest, Gemma3_270mF32ActivationLogitsAreTheSameBitsForEveryChunkThreadCountAndBatch) {

@@ -42,8 +42,8 @@ TEST(KvCacheTest, RowsStartOnCacheLines) {
 }
 
 // Sizes: layer 0 a ring of 512 slots of 256, layer 1 700 slots of 2 x 512, layer 2 none (donor 0);
-// K and V, 3 sequences; f16 half the bytes of f32. Rows are kv_width elements apart.
-TEST(KvCacheTest, F16HoldsHalfTheBytesOfF32) {
+// K and V, 3 sequences; f16 and bf16 half the bytes of f32. Rows are kv_width elements apart.
+TEST(KvCacheTest, F16AndBf16HoldHalfTheBytesOfF32) {
   const ModelConfig c = ThreeLayers();
   const size_t elems_per_seq = 2 * (512 * 256 + 700 * 1024);
   KvCache f32(c, 3, 700, DType::kF32), f16(c, 3, 700, DType::kF16);
@@ -55,7 +55,11 @@ TEST(KvCacheTest, F16HoldsHalfTheBytesOfF32) {
   EXPECT_EQ(KvCache::BytesPerSequence(c, 700), elems_per_seq * 4);
   EXPECT_EQ(static_cast<char*>(f16.k(1, 0, 1)) - static_cast<char*>(f16.k(1, 0, 0)), 1024 * 2);
   EXPECT_EQ(static_cast<char*>(f16.v(1, 1, 0)) - static_cast<char*>(f16.v(1, 0, 0)), 700 * 1024 * 2);
-  EXPECT_THROW(KvCache(c, 1, 16, DType::kBF16), std::invalid_argument);
+  KvCache bf16(c, 3, 700, DType::kBF16);
+  EXPECT_EQ(bf16.elem_bytes(), 2u);
+  EXPECT_EQ(bf16.bytes(), f16.bytes());
+  EXPECT_EQ(KvCache::BytesPerSequence(c, 700, DType::kBF16), elems_per_seq * 2);
+  EXPECT_THROW(KvCache(c, 1, 16, DType::kQ8_0), std::invalid_argument);
   EXPECT_THROW(KvCache::BytesPerSequence(c, 16, DType::kQ8_0), std::invalid_argument);
 }
 

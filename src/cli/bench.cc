@@ -570,7 +570,7 @@ int BenchMain(int argc, char** argv) {
   app.add_option("-t,--threads", thread_list, "CPU threads (0 = all cores, the default); a comma-separated list runs "
                  "the whole bench once per count, each in its own process (--json: an array of their objects)")
       ->delimiter(',')->check(CLI::Range(0, 1024));
-  app.add_option("--cache-type", cache_type, kCacheTypeHelp)->check(CLI::IsMember({"f32", "f16"}));
+  app.add_option("--cache-type", cache_type, kCacheTypeHelp)->check(CLI::IsMember(kCacheTypeNames));
   app.add_option("-p,--n-prompt", n_prompt, "prompt tokens per pp test, comma-separated list (0 = no pp test)")
       ->delimiter(',')->check(CLI::Range(0, 1 << 20));
   app.add_option("-n,--n-gen", n_gen, "generated tokens per tg test, comma-separated list (0 = no tg test)")

@@ -193,7 +193,7 @@ g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int thr
   G4_ASSIGN_OR_RETURN(const int context, g4::ResolveContextSize(loaded->config, ctx));
   std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=%s compute=f32 activations=%s weights=%s memory=%s kv=%s threads=%d context=%d\n",
                g4::cpu::SimdTargetName(), g4::ActivationPolicy(g4::CpuBackendOptionsFor(f32_activations)), g4::WeightsDescription(*loaded).c_str(),
-               g4::WeightsMemory(*loaded), kv_type == g4::DType::kF16 ? "f16" : "f32", threads,
+               g4::WeightsMemory(*loaded), g4::CacheTypeName(kv_type), threads,
                context);
   // Large mapped weights (--mmap) are read once here; copied ones are in memory already (their
   // copy showed its own progress on a terminal). The progress shows once the read has taken half
@@ -305,7 +305,7 @@ int Main(int argc_in, char** argv_in) {
     c->add_option("--chunk", chunk, "prefill chunk size in tokens")->check(CLI::Range(1, 1 << 20));
     c->add_option("-c,--ctx-size", ctx, "context size in tokens (0 = model maximum, capped at 4096)")->check(CLI::Range(0, 1 << 24));
     c->add_option("-t,--threads", threads, "CPU threads (0 = all cores, the default)")->check(CLI::Range(0, 1024));
-    c->add_option("--cache-type", cache_type, g4::kCacheTypeHelp)->check(CLI::IsMember({"f32", "f16"}));
+    c->add_option("--cache-type", cache_type, g4::kCacheTypeHelp)->check(CLI::IsMember(g4::kCacheTypeNames));
     c->add_flag("--f32-activations", f32_activations, "multiply quantised and BF16 weights with f32 activations (transformers' arithmetic; slower) instead of int8 activation blocks and, where the CPU has a bf16 dot product, bf16 activations (llama.cpp's)");
     return RunOptions{p, t, f};
   };
@@ -314,8 +314,8 @@ int Main(int argc_in, char** argv_in) {
   add_model(info, /*runs_model=*/false);
   info->add_option("-c,--ctx-size", ctx, "context size the KV cache figure is for (0 = model maximum, capped at 4096)")
       ->check(CLI::Range(0, 1 << 24));
-  info->add_option("--cache-type", cache_type, "KV cache element type the figure is for: f16 (the default) or f32")
-      ->check(CLI::IsMember({"f32", "f16"}));
+  info->add_option("--cache-type", cache_type, "KV cache element type the figure is for: f16 (the default), bf16 or f32")
+      ->check(CLI::IsMember(g4::kCacheTypeNames));
 
   auto* logits = app.add_subcommand("logits", "print the top-K logits at every position");
   add_model(logits);
@@ -392,7 +392,7 @@ int Main(int argc_in, char** argv_in) {
     std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=%s compute=f32 activations=%s weights=%s memory=%s kv=%s threads=%d context=%d\n",
                  g4::cpu::SimdTargetName(), g4::ActivationPolicy(g4::CpuBackendOptionsFor(f32_activations)),
                  g4::WeightsDescription(**loaded).c_str(), g4::WeightsMemory(**loaded),
-                 *kv_type == g4::DType::kF16 ? "f16" : "f32", g4::ResolveThreadCount(threads), *context);
+                 g4::CacheTypeName(*kv_type), g4::ResolveThreadCount(threads), *context);
     std::printf("model: %s (%s)\n", model.c_str(), c.architecture.c_str());
     std::printf("family: %s  hidden: %d  layers: %d  heads: %d  vocab: %d  window: %d  ple_dim: %d  experts: %d (top %d)\n",
                 c.family == g4::ModelFamily::kGemma4 ? "gemma4" : "gemma3", c.hidden, c.num_layers, c.num_heads, c.vocab,

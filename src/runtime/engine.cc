@@ -27,7 +27,16 @@ StatusOr<int> ResolveContextSize(const ModelConfig& config, int requested) {
 StatusOr<DType> ParseCacheType(const std::string& name) {
   if (name == "f32") return DType::kF32;
   if (name == "f16") return DType::kF16;
-  return InvalidArgument("--cache-type must be f32 or f16, got '" + name + "'");
+  if (name == "bf16") return DType::kBF16;
+  return InvalidArgument("--cache-type must be f32, f16 or bf16, got '" + name + "'");
+}
+
+const char* CacheTypeName(DType type) {
+  switch (type) {
+    case DType::kF16: return "f16";
+    case DType::kBF16: return "bf16";
+    default: return "f32";
+  }
 }
 
 StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(std::vector<std::string> args) {
@@ -45,7 +54,7 @@ StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(std::vector<std::stri
       if (a == name && i + 1 < args.size()) {
         values.push_back(args[++i]);
       } else if (a == name && !own) {
-        return InvalidArgument(name + " needs a value (f16 or f32)");
+        return InvalidArgument(name + " needs a value (f16, bf16 or f32)");
       } else if (a.rfind(name + "=", 0) == 0) {
         values.push_back(a.substr(name.size() + 1));
       } else {
@@ -61,7 +70,7 @@ StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(std::vector<std::stri
   for (const std::string& v : values)
     if (v != values[0])
       return InvalidArgument("K and V cache types differ (" + values[0] + ", " + v +
-                             "): gemma4rt keeps K and V in one type, --cache-type f16 or f32");
+                             "): gemma4rt keeps K and V in one type, --cache-type f16, bf16 or f32");
   out.push_back("--cache-type");
   out.push_back(values[0]);
   return out;
@@ -88,7 +97,7 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<LoadedModel> mo
   G4_RETURN_IF_ERROR(ResolveContextSize(model->config, options.max_context).status());
   if (options.prefill_chunk < 1) return InvalidArgument("prefill chunk must be >= 1");
   if (!IsKvCacheType(options.kv_type))
-    return InvalidArgument("KV cache type must be f32 or f16, not " + std::string(DTypeName(options.kv_type)));
+    return InvalidArgument("KV cache type must be f32, f16 or bf16, not " + std::string(DTypeName(options.kv_type)));
   return std::unique_ptr<Engine>(new Engine(std::move(model), std::move(backend), options));
 }
 

@@ -26,18 +26,26 @@ struct EngineOptions {
   int max_seqs = 1;        // sequences the KV cache holds at once
   int max_context = 0;     // tokens per sequence; 0 = DefaultContextSize (min(max_position_embeddings, 4096))
   int prefill_chunk = 512; // tokens per prefill step
-  DType kv_type = DType::kF32;  // KV cache elements: kF32, or kF16 (half the bytes; K/V rounded to f16)
+  DType kv_type = DType::kF32;  // KV cache elements: kF32, kF16 or kBF16 (half the bytes; K/V rounded to f16 or bf16)
 };
 
-// The KV cache element type of the commands' --cache-type flag: "f32" or "f16" (InvalidArgument
-// otherwise). The commands default to f16, as llama.cpp's -ctk/-ctv do (half the cache's memory and
-// of decode's KV reads at long contexts; K and V rounded to f16, about 5e-4 relative); f32 keeps
-// transformers' f32 arithmetic, which the golden tests hold to 1e-4 (EngineOptions' default).
+// The KV cache element type of the commands' --cache-type flag: "f32", "f16" or "bf16"
+// (InvalidArgument otherwise). The commands default to f16, as llama.cpp's -ctk/-ctv do (half the
+// cache's memory and of decode's KV reads at long contexts; K and V rounded to f16, about 5e-4
+// relative); bf16 rounds them to bf16 (about 4e-3 relative) and computes attention with the
+// queries and softmax weights in bf16 too, as transformers does in bf16, on the CPU's bf16
+// dot-product instruction where it has one (attention_bf16.h: about half the attention's
+// arithmetic at long contexts); f32 keeps transformers' f32 arithmetic, which the golden tests
+// hold to 1e-4 (EngineOptions' default).
 inline constexpr const char* kDefaultCacheType = "f16";
+inline const std::vector<std::string> kCacheTypeNames = {"f32", "f16", "bf16"};
 inline constexpr const char* kCacheTypeHelp =
-    "KV cache element type: f16 (the default, as llama.cpp's -ctk/-ctv: half the memory and of decode's KV reads) "
+    "KV cache element type: f16 (the default, as llama.cpp's -ctk/-ctv: half the memory and of decode's KV reads), "
+    "bf16 (as much memory as f16, attention in bf16 arithmetic: faster at long contexts on CPUs with AVX512_BF16) "
     "or f32 (transformers' f32 arithmetic)";
 StatusOr<DType> ParseCacheType(const std::string& name);
+// The --cache-type spelling of a KV cache type: "f32", "f16" or "bf16".
+const char* CacheTypeName(DType type);
 // llama.cpp's spellings of the cache type, for every command: `-ctk T`, `-ctv T`, `--cache-type-k T`,
 // `--cache-type-v T` (also `=T`) become one `--cache-type T`. gemma4rt keeps K and V in one type:
 // InvalidArgument when they name different types. Where an alias is given, a `--cache-type T` too

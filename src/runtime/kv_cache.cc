@@ -8,7 +8,7 @@ namespace g4 {
 
 KvCache::KvCache(const ModelConfig& c, int max_seqs, int max_context, DType type)
     : layers_(c.num_layers), type_(type), lengths_(max_seqs, 0), max_context_(max_context) {
-  if (!IsKvCacheType(type)) throw std::invalid_argument("KV cache type must be F32 or F16, not " + std::string(DTypeName(type)));
+  if (!IsKvCacheType(type)) throw std::invalid_argument("KV cache type must be F32, F16 or BF16, not " + std::string(DTypeName(type)));
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerPlan& lp = c.layers[l];
     if (lp.kv_donor >= 0) continue;
@@ -29,7 +29,7 @@ size_t KvCache::bytes() const {
 }
 
 size_t KvCache::BytesPerSequence(const ModelConfig& c, int context, DType type) {
-  if (!IsKvCacheType(type)) throw std::invalid_argument("KV cache type must be F32 or F16, not " + std::string(DTypeName(type)));
+  if (!IsKvCacheType(type)) throw std::invalid_argument("KV cache type must be F32, F16 or BF16, not " + std::string(DTypeName(type)));
   size_t b = 0;
   for (const LayerPlan& lp : c.layers) {
     if (lp.kv_donor >= 0) continue;

@@ -1,7 +1,8 @@
 // KvCache: K and V of every cache-owning layer, for a fixed number of sequences.
 //
 // Layout per owning layer l and sequence s: K and V each [slots, Nkv, D] of the cache's element type
-// (f32, or f16: IEEE binary16, round-to-nearest-even from the f32 rows, half the bytes), where
+// (f32; f16: IEEE binary16, or bf16: the top half of an f32, each rounded to nearest even from
+// the f32 rows, half the bytes), where
 // slots = min(window, max_context) for sliding layers (a ring) and max_context for full layers.
 // Invariant: the slot of a token is derived from its absolute position only (pos % window on
 // a ring, pos otherwise); nothing else (no padding) ever occupies a slot. KV-shared layers own no
@@ -17,17 +18,17 @@
 
 namespace g4 {
 
-// The element types a KvCache holds: DType::kF32 and DType::kF16.
-inline bool IsKvCacheType(DType t) { return t == DType::kF32 || t == DType::kF16; }
+// The element types a KvCache holds: DType::kF32, kF16 and kBF16.
+inline bool IsKvCacheType(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
 
 class KvCache {
  public:
   // max_context: the most positions one sequence may hold (tokens); max_seqs >= 1; type: the
-  // element type of K and V, DType::kF32 or DType::kF16 (std::invalid_argument otherwise).
+  // element type of K and V, DType::kF32, kF16 or kBF16 (std::invalid_argument otherwise).
   KvCache(const ModelConfig& config, int max_seqs, int max_context, DType type = DType::kF32);
 
   DType type() const { return type_; }
-  // Bytes per element: 4 (f32) or 2 (f16).
+  // Bytes per element: 4 (f32) or 2 (f16, bf16).
   size_t elem_bytes() const { return DTypeSize(type_); }
   int max_seqs() const { return static_cast<int>(lengths_.size()); }
   int max_context() const { return max_context_; }

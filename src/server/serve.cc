@@ -85,7 +85,7 @@ ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
       ->envname("GEMMA4RT_PARALLEL")->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("-t,--threads", o.threads, "CPU threads (0 = all cores)")->envname("GEMMA4RT_THREADS")->check(CLI::Range(0, 1024));
   app.add_option("--cache-type", o.cache_type, kCacheTypeHelp)->envname("GEMMA4RT_CACHE_TYPE")
-      ->check(CLI::IsMember({"f32", "f16"}))->capture_default_str();
+      ->check(CLI::IsMember(kCacheTypeNames))->capture_default_str();
   CLI::Option* api_key_opt = app.add_option("--api-key", api_key,
                                             "API key clients must send as 'Authorization: Bearer KEY' or 'X-Api-Key: KEY' "
                                             "(comma-separated for several)")

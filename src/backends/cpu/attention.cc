@@ -41,9 +41,9 @@ int AttentionKeyRuns(const AttentionParams& p, const AttentionStep& s, int t, in
   const int start = s.positions[first];
   const int lo = p.window > 0 ? std::max(0, pos - p.window + 1) : 0;
   int n = 0;
-  // Rows `row` .. row + count - 1 of K at k and V at v (f16 where half, else f32).
-  auto add = [&](const void* k, const void* v, int64_t row, int count, bool half) {
-    if (count > 0) runs[n++] = KvRun{k, v, 0, half}.Offset(row * ld + off, count);
+  // Rows `row` .. row + count - 1 of K at k and V at v (elements of `type`).
+  auto add = [&](const void* k, const void* v, int64_t row, int count, DType type) {
+    if (count > 0) runs[n++] = KvRun{k, v, 0, type}.Offset(row * ld + off, count);
   };
   // Cache: positions lo .. start - 1.
   const int cache_end = std::min(start, pos + 1);
@@ -51,13 +51,13 @@ int AttentionKeyRuns(const AttentionParams& p, const AttentionStep& s, int t, in
     const int slot = s.ring ? lo % s.slots : lo;
     const int count = cache_end - lo;
     const int first_part = s.ring ? std::min(count, s.slots - slot) : count;
-    add(s.k_cache[t], s.v_cache[t], slot, first_part, s.cache_f16);
-    add(s.k_cache[t], s.v_cache[t], 0, count - first_part, s.cache_f16);  // the ring's wrap
+    add(s.k_cache[t], s.v_cache[t], slot, first_part, s.cache_type);
+    add(s.k_cache[t], s.v_cache[t], 0, count - first_part, s.cache_type);  // the ring's wrap
   }
   // Step: positions max(lo, start) .. pos, rows first + (j - start).
   const int j0 = std::max(lo, start);
   const int64_t row = first + (j0 - start);
-  add(s.k, s.v, row, pos - j0 + 1, s.step_f16);
+  add(s.k, s.v, row, pos - j0 + 1, s.step_type);
   *num_runs = n;
   return pos - lo + 1;
 }
@@ -266,9 +266,10 @@ void AttentionReference(const AttentionParams& p, const AttentionStep& s) {
       const int64_t r = cached ? (s.ring ? j % s.slots : j) : first + (j - start);
       const int64_t at = r * ld + static_cast<int64_t>(kvh) * D;
       const void* base = cached ? (is_v ? s.v_cache[t] : s.k_cache[t]) : (is_v ? s.v : s.k);
-      if (!(cached ? s.cache_f16 : s.step_f16)) return static_cast<const float*>(base) + at;
+      const DType type = cached ? s.cache_type : s.step_type;
+      if (type == DType::kF32) return static_cast<const float*>(base) + at;
       const uint16_t* h = static_cast<const uint16_t*>(base) + at;
-      for (int d = 0; d < D; ++d) row_f32[d] = F16ToF32(h[d]);
+      for (int d = 0; d < D; ++d) row_f32[d] = type == DType::kF16 ? F16ToF32(h[d]) : Bf16ToF32(h[d]);
       return row_f32.data();
     };
     for (int h = 0; h < Nq; ++h) {

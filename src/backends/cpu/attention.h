@@ -30,6 +30,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "tensor/dtype.h"
+
 namespace g4 {
 class ThreadPool;
 }
@@ -44,17 +46,18 @@ struct AttentionParams {
 };
 
 // One attention op's inputs for one step. Rows of q/out are Nq*D floats, rows of k/v Nkv*D
-// elements (f32, or f16 where step_f16), rows of the cache Nkv*D elements, f32 or f16
-// (cache_f16: IEEE binary16). Token t of sequence s
-// at position p attends to the cache rows of positions before the step (first step position of s
-// = positions[seq_first[t]]) and to the step rows of s. With an f16 cache, the step rows must hold
-// f16 values (step_f16: the rows in f16, as the CPU backend passes them; or f32 rows of values
-// that f16 represents exactly, RoundToF16), so a key reads the same whether it comes from the
-// step or, in a later step, from the cache.
+// elements of step_type, rows of the cache Nkv*D elements of cache_type: DType::kF32, kF16 (IEEE
+// binary16) or kBF16. Token t of sequence s at position p attends to the cache rows of positions
+// before the step (first step position of s = positions[seq_first[t]]) and to the step rows of s.
+// With an f16 cache, the step rows must hold f16 values (step_type kF16: the rows in f16, as the
+// CPU backend passes them; or f32 rows of values that f16 represents exactly, RoundToF16), so a
+// key reads the same whether it comes from the step or, in a later step, from the cache. With a
+// bf16 cache the step rows are bf16 (step_type kBF16): the kernel then computes with q and the
+// softmax weights rounded to bf16 (attention_bf16.h), which it decides by the rows' type.
 struct AttentionStep {
   int tokens;
   const float* q;  // [tokens, Nq*D]
-  const void* k;   // [tokens, Nkv*D]: the step's keys, f16 where step_f16, else f32
+  const void* k;   // [tokens, Nkv*D]: the step's keys, of step_type
   const void* v;   // [tokens, Nkv*D]
   float* out;      // [tokens, Nq*D]; may be q (Attention only: in place)
   const int32_t* positions;      // [tokens] absolute positions
@@ -63,8 +66,8 @@ struct AttentionStep {
   const void* const* v_cache;    // [tokens] cache V row of slot 0 of t's sequence
   int slots;                     // cache rows per sequence
   bool ring;                     // slot of position j = j % slots (sliding layer), else j
-  bool cache_f16 = false;        // cache rows are f16, else f32
-  bool step_f16 = false;         // the step's k and v rows are f16 (as an f16 cache holds them), else f32
+  DType cache_type = DType::kF32;  // the cache rows' elements: kF32, kF16 or kBF16
+  DType step_type = DType::kF32;   // the step's k and v rows' (as the cache holds them; kF32 with an f32 cache)
 };
 
 // x[i] = the f16 nearest to x[i] (round to nearest even, as F32ToF16), as f32; n floats.
@@ -87,16 +90,17 @@ void AttentionReference(const AttentionParams& p, const AttentionStep& s);
 
 // ---- The kernel and its pieces (for the driver and the tests) ----------------------------------
 
-// `n` consecutive K and V rows (row stride `ld` elements, given to the kernel), f32 or f16 (half).
+// `n` consecutive K and V rows (row stride `ld` elements, given to the kernel) of `type`: DType::kF32,
+// kF16 or kBF16. The runs of one kernel call are all bf16 or none (attention_bf16.h).
 struct KvRun {
   const void* k;
   const void* v;
   int n;
-  bool half = false;
-  // The `count` rows starting `elems` elements (2 or 4 bytes each) after k and v.
+  DType type = DType::kF32;
+  // The `count` rows starting `elems` elements (DTypeSize(type) bytes each) after k and v.
   KvRun Offset(int64_t elems, int count) const {
-    const int64_t bytes = elems * (half ? 2 : 4);
-    return KvRun{static_cast<const unsigned char*>(k) + bytes, static_cast<const unsigned char*>(v) + bytes, count, half};
+    const int64_t bytes = elems * static_cast<int64_t>(DTypeSize(type));
+    return KvRun{static_cast<const unsigned char*>(k) + bytes, static_cast<const unsigned char*>(v) + bytes, count, type};
   }
 };
 

@@ -3,7 +3,8 @@
 // NEON, SVE, SVE2); HWY_DYNAMIC_DISPATCH picks the best one the CPU supports. Portable Highway ops
 // only (plus GCC's __builtin_prefetch, which x86 and Arm both have: Highway 1.0's Prefetch has no
 // locality level), and no vectors in arrays or structs (SVE vectors are sizeless). K and V rows are
-// f32 or f16, one type per run (attention.h).
+// f32, f16 or bf16, one type per run (attention.h); a bf16 cache's tiles run on the bf16
+// dot-product kernels of attention_bf16.h where the CPU has them (x86 AVX512_BF16).
 //
 // Per tile of up to kTile keys: scores of all G heads (head blocks of up to 8 heads on targets with
 // 32 vector registers, 4 on the others, times 2-4 keys, so each K row chunk is loaded once per head
@@ -28,6 +29,8 @@
 #include <vector>
 
 #include "backends/cpu/attention.h"
+#include "backends/cpu/attention_bf16.h"
+#include "backends/cpu/kernels_bf16.h"
 #include "tensor/dtype.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -47,6 +50,7 @@ using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
 constexpr size_t kTile = 64;  // keys per softmax tile (a multiple of every target's lane count)
+static_assert(kTile == static_cast<size_t>(kBf16TileKeys), "attention_bf16.h pairs the keys of the same tiles");
 
 // Register blocks. The scores of a head block are computed for all its heads at once, so each K
 // row is loaded once per block, and its weighted V sum likewise reads each V row once per block:
@@ -62,16 +66,43 @@ constexpr size_t kMaxBlockHeads = kAccs / 2;  // heads per block (2 keys or 2 ve
 // Keys (scores) or vectors (V sum) per head of a block of H heads: 4, 2 or 1 with H * that <= kAccs.
 constexpr size_t PerHead(size_t H) { return kAccs / H >= 4 ? 4 : kAccs / H >= 2 ? 2 : 1; }
 
-// K and V rows are f32 or f16 (a KvCache of DType::kF16; hwy::float16_t here): one vector of N
-// elements from p as f32 (f16 -> f32 is exact), and one element as f32.
+// K and V rows are f32, f16 (a KvCache of DType::kF16; hwy::float16_t here) or bf16 (DType::kBF16;
+// hwy::bfloat16_t): one vector of N elements from p as f32 (f16 and bf16 -> f32 are exact; bf16
+// by shifting its bits into the top half of a 32-bit lane), and one element as f32.
 using DH = hn::Rebind<hwy::float16_t, DF>;
+using DU16 = hn::Rebind<uint16_t, DF>;
+using DU32 = hn::RebindToUnsigned<DF>;
 HWY_INLINE VF LoadRow(DF df, const float* HWY_RESTRICT p) { return hn::LoadU(df, p); }
 HWY_INLINE VF LoadRow(DF df, const hwy::float16_t* HWY_RESTRICT p) { return hn::PromoteTo(df, hn::LoadU(DH(), p)); }
+HWY_INLINE VF LoadRow(DF df, const hwy::bfloat16_t* HWY_RESTRICT p) {
+  const auto bits = hn::LoadU(DU16(), reinterpret_cast<const uint16_t*>(p));
+  return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(DU32(), bits)));
+}
 HWY_INLINE float ElemF32(const float* p, size_t i) { return p[i]; }
 HWY_INLINE float ElemF32(const hwy::float16_t* p, size_t i) {
   uint16_t bits;
   std::memcpy(&bits, p + i, sizeof(bits));
   return F16ToF32(bits);
+}
+HWY_INLINE float ElemF32(const hwy::bfloat16_t* p, size_t i) {
+  uint16_t bits;
+  std::memcpy(&bits, p + i, sizeof(bits));
+  return Bf16ToF32(bits);
+}
+
+// x[i] = x[i] rounded to the nearest bf16 (even on ties), as f32; i < n, n a multiple of N. For the
+// bf16 cache's queries and softmax weights, which are finite (a NaN with only low payload bits
+// would round to infinity; F32ToBf16 keeps it a NaN).
+HWY_INLINE void RoundToBf16Values(float* HWY_RESTRICT x, size_t n) {
+  const DF df;
+  const DU32 du;
+  const size_t N = hn::Lanes(df);
+  const auto bias = hn::Set(du, 0x7fffu), one = hn::Set(du, 1u), top = hn::Set(du, 0xffff0000u);
+  for (size_t i = 0; i < n; i += N) {
+    const auto u = hn::BitCast(du, hn::LoadU(df, x + i));
+    const auto r = hn::And(hn::Add(u, hn::Add(bias, hn::And(hn::ShiftRight<16>(u), one))), top);
+    hn::StoreU(hn::BitCast(df, r), df, x + i);
+  }
 }
 
 // The scalar tail of a dot product: sum of qh[d] * kr[d] for d0 <= d < D (0 when D is a whole
@@ -254,27 +285,12 @@ HWY_INLINE void DotHeads(const float* HWY_RESTRICT q, size_t D, const T* HWY_RES
 // step of the V sums, so that memory streams K while the V sums compute on what the score pass
 // fetched, instead of idling until the next score pass (see AttentionPartialHwy). At D 512 in f16
 // with 8 heads in a block (Gemma 4's full layers) the steps cover the next 64 rows exactly; with
-// fewer steps per line (f32 rows, or 4 heads at D 256: Gemma 3) the first part of them. row: the
-// next row's slice; line: the next line's offset in it; slice: its bytes; rows: rows left, stride:
-// bytes between rows. Addresses as integers, only prefetched (as DotHeads' K rows ahead).
-struct Ahead {
-  uintptr_t row;
-  size_t line, slice, rows, stride;
-  HWY_INLINE void Step() {
-    if (rows == 0) return;
-    __builtin_prefetch(reinterpret_cast<const void*>(row + line), 0, 2);
-    line += 64;
-    if (line >= slice) {
-      line = 0;
-      row += stride;
-      --rows;
-    }
-  }
-};
+// fewer steps per line (f32 rows, or 4 heads at D 256: Gemma 3) the first part of them (NextRows,
+// attention_bf16.h).
 
 template <size_t H, size_t VB, class T>
 HWY_INLINE void AccumulateVBlock(const float* HWY_RESTRICT p, const T* HWY_RESTRICT v, int64_t ld, size_t n,
-                                 size_t D, size_t d0, float* HWY_RESTRICT a, Ahead& next_k) {
+                                 size_t D, size_t d0, float* HWY_RESTRICT a, NextRows& next_k) {
   const DF df;
   const size_t N = hn::Lanes(df);
   G4_ACCS;
@@ -320,7 +336,7 @@ HWY_INLINE void AccumulateVBlock(const float* HWY_RESTRICT p, const T* HWY_RESTR
 
 template <size_t H, class T>
 HWY_INLINE void AccumulateVHeads(const float* HWY_RESTRICT p, const T* HWY_RESTRICT v, int64_t ld, size_t n,
-                                 size_t D, size_t Dv, float* HWY_RESTRICT a, Ahead& next_k) {
+                                 size_t D, size_t Dv, float* HWY_RESTRICT a, NextRows& next_k) {
   constexpr size_t VB = PerHead(H);
   const size_t N = hn::Lanes(DF());
   size_t d = 0;
@@ -353,7 +369,7 @@ HWY_INLINE void ForHeadBlocks(size_t G, const Fn& fn) {
 // stride ld): whole vectors in register blocks, then the scalar tail of D.
 template <class T>
 HWY_INLINE void AccumulateV(const float* HWY_RESTRICT p, size_t G, size_t D, const T* HWY_RESTRICT v, int64_t ld,
-                            size_t n, float* HWY_RESTRICT acc, Ahead& next_k) {
+                            size_t n, float* HWY_RESTRICT acc, NextRows& next_k) {
   const size_t N = hn::Lanes(DF());
   const size_t Dv = D / N * N;
   ForHeadBlocks(G, [&](size_t g0, auto h) {
@@ -371,6 +387,24 @@ HWY_INLINE void AccumulateV(const float* HWY_RESTRICT p, size_t G, size_t D, con
   }
 }
 
+// Calls fn(kv.k, kv.v as pointers to the run's element type: float, hwy::float16_t or hwy::bfloat16_t).
+template <class Fn>
+HWY_INLINE void WithRowType(const KvRun& kv, const Fn& fn) {
+  switch (kv.type) {
+    case DType::kF16: return fn(static_cast<const hwy::float16_t*>(kv.k), static_cast<const hwy::float16_t*>(kv.v));
+    case DType::kBF16: return fn(static_cast<const hwy::bfloat16_t*>(kv.k), static_cast<const hwy::bfloat16_t*>(kv.v));
+    default: return fn(static_cast<const float*>(kv.k), static_cast<const float*>(kv.v));
+  }
+}
+
+// Whether this target may run the bf16 cache's tiles on the bf16 dot-product kernels
+// (attention_bf16.h; x86 AVX-512 targets, where HasBf16Attention() says the CPU has them).
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+constexpr bool kMayDotBf16 = true;
+#else
+constexpr bool kMayDotBf16 = false;
+#endif
+
 void AttentionPartialHwy(const float* HWY_RESTRICT q, int G_, int D_, const KvRun* runs, int num_runs, int64_t ld,
                          float scale, float softcap, float* HWY_RESTRICT m, float* HWY_RESTRICT l,
                          float* HWY_RESTRICT acc) {
@@ -380,6 +414,27 @@ void AttentionPartialHwy(const float* HWY_RESTRICT q, int G_, int D_, const KvRu
   thread_local std::vector<float> tile;  // scores then weights, [G, kTile]
   if (tile.size() < G * kTile) tile.resize(G * kTile);
   float* HWY_RESTRICT s = tile.data();
+  // A bf16 cache (all runs bf16: attention.h) multiplies bf16 queries by K and bf16 weights by V:
+  // on the bf16 dot-product kernels where this target and CPU have them and D is a multiple of
+  // 32 (dot), else here in f32 on the same bf16 values.
+  const bool bf16 = runs[0].type == DType::kBF16;
+  const bool dot = kMayDotBf16 && bf16 && D % 32 == 0 && HasBf16Attention();
+  thread_local std::vector<float> q_round;      // bf16 (not dot): q rounded to bf16, as f32
+  thread_local std::vector<uint16_t> q_bf16;    // dot: q as bf16
+  thread_local std::vector<uint32_t> w_pairs;   // dot: a tile's weights as bf16 pairs, [G, kTile / 2]
+  thread_local std::vector<const uint16_t*> v_rows;  // dot: a tile's V rows, [kTile]
+  if (dot) {
+    if (q_bf16.size() < G * D) q_bf16.resize(G * D);
+    if (w_pairs.size() < G * kTile / 2) w_pairs.resize(G * kTile / 2);
+    if (v_rows.size() < kTile) v_rows.resize(kTile);
+    ConvertRowsToBf16(q, G_, D_, q_bf16.data());
+  } else if (bf16) {
+    const size_t nq = (G * D + N - 1) / N * N;
+    if (q_round.size() < nq) q_round.resize(nq);
+    std::copy(q, q + G * D, q_round.begin());
+    RoundToBf16Values(q_round.data(), nq);
+    q = q_round.data();
+  }
   std::fill(acc, acc + G * D, 0.0f);
   for (size_t g = 0; g < G; ++g) {
     m[g] = -INFINITY;
@@ -417,13 +472,12 @@ void AttentionPartialHwy(const float* HWY_RESTRICT q, int G_, int D_, const KvRu
       for (size_t i = 0; i < nseg; ++i) {
         const KvRun& kv = seg[i].rows;
         float* sg = s + g0 * kTile + seg[i].at;
-        if (kv.half) {
-          DotHeads<H>(q + g0 * D, D, static_cast<const hwy::float16_t*>(kv.k), static_cast<const hwy::float16_t*>(kv.v),
-                      ld, static_cast<size_t>(kv.n), sg);
-        } else {
-          DotHeads<H>(q + g0 * D, D, static_cast<const float*>(kv.k), static_cast<const float*>(kv.v), ld,
-                      static_cast<size_t>(kv.n), sg);
+        if (dot) {
+          Bf16Scores(q_bf16.data() + g0 * D, static_cast<int>(H), D_, static_cast<const uint16_t*>(kv.k),
+                     static_cast<const uint16_t*>(kv.v), ld, kv.n, sg);
+          continue;
         }
+        WithRowType(kv, [&](auto k, auto v) { DotHeads<H>(q + g0 * D, D, k, v, ld, static_cast<size_t>(kv.n), sg); });
       }
     });
     const size_t nv = (nk + N - 1) / N * N;  // whole vectors (<= kTile)
@@ -457,9 +511,10 @@ void AttentionPartialHwy(const float* HWY_RESTRICT q, int G_, int D_, const KvRu
         vsum = hn::Add(vsum, hn::IfThenElseZero(hn::FirstN(df, nk - j), e));  // l: the nk keys' weights only
       }
       l[g] += hn::GetLane(hn::SumOfLanes(df, vsum));
+      if (bf16 && !dot) RoundToBf16Values(sg, nv);  // V's weights in bf16 (l sums them unrounded)
     }
     // Weighted V sum in key order (one multiply-add per key and element), while the next tile's
-    // K rows of the same run (up to kTile) are fetched into L2 (Ahead). The K rows ahead and the V
+    // K rows of the same run (up to kTile) are fetched into L2 (NextRows). The K rows ahead and the V
     // rows that the score pass prefetches came from memory during the scores only; the V sums,
     // about half the multiply-adds, left it idle. Decode of the E2B Q4_K_M at depth 4000 on Zen 5
     // (old and new kernels alternating by token in one process): a full layer's call 0.90-0.93x
@@ -470,21 +525,31 @@ void AttentionPartialHwy(const float* HWY_RESTRICT q, int G_, int D_, const KvRu
     // so that chunk does not start cold: same A/B, a full layer's call 0.96-0.98x, the benchmark
     // above warm and from memory together 0.98x. Prefetching two tiles ahead instead: no gain.
     const KvRun& last = seg[nseg - 1].rows;
-    const size_t elem = last.half ? 2 : 4;
+    const size_t elem = DTypeSize(last.type);
     const size_t stride = static_cast<size_t>(ld) * elem;
     const size_t keys_after = static_cast<size_t>(runs[r].n) - in_run;  // the last segment's run is runs[r]
-    Ahead next_k{reinterpret_cast<uintptr_t>(last.k) + static_cast<uintptr_t>(last.n) * stride, 0, D * elem,
-                 t0 + kTile >= total ? kTile : std::min(kTile, keys_after), stride};
+    NextRows next_k{reinterpret_cast<uintptr_t>(last.k) + static_cast<uintptr_t>(last.n) * stride, 0, D * elem,
+                    t0 + kTile >= total ? kTile : std::min(kTile, keys_after), stride};
+    if (dot) {  // the tile's keys in pairs by index in the tile, whichever runs they come from
+      Bf16PackWeights(s, G_, static_cast<int>(nk), w_pairs.data());
+      for (size_t i = 0; i < nseg; ++i) {
+        const KvRun& kv = seg[i].rows;
+        for (int j = 0; j < kv.n; ++j)
+          v_rows[seg[i].at + static_cast<size_t>(j)] = static_cast<const uint16_t*>(kv.v) + static_cast<int64_t>(j) * ld;
+      }
+      ForHeadBlocks(G, [&](size_t g0, auto h) {
+        Bf16AccumulateV(w_pairs.data() + g0 * kTile / 2, static_cast<int>(decltype(h)::value), D_,
+                        v_rows.data(), static_cast<int>(nk), acc + g0 * D,
+                        &next_k);
+      });
+      continue;
+    }
     for (size_t i = 0; i < nseg; ++i) {
       const KvRun& kv = seg[i].rows;
-      const size_t n = static_cast<size_t>(kv.n);
-      if (kv.half) {
-        AccumulateV(s + seg[i].at, G, D, static_cast<const hwy::float16_t*>(kv.v), ld, n, acc, next_k);
-      } else {
-        AccumulateV(s + seg[i].at, G, D, static_cast<const float*>(kv.v), ld, n, acc, next_k);
-      }
+      WithRowType(kv, [&](auto, auto v) { AccumulateV(s + seg[i].at, G, D, v, ld, static_cast<size_t>(kv.n), acc, next_k); });
     }
   }
+  if (dot) Bf16AccToNatural(acc, G_, D_);
 }
 
 // f32 -> f16 with round-to-nearest-even, as F32ToF16: the CPU's conversion (x86 F16C, which

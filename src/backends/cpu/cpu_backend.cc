@@ -721,13 +721,15 @@ void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
           const float* k = input(0);
           const float* v = input(1);
           const int width = cache.kv_width(op.cache_layer);
-          const bool half = cache.type() == DType::kF16;
+          const DType type = cache.type();
           auto put = [&](void* dst, const float* src) {
-            if (!half) {
+            if (type == DType::kF16) {
+              cpu::ToF16(src, width, static_cast<uint16_t*>(dst));
+            } else if (type == DType::kBF16) {
+              cpu::ConvertRowsToBf16(src, 1, width, static_cast<uint16_t*>(dst));
+            } else {
               std::memcpy(dst, src, width * sizeof(float));
-              return;
             }
-            cpu::ToF16(src, width, static_cast<uint16_t*>(dst));
           };
           for (int t = 0; t < rows; ++t) {
             const int slot = cache.slot_of(op.cache_layer, in.positions[t]);
@@ -979,10 +981,10 @@ void CpuExecutable::RunAttention(const AttentionOp& op, const float* q, const fl
     vc[t] = cache.v(layer, in.seq_ids[t], 0);
   }
   const cpu::AttentionParams params{op.num_heads, op.num_kv_heads, op.head_dim, op.window, op.scale, op.softcap};
-  const bool half = cache.type() == DType::kF16;
+  const DType type = cache.type();
   const void* step_k = k;
   const void* step_v = v;
-  if (half) {
+  if (type != DType::kF32) {
     // The step's keys and values as the cache holds them (attention.h: AttentionStep), in the
     // workspace (one buffer for every executable: steps run one at a time).
     const size_t n = static_cast<size_t>(num_tokens_) * cache.kv_width(layer);
@@ -991,14 +993,18 @@ void CpuExecutable::RunAttention(const AttentionOp& op, const float* q, const fl
       kv = {};
       kv.resize(2 * n);
     }
-    cpu::ToF16(k, static_cast<int64_t>(n), kv.data());
-    cpu::ToF16(v, static_cast<int64_t>(n), kv.data() + n);
+    if (type == DType::kF16) {
+      cpu::ToF16(k, static_cast<int64_t>(n), kv.data());
+      cpu::ToF16(v, static_cast<int64_t>(n), kv.data() + n);
+    } else {
+      cpu::ConvertRowsToBf16(k, 1, static_cast<int>(n), kv.data());
+      cpu::ConvertRowsToBf16(v, 1, static_cast<int>(n), kv.data() + n);
+    }
     step_k = kv.data();
     step_v = kv.data() + n;
   }
   cpu::AttentionStep step{num_tokens_, q, step_k, step_v, out, in.positions.data(), seq_first_.data(), kc, vc,
-                          cache.slots(layer), cache.window(layer) > 0, half};
-  step.step_f16 = half;
+                          cache.slots(layer), cache.window(layer) > 0, type, type};
   cpu::Attention(params, step, pool_, &ws_->attn);
 }
 
