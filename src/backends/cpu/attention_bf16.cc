@@ -51,7 +51,8 @@ G4_ATTN_BF16_TARGET inline __m512 Sum16(const __m512 (&v)[16]) {
 // fewer for smaller head blocks), each q vector loaded once per 32 elements (kept in a register:
 // GCC would fold it into every instruction that uses it as a memory operand, as in
 // attention_hwy.cc's G4_IN_REGISTER) and each K vector once per head block. Keys past n repeat
-// the last one (computed, not stored). pf: the K rows kAheadRows keys ahead (addresses only).
+// the last one (computed, not stored). pf: the K rows kAheadRows keys ahead (addresses only),
+// prefetched into L2 with these keys' V rows, as attention_hwy.cc's kPrefetchLocality.
 template <int H, int J>
 G4_ATTN_BF16_TARGET inline void ScoreKeys(const uint16_t* qb, int D, const uint16_t* k, const uint16_t* v, int64_t ld,
                                           uintptr_t pf, uintptr_t row_bytes, int n, float* s) {
@@ -71,8 +72,8 @@ G4_ATTN_BF16_TARGET inline void ScoreKeys(const uint16_t* qb, int D, const uint1
 #pragma GCC unroll 4
     for (int j = 0; j < J; ++j) {
       _mm_prefetch(reinterpret_cast<const char*>(pf + static_cast<uintptr_t>(j) * row_bytes + 2 * static_cast<uintptr_t>(d)),
-                   _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(vr[j] + d), _MM_HINT_T0);
+                   _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(vr[j] + d), _MM_HINT_T1);
       kb[j] = LoadBh(kr[j] + d);
     }
 #pragma GCC unroll 8

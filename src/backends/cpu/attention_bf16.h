@@ -53,7 +53,7 @@ constexpr int kBf16TileKeys = 64;
 
 // Scores of a head block over nk keys of one run: s[h * kBf16TileKeys + j] = sum_d qb[h * D + d] *
 // k_j[d] for h < H (1..8), j < nk, by the arithmetic above. qb: H rows of D bf16 (D a multiple
-// of 32); k: nk bf16 rows at stride ld elements. Prefetches into L1 the K rows 12 keys ahead (past
+// of 32); k: nk bf16 rows at stride ld elements. Prefetches into L2 the K rows 12 keys ahead (past
 // the run's end: the rows that follow it) and these keys' V rows at v (same stride).
 void Bf16Scores(const uint16_t* qb, int H, int D, const uint16_t* k, const uint16_t* v, int64_t ld, int nk, float* s);
 

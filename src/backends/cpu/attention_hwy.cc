@@ -158,14 +158,21 @@ HWY_INLINE void Sum4(D df, V v0, V v1, V v2, V v3, float* HWY_RESTRICT out) {
 #define G4_ACCS G4_ACC_ROW(0); G4_ACC_ROW(1); G4_ACC_ROW(2); G4_ACC_ROW(3); G4_ACC_ROW(4); G4_ACC_ROW(5); \
   G4_ACC_ROW(6); G4_ACC_ROW(7)
 
-// K rows ahead of the ones being scored that the score loop prefetches into L1. Decode reads the
-// cache from memory (a full layer's K and V at 4000 keys are 16 MB, no cache holds them), and a
-// block of 8 heads does 16 multiply-adds per K vector, so the hardware prefetcher alone left the
-// loop waiting on K; the V rows of the keys being scored are prefetched too, for the weighted sum
-// after the tile's softmax. Measured in decode of the synthetic E2B at depth 4000 on Zen 5 (the
-// old and new kernels alternating by token in one process): 12 rows ahead with V into L1 beat 8
-// and 16 ahead, into L2, and no prefetch (which was slower than the 4-head kernel before it).
+// K rows ahead of the ones being scored that the score loop prefetches, into L2 (kPrefetchLocality
+// 2: x86 prefetcht1). Decode reads the cache from memory (a full layer's K and V at 4000 keys are
+// 8-16 MB, no cache holds them), and a block of 8 heads does 16 multiply-adds per K vector, so the
+// hardware prefetcher alone left the loop waiting on K; the V rows of the keys being scored are
+// prefetched too, for the weighted sum after the tile's softmax. Measured in decode of the
+// synthetic E2B at depth 4000 (the old and new kernels alternating by token in one process): on a
+// Zen 5 VM with 65 GB/s of reads, 12 rows ahead into L1 beat 8 and 16 ahead, into L2, and no
+// prefetch. On a slower VM (2026-12-03: 42 GB/s of reads, the same kernel ~2.4x slower from
+// cache) K and V into L1 kept ~24 lines in flight per core (L1's miss buffers) and a full layer's
+// call read at 14 GB/s: into L2, 12 rows ahead, 0.79x the time (583 -> 459 µs), a sliding layer's
+// 0.91x; 20 rows ahead 0.78x, 32 rows 0.81x, 64 rows 0.86x; also fetching the next tile's V rows
+// during the V sums, no further gain (BM_AttentionDecode D 512, 4000 keys, f16: from memory on two
+// threads 0.79x, one thread 0.75x, in cache 0.99x).
 constexpr size_t kPrefetchRows = 12;
+constexpr int kPrefetchLocality = 2;
 
 // Keeps v in a register (GCC and clang, x86; measured with GCC 12): GCC folded each q load of the score loop into every multiply-add that
 // used it (a memory operand per key: 16 loads of q per 16 multiply-adds at 8 heads x 2 keys,
@@ -200,8 +207,8 @@ HWY_INLINE void DotTile(const float* HWY_RESTRICT q, size_t D, const T* HWY_REST
     const VF kv2 = J > 2 ? LoadRow(df, k2 + d) : kv0;
     const VF kv3 = J > 3 ? LoadRow(df, k3 + d) : kv0;
     for (size_t j = 0; j < J; ++j) {
-      __builtin_prefetch(kpf + static_cast<int64_t>(j) * ld + d, 0, 3);
-      __builtin_prefetch(v + static_cast<int64_t>(j) * ld + d, 0, 3);
+      __builtin_prefetch(kpf + static_cast<int64_t>(j) * ld + d, 0, kPrefetchLocality);
+      __builtin_prefetch(v + static_cast<int64_t>(j) * ld + d, 0, kPrefetchLocality);
     }
 #define G4_DOT_HEAD(h)                                        \
   if constexpr (H > h) {                                      \
