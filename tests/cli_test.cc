@@ -507,11 +507,23 @@ TEST(CliTest, InfoKvCacheUsesTheSameContextAsTheOtherCommands) {
   EXPECT_NE(all3.out.find("(f32)"), std::string::npos) << all3.out;
   CliResult clash = RunCli("info -ctk f32 --cache-type=f16");
   EXPECT_EQ(clash.status, 1) << clash.out;
-  EXPECT_NE(clash.out.find("K and V cache types differ (f32, f16)"), std::string::npos) << clash.out;
+  EXPECT_NE(clash.out.find("K and V cache types differ (-ctk f32, --cache-type f16)"), std::string::npos) << clash.out;
   CliResult split = RunCli("info --cache-type-k f16 --cache-type-v f32");
   EXPECT_EQ(split.status, 1) << split.out;
-  EXPECT_EQ(split.out, "gemma4rt: error: INVALID_ARGUMENT: K and V cache types differ (f16, f32): gemma4rt keeps K and V "
-                       "in one type, --cache-type f16, bf16 or f32\n");
+  EXPECT_EQ(split.out, "gemma4rt: error: INVALID_ARGUMENT: K and V cache types differ (--cache-type-k f16, --cache-type-v "
+                       "f32): gemma4rt keeps K and V in one type, --cache-type f16, bf16 or f32\n");
+  // Found by a fresh user: an alias's bad value was reported under --cache-type, and --cache-type
+  // twice got CLI11's "At Most 1 required but received 2".
+  CliResult q8 = RunCli("info -ctk q8_0");
+  EXPECT_EQ(q8.status, 1) << q8.out;
+  EXPECT_EQ(q8.out, "gemma4rt: error: INVALID_ARGUMENT: -ctk: 'q8_0' is not a KV cache type gemma4rt has: f16, bf16 or "
+                    "f32 (8- and 4-bit caches such as q8_0 and q4_0 are not supported yet)\n");
+  CliResult twice = RunCli("info --cache-type bf16 --cache-type f16");
+  EXPECT_EQ(twice.status, 1) << twice.out;
+  EXPECT_NE(twice.out.find("K and V cache types differ (--cache-type bf16, --cache-type f16)"), std::string::npos) << twice.out;
+  CliResult same_twice = RunCli("info --cache-type bf16 --cache-type=bf16");
+  ASSERT_EQ(same_twice.status, 0) << same_twice.out;
+  EXPECT_NE(same_twice.out.find("(bf16)"), std::string::npos) << same_twice.out;
   CliResult c = RunCli("info -c 1000 --cache-type f32");
   ASSERT_EQ(c.status, 0) << c.out;
   EXPECT_NE(c.out.find("kv cache: 20.859 MiB per sequence at 1000 tokens (f32)"), std::string::npos) << c.out;

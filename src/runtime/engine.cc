@@ -40,10 +40,11 @@ const char* CacheTypeName(DType type) {
 }
 
 StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(std::vector<std::string> args) {
-  // llama.cpp's four spellings, then gemma4rt's own, which joins the check where an alias is given
-  // (else CLI11 would refuse a second --cache-type although all agree).
+  // llama.cpp's four spellings, then gemma4rt's own, which joins the check where it is given more
+  // than once or with an alias (else CLI11 would refuse a second --cache-type although all agree).
   static const char* const kSpellings[] = {"-ctk", "-ctv", "--cache-type-k", "--cache-type-v", "--cache-type"};
-  std::vector<std::string> out, values;
+  std::vector<std::string> out;
+  std::vector<std::pair<std::string, std::string>> given;  // (spelling, value)
   bool alias = false;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
@@ -51,28 +52,34 @@ StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(std::vector<std::stri
     for (const char* spelling : kSpellings) {
       const std::string name = spelling;
       const bool own = name == "--cache-type";
+      std::string value;
       if (a == name && i + 1 < args.size()) {
-        values.push_back(args[++i]);
+        value = args[++i];
       } else if (a == name && !own) {
         return InvalidArgument(name + " needs a value (f16, bf16 or f32)");
       } else if (a.rfind(name + "=", 0) == 0) {
-        values.push_back(a.substr(name.size() + 1));
+        value = a.substr(name.size() + 1);
       } else {
         continue;
       }
+      // An alias's value is checked here, under the name the user typed (CLI11 would name --cache-type).
+      if (!own && !ParseCacheType(value).ok())
+        return InvalidArgument(name + ": '" + value + "' is not a KV cache type gemma4rt has: f16, bf16 or f32 "
+                               "(8- and 4-bit caches such as q8_0 and q4_0 are not supported yet)");
+      given.emplace_back(name, value);
       alias = alias || !own;
       taken = true;
       break;
     }
     if (!taken) out.push_back(a);
   }
-  if (!alias) return args;  // --cache-type alone: CLI11 checks it
-  for (const std::string& v : values)
-    if (v != values[0])
-      return InvalidArgument("K and V cache types differ (" + values[0] + ", " + v +
-                             "): gemma4rt keeps K and V in one type, --cache-type f16, bf16 or f32");
+  if (!alias && given.size() <= 1) return args;  // --cache-type once or not at all: CLI11 checks it
+  for (const auto& [name, value] : given)
+    if (value != given[0].second)
+      return InvalidArgument("K and V cache types differ (" + given[0].first + " " + given[0].second + ", " + name + " " +
+                             value + "): gemma4rt keeps K and V in one type, --cache-type f16, bf16 or f32");
   out.push_back("--cache-type");
-  out.push_back(values[0]);
+  out.push_back(given[0].second);
   return out;
 }
 

@@ -40,7 +40,8 @@ struct EngineOptions {
 inline constexpr const char* kDefaultCacheType = "f16";
 inline const std::vector<std::string> kCacheTypeNames = {"f32", "f16", "bf16"};
 inline constexpr const char* kCacheTypeHelp =
-    "KV cache element type: f16 (the default, as llama.cpp's -ctk/-ctv: half the memory and of decode's KV reads), "
+    "KV cache element type (llama.cpp's -ctk/-ctv/--cache-type-k/--cache-type-v work too, one type for K and V): "
+    "f16 (the default, as llama.cpp's: half the memory and of decode's KV reads), "
     "bf16 (as much memory as f16, attention in bf16 arithmetic: faster at long contexts on CPUs with AVX512_BF16) "
     "or f32 (transformers' f32 arithmetic)";
 StatusOr<DType> ParseCacheType(const std::string& name);
@@ -48,8 +49,11 @@ StatusOr<DType> ParseCacheType(const std::string& name);
 const char* CacheTypeName(DType type);
 // llama.cpp's spellings of the cache type, for every command: `-ctk T`, `-ctv T`, `--cache-type-k T`,
 // `--cache-type-v T` (also `=T`) become one `--cache-type T`. gemma4rt keeps K and V in one type:
-// InvalidArgument when they name different types. Where an alias is given, a `--cache-type T` too
-// joins the check (one flag is emitted). Other arguments are returned unchanged.
+// InvalidArgument when they name different types (naming each spelling and value), or when an
+// alias names no type gemma4rt has. Where an alias is given, or `--cache-type` more than once,
+// every `--cache-type T` joins the check (one flag is emitted). Other arguments are returned
+// unchanged. Every argument is looked at, values of other options too: a prompt `-p -ctk` is taken
+// as the alias (a known limit).
 StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(std::vector<std::string> args);
 
 // The context every command uses when -c is 0 or not given: the model's max_position_embeddings,
