@@ -242,6 +242,9 @@ const Scenario kScenarios[] = {
     // Head blocks of 6 (one partial block of the 8 a 32-register target holds) and of 8 + 4 (G 12).
     {"g6_full_decode", 256, 1, 6, 0, 300, 1.0f / 16, {{200, 1}}},
     {"g12_ring_prefill", 128, 1, 12, 40, 200, 1.0f / 16, {{90, 5}}},
+    // D a multiple of 32 but not of 64 (the bf16 kernels' last 32 elements alone), blocks of 5 and 3 heads.
+    {"g5_d160_decode", 160, 1, 5, 0, 300, 1.0f / 16, {{200, 1}}},
+    {"g3_d96_ring_prefill", 96, 2, 3, 40, 200, 1.0f / 16, {{90, 4}}},
 };
 
 TEST_P(AttentionKernelsTest, MatchesReferenceAndDefinition) {
@@ -337,6 +340,40 @@ TEST_P(AttentionKernelsTest, F16ConversionsAreRoundToNearestEven) {
     ASSERT_EQ(h[i], want) << "x[" << i << "] = " << x[i];
     const float back = F16ToF32(want);
     ASSERT_EQ(std::memcmp(&r[i], &back, sizeof(float)), 0) << "x[" << i << "] = " << x[i] << ": " << r[i] << " vs " << back;
+  }
+}
+
+// A bf16 cache's kernel rounds q and the softmax weights to bf16 on every target, the bf16
+// dot-product kernels (AVX3 where the CPU has AVX512_BF16, D a multiple of 32) and the f32 ones
+// alike. Two keys: k1 = (1, 0, ...), k2 = 0, scale 1, so s1 = q_0 (as bf16) and s2 = 0; the state
+// after s1 > 0 weighs key 1 by exp(0) = 1 and key 2 by exp(-s1). With V rows (1, ..., 1) and 0 the
+// output is 1 / (1 + exp(-s1)), which shows q's rounding (q_0 = 1 + 2^-10 is 1 in bf16: 0.731059
+// against 0.731251); with V rows 0 and (1, ..., 1) it is bf16(exp(-s1)) / (1 + exp(-s1)), which
+// shows the weight's (exp(-1) = 0.367879 is 0.367188 in bf16: 0.268434 against 0.268941). The
+// f32 error is ~1e-7. Found by review: leaving out either rounding on the f32 path kept every
+// other test passing.
+TEST_P(AttentionKernelsTest, Bf16CacheRoundsQueriesAndWeightsOnEveryTarget) {
+  for (const int D : {64, 37}) {
+    for (const int G : {8, 3}) {
+      const float q0 = 1.0f + std::ldexp(1.0f, -10);
+      std::vector<float> q(static_cast<size_t>(G) * D, 0.0f);
+      for (int g = 0; g < G; ++g) q[static_cast<size_t>(g) * D] = q0;
+      std::vector<uint16_t> k(2 * static_cast<size_t>(D), 0), v(k.size(), 0);
+      k[0] = F32ToBf16(1.0f);
+      for (const int weighted : {0, 1}) {  // the key whose V row is ones
+        std::fill(v.begin(), v.end(), 0);
+        std::fill_n(v.begin() + static_cast<size_t>(weighted) * D, D, F32ToBf16(1.0f));
+        const cpu::KvRun run{k.data(), v.data(), 2, DType::kBF16};
+        std::vector<float> m(G), l(G), acc(static_cast<size_t>(G) * D), out(acc.size());
+        cpu::AttentionPartial(q.data(), G, D, &run, 1, D, 1.0f, 0.0f, m.data(), l.data(), acc.data());
+        cpu::AttentionMerge(G, D, 1, m.data(), l.data(), acc.data(), out.data());
+        const double s1 = Bf16ToF32(F32ToBf16(q0));  // 1.0
+        const double e2 = std::exp(-s1);
+        const double want = weighted == 0 ? 1.0 / (1.0 + e2) : Bf16ToF32(F32ToBf16(static_cast<float>(e2))) / (1.0 + e2);
+        for (size_t i = 0; i < out.size(); ++i)
+          ASSERT_NEAR(out[i], want, 1e-6) << "D " << D << " G " << G << " V ones on key " << weighted + 1 << " i " << i;
+      }
+    }
   }
 }
 

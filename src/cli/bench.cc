@@ -91,7 +91,7 @@ size_t WeightBytesPerToken(const LoadedModel& m) {
 
 // KV bytes one decode step reads when the sequence holds `context` positions after the step:
 // every layer (KV-shared ones read their donor's cache) reads K and V (elements of `elem_bytes`:
-// 4 f32, 2 f16) of the positions it attends to.
+// 4 f32, 2 f16 and bf16) of the positions it attends to.
 size_t KvBytesRead(const ModelConfig& c, int64_t context, size_t elem_bytes) {
   size_t b = 0;
   for (const LayerPlan& lp : c.layers) {

@@ -35,7 +35,7 @@ struct ServeOptions {
   int ctx = 0;                        // tokens per slot; 0 = the engine's default (model max, capped)
   int parallel = 4;                   // slots (concurrent sequences)
   int threads = 0;                    // CPU threads; 0 = all cores
-  std::string cache_type = kDefaultCacheType;  // KV cache elements: "f16" or "f32" (--cache-type)
+  std::string cache_type = kDefaultCacheType;  // KV cache elements: "f16", "bf16" or "f32" (--cache-type)
   std::vector<std::string> api_keys;  // --api-key (comma-separated) and --api-key-file (one per line)
   bool metrics = false;
   std::string alias;                  // model id in /v1/models; default: the file/dir name

@@ -107,6 +107,8 @@ void AttentionMerge(int G, int D, int parts, const float* m, const float* l, con
 void Attention(const AttentionParams& p, const AttentionStep& s, ThreadPool* pool, AttentionScratch* scratch) {
   const int D = p.head_dim, Nq = p.num_heads, Nkv = p.num_kv_heads;
   G4_CHECK(Nkv > 0 && Nq % Nkv == 0 && D > 0);
+  // The kernel decides bf16 arithmetic by the rows' type (attention.h): both bf16 or neither.
+  G4_CHECK((s.cache_type == DType::kBF16) == (s.step_type == DType::kBF16));
   const int G = Nq / Nkv;
   const int64_t ld = static_cast<int64_t>(Nkv) * D;
   const int items = s.tokens * Nkv;

@@ -9,7 +9,8 @@
 // That is twice the multiply-adds of an f32 FMA per instruction, and the K and V rows need no
 // widening: against the f16 cache's f32 kernel, a tile's score pass and V sums from cache take
 // about half the time (bench/kernels_bench.cc BM_AttentionDecode, f16 against bf16). The queries
-// and the softmax weights are rounded to bf16 first (as transformers' attention in bf16 does);
+// and the softmax weights are rounded to bf16 first (as transformers' attention in bf16 does; it also
+// rounds the scores and the output);
 // the running maximum, the sums and the rescaling stay f32.
 //
 // Score pass: per key, 16 lanes of pair sums per 32 elements of D, summed across lanes by a

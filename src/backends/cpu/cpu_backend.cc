@@ -50,7 +50,7 @@ class CpuWorkspace {
   std::vector<float> act_reordered;     // or its f32 activations in its kernel's order (BF16)
   std::vector<std::vector<float>> mlp;  // per pool task: a fused MLP's second matmul, [rows, kMlpCols]
   std::vector<float> rope_cs;           // the current step's RoPE tables (CpuExecutable::rope_offset_)
-  std::vector<uint16_t> attn_kv_f16;    // with an f16 cache: the attention step's K then V rows in f16
+  std::vector<uint16_t> attn_kv_16;     // with an f16 or bf16 cache: the attention step's K then V rows in that type
   std::vector<std::vector<float>> task_scratch;  // per pool task: one converted weight row (max K)
   cpu::AttentionScratch attn;           // split-K attention's units and chunk states
   // CpuBackendOptions::profile: the per-op table (Backend::Profile) and each entry's index by
@@ -988,7 +988,7 @@ void CpuExecutable::RunAttention(const AttentionOp& op, const float* q, const fl
     // The step's keys and values as the cache holds them (attention.h: AttentionStep), in the
     // workspace (one buffer for every executable: steps run one at a time).
     const size_t n = static_cast<size_t>(num_tokens_) * cache.kv_width(layer);
-    std::vector<uint16_t>& kv = ws_->attn_kv_f16;
+    std::vector<uint16_t>& kv = ws_->attn_kv_16;
     if (kv.size() < 2 * n) {
       kv = {};
       kv.resize(2 * n);
