@@ -521,6 +521,18 @@ TEST(CliTest, InfoKvCacheUsesTheSameContextAsTheOtherCommands) {
   EXPECT_NE(bf16.out.find("kv cache: 19.500 MiB per sequence at 4096 tokens (bf16)"), std::string::npos) << bf16.out;
   EXPECT_NE(bf16.out.find(" kv=bf16 threads="), std::string::npos) << bf16.out;
   EXPECT_NE(def.out.find(" context=4096\n"), std::string::npos) << def.out;
+  // An option's value that reads like a spelling is a value (found by a fresh user: the prompt
+  // "--cache-type-k=bf16 sets the K type" was taken as the flag, and `-p -ctk` took -n's value).
+  CliResult prompt_flag = RunCli("logits -p '--cache-type-k=bf16 sets the K type' --top 1");
+  ASSERT_EQ(prompt_flag.status, 0) << prompt_flag.out;
+  EXPECT_NE(prompt_flag.out.find(" kv=f16 "), std::string::npos) << prompt_flag.out;
+  CliResult prompt_ctk = RunCli("generate -p -ctk -n 1 --temp 0 -ctk bf16");
+  ASSERT_EQ(prompt_ctk.status, 0) << prompt_ctk.out;
+  EXPECT_NE(prompt_ctk.out.find(" kv=bf16 "), std::string::npos) << prompt_ctk.out;
+  EXPECT_NE(prompt_ctk.out.find("prompt=4 tokens"), std::string::npos) << prompt_ctk.out;  // BOS and "-ctk" (3)
+  CliResult bench_clash = RunCli("bench -ctk bf16 -ctv f16");
+  EXPECT_EQ(bench_clash.status, 1) << bench_clash.out;
+  EXPECT_NE(bench_clash.out.find("K and V cache types differ (-ctk bf16, -ctv f16)"), std::string::npos) << bench_clash.out;
   CliResult gen = RunCli("generate --tokens 2,17 -n 1 --temp 0");
   ASSERT_EQ(gen.status, 0) << gen.out;
   EXPECT_NE(gen.out.find(" context=4096\n"), std::string::npos) << gen.out;

@@ -787,6 +787,17 @@ TEST(ServeFlagsTest, FlagsEnvironmentAndPrecedence) {
   ASSERT_TRUE(np.options.has_value());
   EXPECT_EQ(np.options->parallel, 8);
   EXPECT_EQ(np.options->port, 8080);
+  // llama.cpp's cache-type spellings; an option's value that looks like one stays a value (found by
+  // a fresh user: the rewrite took any argument, `--alias -np` or `--alias -ctk` included).
+  ParsedFlags ctk = ParseServeFlags({"-ctk", "bf16", "--alias", "-ctk", "-np", "2", "--api-key", "-np"});
+  ASSERT_TRUE(ctk.options.has_value());
+  EXPECT_EQ(ctk.options->cache_type, "bf16");
+  EXPECT_EQ(ctk.options->alias, "-ctk");
+  EXPECT_EQ(ctk.options->parallel, 2);
+  EXPECT_EQ(ctk.options->api_keys, (std::vector<std::string>{"-np"}));
+  ParsedFlags clash = ParseServeFlags({"-ctk", "bf16", "-ctv", "f16"});
+  EXPECT_FALSE(clash.options.has_value());
+  EXPECT_EQ(clash.exit_code, 1);
   ParsedFlags bad = ParseServeFlags({"--port", "70000"});
   EXPECT_FALSE(bad.options.has_value());
   EXPECT_NE(bad.exit_code, 0);

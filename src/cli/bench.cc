@@ -527,16 +527,6 @@ int RunPerThreadCount(int argc, char** argv, const std::vector<int>& counts, boo
 }  // namespace
 
 int BenchMain(int argc, char** argv) {
-  // llama-bench's two-letter short options are not CLI11 short options: rename them.
-  std::vector<std::string> args{"gemma4rt bench"};
-  for (int i = 0; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "-ub") a = "--ubatch-size";
-    else if (a.rfind("-ub=", 0) == 0) a = "--ubatch-size=" + a.substr(4);
-    args.push_back(a);
-  }
-  std::vector<char*> cargv;
-  for (std::string& a : args) cargv.push_back(a.data());
 
   CLI::App app{"gemma4rt bench: prompt-processing (pp) and generation (tg) throughput, llama-bench style"};
   std::string model = DefaultModelPath(), output = "md";
@@ -591,6 +581,21 @@ int BenchMain(int argc, char** argv) {
                  "tg repetition with two such buffers; the peak RSS (VmHWM, and getrusage's ru_maxrss with it) is reset "
                  "around them so that they are not counted (0 = skip)")->check(CLI::Range(0, 1 << 20));
   app.add_option("--bw-iterations", bw_iters, "passes of each bandwidth test (the best is kept)")->check(CLI::Range(1, 100));
+  // llama-bench's two-letter short options are not CLI11 short options: rename them (-ub, and
+  // -ctk/-ctv with llama.cpp's other cache-type spellings), leaving option values as given.
+  auto value_of = [&app](const std::string& a) { return TakesValue(app, a); };
+  std::vector<std::string> args{"gemma4rt bench"};
+  for (int i = 0; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "-ub") a = "--ubatch-size";
+    else if (a.rfind("-ub=", 0) == 0) a = "--ubatch-size=" + a.substr(4);
+    args.push_back(a);
+    if (i + 1 < argc && value_of(a)) args.push_back(argv[++i]);
+  }
+  auto rewritten = RewriteCacheTypeAliases(std::move(args), value_of);
+  if (!rewritten.ok()) return Fail(rewritten.status());
+  std::vector<char*> cargv;
+  for (std::string& a : *rewritten) cargv.push_back(a.data());
   try {
     app.parse(static_cast<int>(cargv.size()), cargv.data());
   } catch (const CLI::ParseError& e) {

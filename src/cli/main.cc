@@ -245,15 +245,7 @@ g4::StatusOr<std::vector<int32_t>> PromptIds(const Session& s, const std::string
 }  // namespace
 
 namespace {
-int Main(int argc_in, char** argv_in) {
-  // llama.cpp's -ctk/-ctv (and --cache-type-k/-v) as --cache-type, for every command.
-  auto rewritten = g4::RewriteCacheTypeAliases(std::vector<std::string>(argv_in, argv_in + argc_in));
-  if (!rewritten.ok()) return Fail(rewritten.status());
-  std::vector<char*> argv_storage;
-  for (std::string& a : *rewritten) argv_storage.push_back(a.data());
-  argv_storage.push_back(nullptr);
-  const int argc = static_cast<int>(rewritten->size());
-  char** argv = argv_storage.data();
+int Main(int argc, char** argv) {
   // `serve` has its own flag set (llama-server's names, also from GEMMA4RT_* environment variables).
   if (argc >= 2 && std::string(argv[1]) == "serve") return g4::server::ServeMain(argc - 2, argv + 2);
   // `bench` takes llama-bench's flags (src/cli/bench.h).
@@ -358,8 +350,14 @@ int Main(int argc_in, char** argv_in) {
       return static_cast<int>(CLI::ExitCodes::ExtrasError);
     }
   }
+  // llama.cpp's -ctk/-ctv (and --cache-type-k/-v) as --cache-type; option values stay as given.
+  auto rewritten = g4::RewriteCacheTypeAliases(std::vector<std::string>(argv, argv + argc),
+                                               [&app](const std::string& a) { return g4::cli::TakesValue(app, a); });
+  if (!rewritten.ok()) return Fail(rewritten.status());
+  std::vector<char*> argv_storage;
+  for (std::string& a : *rewritten) argv_storage.push_back(a.data());
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(argv_storage.size()), argv_storage.data());
   } catch (const CLI::ParseError& e) {
     return g4::cli::ExitOnParseError(app, e);
   }

@@ -27,4 +27,16 @@ inline int ExitOnParseError(CLI::App& app, const CLI::ParseError& e) {
   return app.exit(e);
 }
 
+// Whether `arg` (as typed: "-p", "--prompt"; not "--prompt=x") names an option of app or of any
+// of its subcommands that takes the next argument as its value (not a flag): for the rewrites of
+// llama.cpp's spellings, which must leave option values alone (RewriteCacheTypeAliases).
+inline bool TakesValue(const CLI::App& app, const std::string& arg) {
+  if (arg.size() < 2 || arg[0] != '-' || arg.find('=') != std::string::npos) return false;
+  for (const CLI::Option* o : app.get_options())
+    if (!o->get_positional() && o->get_items_expected_min() > 0 && o->check_name(arg)) return true;
+  for (const CLI::App* sub : app.get_subcommands(std::function<bool(const CLI::App*)>()))
+    if (TakesValue(*sub, arg)) return true;
+  return false;
+}
+
 }  // namespace g4::cli

@@ -39,7 +39,8 @@ const char* CacheTypeName(DType type) {
   }
 }
 
-StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(std::vector<std::string> args) {
+StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(std::vector<std::string> args,
+                                                            const std::function<bool(const std::string&)>& takes_value) {
   // llama.cpp's four spellings, then gemma4rt's own, which joins the check where it is given more
   // than once or with an alias (else CLI11 would refuse a second --cache-type although all agree).
   static const char* const kSpellings[] = {"-ctk", "-ctv", "--cache-type-k", "--cache-type-v", "--cache-type"};
@@ -71,7 +72,9 @@ StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(std::vector<std::stri
       taken = true;
       break;
     }
-    if (!taken) out.push_back(a);
+    if (taken) continue;
+    out.push_back(a);
+    if (takes_value && i + 1 < args.size() && takes_value(a)) out.push_back(args[++i]);  // its value, as given
   }
   if (!alias && given.size() <= 1) return args;  // --cache-type once or not at all: CLI11 checks it
   for (const auto& [name, value] : given)

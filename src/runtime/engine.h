@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -54,9 +55,11 @@ const char* CacheTypeName(DType type);
 // InvalidArgument when they name different types (naming each spelling and value), or when an
 // alias names no type gemma4rt has. Where an alias is given, or `--cache-type` more than once,
 // every `--cache-type T` joins the check (one flag is emitted). Other arguments are returned
-// unchanged. Every argument is looked at, values of other options too: a prompt `-p -ctk` is taken
-// as the alias (a known limit).
-StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(std::vector<std::string> args);
+// unchanged, and so is the argument after one for which takes_value says true (an option that
+// consumes the next argument as its value: `-p -ctk` keeps the prompt "-ctk"); without
+// takes_value every argument is looked at.
+StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(
+    std::vector<std::string> args, const std::function<bool(const std::string&)>& takes_value = {});
 
 // The context every command uses when -c is 0 or not given: the model's max_position_embeddings,
 // capped at kDefaultContextCap tokens (the KV cache is allocated for it up front).

@@ -114,14 +114,23 @@ ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
                "activations (llama.cpp's)")->envname("GEMMA4RT_F32_ACTIVATIONS");
   app.add_option("--prefill-chunk", o.prefill_chunk, "prompt tokens per prefill step")->envname("GEMMA4RT_PREFILL_CHUNK")->check(CLI::Range(1, 1 << 16));
   // llama-server's two-letter short flag; CLI11 only has one-letter short names.
+  // Then llama.cpp's cache-type spellings (-ctk, -ctv, ...). Option values stay as given.
+  auto value_of = [&app](const std::string& a) { return cli::TakesValue(app, a); };
   std::vector<std::string> argv_s{"gemma4rt serve"};
-  for (const std::string& a : args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
     if (a == "-np") argv_s.push_back("--parallel");
     else if (a.rfind("-np=", 0) == 0) argv_s.push_back("--parallel=" + a.substr(4));
     else argv_s.push_back(a);
+    if (i + 1 < args.size() && value_of(argv_s.back())) argv_s.push_back(args[++i]);
+  }
+  auto rewritten = RewriteCacheTypeAliases(std::move(argv_s), value_of);
+  if (!rewritten.ok()) {
+    std::fprintf(stderr, "gemma4rt: error: %s\n", rewritten.status().ToString().c_str());
+    return ParsedFlags{std::nullopt, 1};
   }
   std::vector<char*> argv;
-  for (std::string& a : argv_s) argv.push_back(a.data());
+  for (std::string& a : *rewritten) argv.push_back(a.data());
   try {
     app.parse(static_cast<int>(argv.size()), argv.data());
   } catch (const CLI::ParseError& e) {
@@ -138,7 +147,7 @@ ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
       // "--threads: ..." for values, "Could not convert: --no-repack = maybe" for flags.
       if (what.rfind(flag + ":", 0) != 0 && what.find(" " + flag + " = ") == std::string::npos) continue;
       bool on_command_line = false;
-      for (const std::string& a : argv_s) {
+      for (const std::string& a : *rewritten) {
         for (const std::string& n : opt->get_lnames())
           if (a == "--" + n || a.rfind("--" + n + "=", 0) == 0) on_command_line = true;
         for (const std::string& n : opt->get_snames())
