@@ -583,16 +583,9 @@ int BenchMain(int argc, char** argv) {
   app.add_option("--bw-iterations", bw_iters, "passes of each bandwidth test (the best is kept)")->check(CLI::Range(1, 100));
   // llama-bench's two-letter short options are not CLI11 short options: rename them (-ub, and
   // -ctk/-ctv with llama.cpp's other cache-type spellings), leaving option values as given.
-  auto value_of = [&app](const std::string& a) { return TakesValue(app, a); };
   std::vector<std::string> args{"gemma4rt bench"};
-  for (int i = 0; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a == "-ub") a = "--ubatch-size";
-    else if (a.rfind("-ub=", 0) == 0) a = "--ubatch-size=" + a.substr(4);
-    args.push_back(a);
-    if (i + 1 < argc && value_of(a)) args.push_back(argv[++i]);
-  }
-  auto rewritten = RewriteCacheTypeAliases(std::move(args), value_of);
+  args.insert(args.end(), argv, argv + argc);
+  auto rewritten = RewriteLlamaSpellings(app, args, "-ub", "--ubatch-size");
   if (!rewritten.ok()) return Fail(rewritten.status());
   std::vector<char*> cargv;
   for (std::string& a : *rewritten) cargv.push_back(a.data());

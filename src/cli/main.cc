@@ -351,8 +351,7 @@ int Main(int argc, char** argv) {
     }
   }
   // llama.cpp's -ctk/-ctv (and --cache-type-k/-v) as --cache-type; option values stay as given.
-  auto rewritten = g4::RewriteCacheTypeAliases(std::vector<std::string>(argv, argv + argc),
-                                               [&app](const std::string& a) { return g4::cli::TakesValue(app, a); });
+  auto rewritten = g4::cli::RewriteLlamaSpellings(app, std::vector<std::string>(argv, argv + argc));
   if (!rewritten.ok()) return Fail(rewritten.status());
   std::vector<char*> argv_storage;
   for (std::string& a : *rewritten) argv_storage.push_back(a.data());

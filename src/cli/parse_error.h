@@ -1,4 +1,4 @@
-// CLI11 parse errors for the commands (main.cc, bench.cc, serve.cc).
+// CLI11 parse errors and llama.cpp's multi-letter flags for the commands (main.cc, bench.cc, serve.cc).
 #pragma once
 
 #include <cstdio>
@@ -6,6 +6,9 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+
+#include "base/status.h"
+#include "runtime/engine.h"
 
 namespace g4::cli {
 
@@ -37,6 +40,26 @@ inline bool TakesValue(const CLI::App& app, const std::string& arg) {
   for (const CLI::App* sub : app.get_subcommands(std::function<bool(const CLI::App*)>()))
     if (TakesValue(*sub, arg)) return true;
   return false;
+}
+
+// args (program name first) as app is to parse them: llama.cpp's two-letter short flag `flag`
+// (and `flag=V`; e.g. -ub, -np: CLI11 short names are one letter) renamed `long_flag`, then its
+// cache-type spellings joined into one --cache-type (RewriteCacheTypeAliases); the argument after
+// an option of app that takes a value stays as given (TakesValue). InvalidArgument as
+// RewriteCacheTypeAliases gives it.
+inline StatusOr<std::vector<std::string>> RewriteLlamaSpellings(const CLI::App& app, const std::vector<std::string>& args,
+                                                                const std::string& flag = "",
+                                                                const std::string& long_flag = "") {
+  auto takes_value = [&app](const std::string& a) { return TakesValue(app, a); };
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (!flag.empty() && a == flag) out.push_back(long_flag);
+    else if (!flag.empty() && a.rfind(flag + "=", 0) == 0) out.push_back(long_flag + a.substr(flag.size()));
+    else out.push_back(a);
+    if (i > 0 && i + 1 < args.size() && takes_value(out.back())) out.push_back(args[++i]);
+  }
+  return RewriteCacheTypeAliases(std::move(out), takes_value);
 }
 
 }  // namespace g4::cli

@@ -115,16 +115,9 @@ ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
   app.add_option("--prefill-chunk", o.prefill_chunk, "prompt tokens per prefill step")->envname("GEMMA4RT_PREFILL_CHUNK")->check(CLI::Range(1, 1 << 16));
   // llama-server's two-letter short flag; CLI11 only has one-letter short names.
   // Then llama.cpp's cache-type spellings (-ctk, -ctv, ...). Option values stay as given.
-  auto value_of = [&app](const std::string& a) { return cli::TakesValue(app, a); };
   std::vector<std::string> argv_s{"gemma4rt serve"};
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "-np") argv_s.push_back("--parallel");
-    else if (a.rfind("-np=", 0) == 0) argv_s.push_back("--parallel=" + a.substr(4));
-    else argv_s.push_back(a);
-    if (i + 1 < args.size() && value_of(argv_s.back())) argv_s.push_back(args[++i]);
-  }
-  auto rewritten = RewriteCacheTypeAliases(std::move(argv_s), value_of);
+  argv_s.insert(argv_s.end(), args.begin(), args.end());
+  auto rewritten = cli::RewriteLlamaSpellings(app, argv_s, "-np", "--parallel");
   if (!rewritten.ok()) {
     std::fprintf(stderr, "gemma4rt: error: %s\n", rewritten.status().ToString().c_str());
     return ParsedFlags{std::nullopt, 1};

@@ -7,6 +7,7 @@
 #include <functional>
 #include <vector>
 
+#include "backends/cpu/kernels_bf16.h"
 #include "base/check.h"
 #include "base/thread_pool.h"
 #include "tensor/dtype.h"
@@ -101,6 +102,15 @@ void AttentionMerge(int G, int D, int parts, const float* m, const float* l, con
     for (int c = 1; c < parts; ++c)
       FoldHead(D, m[c * G + g], l[c * G + g], acc + (static_cast<size_t>(c) * G + g) * D, &rm, &rl, racc.data());
     FinishHead(D, rl, racc.data(), out + static_cast<size_t>(g) * D);
+  }
+}
+
+void ToKvType(DType type, const float* x, int64_t n, void* out) {
+  switch (type) {
+    case DType::kF32: std::copy(x, x + n, static_cast<float*>(out)); return;
+    case DType::kF16: return ToF16(x, n, static_cast<uint16_t*>(out));
+    case DType::kBF16: return ConvertRowsToBf16(x, 1, static_cast<int>(n), static_cast<uint16_t*>(out));
+    default: G4_CHECK(false && "not a KV cache type");
   }
 }
 

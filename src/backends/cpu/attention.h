@@ -74,6 +74,9 @@ struct AttentionStep {
 void RoundToF16(float* x, int64_t n);
 // out[i] = F32ToF16(x[i]) (the bits: IEEE binary16, round to nearest even); n floats.
 void ToF16(const float* x, int64_t n, uint16_t* out);
+// n floats x as a KV cache of `type` holds them at out: kF32 copied, kF16 ToF16, kBF16
+// ConvertRowsToBf16 (round to nearest even); G4_CHECK on other types.
+void ToKvType(DType type, const float* x, int64_t n, void* out);
 
 // Scratch the threaded driver reuses across calls (grown on first use only).
 struct AttentionScratch {

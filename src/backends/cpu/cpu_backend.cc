@@ -721,16 +721,7 @@ void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
           const float* k = input(0);
           const float* v = input(1);
           const int width = cache.kv_width(op.cache_layer);
-          const DType type = cache.type();
-          auto put = [&](void* dst, const float* src) {
-            if (type == DType::kF16) {
-              cpu::ToF16(src, width, static_cast<uint16_t*>(dst));
-            } else if (type == DType::kBF16) {
-              cpu::ConvertRowsToBf16(src, 1, width, static_cast<uint16_t*>(dst));
-            } else {
-              std::memcpy(dst, src, width * sizeof(float));
-            }
-          };
+          auto put = [&](void* dst, const float* src) { cpu::ToKvType(cache.type(), src, width, dst); };
           for (int t = 0; t < rows; ++t) {
             const int slot = cache.slot_of(op.cache_layer, in.positions[t]);
             put(cache.k(op.cache_layer, in.seq_ids[t], slot), k + static_cast<size_t>(t) * width);
@@ -993,13 +984,8 @@ void CpuExecutable::RunAttention(const AttentionOp& op, const float* q, const fl
       kv = {};
       kv.resize(2 * n);
     }
-    if (type == DType::kF16) {
-      cpu::ToF16(k, static_cast<int64_t>(n), kv.data());
-      cpu::ToF16(v, static_cast<int64_t>(n), kv.data() + n);
-    } else {
-      cpu::ConvertRowsToBf16(k, 1, static_cast<int>(n), kv.data());
-      cpu::ConvertRowsToBf16(v, 1, static_cast<int>(n), kv.data() + n);
-    }
+    cpu::ToKvType(type, k, static_cast<int64_t>(n), kv.data());
+    cpu::ToKvType(type, v, static_cast<int64_t>(n), kv.data() + n);
     step_k = kv.data();
     step_v = kv.data() + n;
   }
