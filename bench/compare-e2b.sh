@@ -2,7 +2,11 @@
 # Synthetic Gemma 4 E2B side-by-side: gemma4rt against llama.cpp on identical weights, BF16 and 4-bit.
 #
 #   bench/compare-e2b.sh [-t THREADS] [-r REPS] [-p 512] [-n 128] [--rounds K]
-#                        [--formats "bf16 q4_0 q4_k_m"] [--no-hf] [--prepare-only] [--out DIR]
+#                        [--formats "bf16 q4_0 q4_k_m"] [--depths 0,4000] [--no-270m] [--no-hf]
+#                        [--prepare-only] [--out DIR]
+#
+# One run measures every target of issue 5 (the summary's "Targets" table says which are met):
+# the synthetic E2B per format, decode at depth, and the default Gemma 3 270M, all side by side.
 #
 # Stages (each one cached, so a rerun goes straight to the benchmarks):
 #  1. checkpoint: tools/make_synthetic_e2b.py writes the full-size random-weight E2B checkpoint
@@ -22,12 +26,21 @@
 #     -p 16 -n 4 -r 1, so that a loading failure shows before the long runs.
 #  6. benchmarks: bench/compare-llamacpp.sh -m GGUF (both engines alternately, K rounds of REPS)
 #     for each format, then `gemma4rt bench` on the HF directory itself (BF16 safetensors).
+#  7. depth (unless --depths is 0): compare-llamacpp.sh -p 0 -n N -d DEPTHS on the Q4_K_M GGUF (the
+#     first 4-bit format given; BF16 if none): decode at each depth against the smallest, beside
+#     what the bandwidth limit alone predicts (issue 5: decode falls only by the full layers'
+#     share, i.e. by the KV cache reads).
+#  8. the default model (unless --no-270m): compare-llamacpp.sh -p P -n N on the Gemma 3 270M
+#     Q4_K_M GGUF (GEMMA4RT_MODEL, else fetched by scripts/fetch-default-model.sh).
 # Stages 1, 3 and 4 run under nice -n 19; the benchmarks run at normal priority.
 #
 # Output: $OUT (default ~/.cache/gemma4rt/e2b-results/DATE): one directory per format with the
-# raw JSON and compare-llamacpp.sh's report, hf-bf16/gemma4rt.json, stages.tsv (wall time of each
-# stage), sizes.tsv, summary.json and summary.md (tokens/s, ratio, gemma4rt's decode bandwidth
-# fraction, and the two targets: decode >= 80% of the bandwidth limit, >= 1.0x llama.cpp).
+# raw JSON and compare-llamacpp.sh's report, hf-bf16/gemma4rt.json, depth/ and 270m/ (the same
+# for stages 7 and 8), stages.tsv (wall time of each stage), sizes.tsv, summary.json and
+# summary.md (tokens/s, ratio, gemma4rt's decode bandwidth fraction, and the Targets table:
+# 270M decode and prefill >= 1.0x llama.cpp (aim 1.3x); E2B decode >= 80% of the bandwidth limit
+# and >= 1.0x llama.cpp per format; decode at depth falling by no more than the KV reads (excess
+# <= 1.0); peak RSS within the weights + KV cache + 10%).
 #
 # Environment: GEMMA4RT_BIN (default build/gemma4rt), GEMMA4RT_CACHE, E2B_SYNTH_DIR, E2B_GGUF_DIR,
 # LLAMA_CPP_PYTHON_VERSION (default 0.3.36), PYTHON (the Python that runs the checkpoint writer
@@ -48,6 +61,8 @@ N=128
 ROUNDS=2
 FORMATS="bf16 q4_0 q4_k_m"
 HF=1
+DEPTHS=0,4000
+WITH_270M=1
 PREPARE_ONLY=0
 OUT=""
 
@@ -61,6 +76,8 @@ while (($#)); do
     --rounds) ROUNDS="$2"; shift 2 ;;
     --formats) FORMATS="$2"; shift 2 ;;
     --no-hf) HF=0; shift ;;
+    --depths) DEPTHS="$2"; shift 2 ;;
+    --no-270m) WITH_270M=0; shift ;;
     --prepare-only) PREPARE_ONLY=1; shift ;;
     --out) OUT="$2"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
@@ -72,6 +89,12 @@ for v in THREADS REPS P N ROUNDS; do
 done
 for f in $FORMATS; do
   case "$f" in bf16|q4_0|q4_k_m) ;; *) echo "compare-e2b: unknown format '$f' (bf16, q4_0, q4_k_m)" >&2; exit 2 ;; esac
+done
+[[ "$DEPTHS" =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "compare-e2b: --depths must be a comma-separated list of depths, got '$DEPTHS'" >&2; exit 2; }
+[[ "$DEPTHS" == *,* ]] || DEPTHS=""  # one depth: no depth stage
+DEPTH_FORMAT=""
+for f in q4_k_m q4_0 bf16; do
+  [[ " $FORMATS " == *" $f "* ]] && { DEPTH_FORMAT="$f"; break; }
 done
 log() { echo "compare-e2b: $*" >&2; }
 OUT="${OUT:-$CACHE/e2b-results/$(date +%Y%m%d-%H%M%S)}"
@@ -211,6 +234,25 @@ if ((HF)); then
   stage_end bench-hf-bf16 "pp$P tg$N, $REPS reps"
 fi
 
+if [ -n "$DEPTHS" ] && [ -n "$DEPTH_FORMAT" ]; then
+  stage_start
+  mkdir -p "$OUT/depth"
+  OUT_DIR="$OUT/depth" GEMMA4RT_BIN="$G4" GEMMA4RT_CACHE="$CACHE" LLAMA_CPP_PYTHON_VERSION="$VERSION" \
+    bash "$ROOT/bench/compare-llamacpp.sh" -m "$(gguf_of "$DEPTH_FORMAT")" -t "$THREADS" -r "$REPS" -p 0 -n "$N" \
+    -d "$DEPTHS" --rounds "$ROUNDS" | tee "$OUT/depth/report.md"
+  echo "$DEPTH_FORMAT" >"$OUT/depth/format.txt"
+  stage_end depth "$DEPTH_FORMAT tg$N at depths $DEPTHS, $REPS x $ROUNDS rounds"
+fi
+if ((WITH_270M)); then
+  stage_start
+  mkdir -p "$OUT/270m"
+  M270="${GEMMA4RT_MODEL:-$(GEMMA4RT_CACHE="$CACHE" bash "$ROOT/scripts/fetch-default-model.sh")}"
+  OUT_DIR="$OUT/270m" GEMMA4RT_BIN="$G4" GEMMA4RT_CACHE="$CACHE" LLAMA_CPP_PYTHON_VERSION="$VERSION" \
+    bash "$ROOT/bench/compare-llamacpp.sh" -m "$M270" -t "$THREADS" -r "$REPS" -p "$P" -n "$N" \
+    --rounds "$ROUNDS" | tee "$OUT/270m/report.md"
+  stage_end 270m "$M270 pp$P tg$N, $REPS x $ROUNDS rounds"
+fi
+
 "$PY" - "$OUT" "$P" "$N" "$THREADS" "$FORMATS" "$HF" <<'PYEOF'
 import glob, json, os, statistics, sys
 out, P, N, T, formats, hf = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5].split(), sys.argv[6] == "1"
@@ -278,7 +320,56 @@ lines += ["", f"Copy bandwidth (gemma4rt bench's memcpy test, read + written byt
           "Ratios: the engines' medians over all samples (compare-llamacpp.sh), in brackets the median of "
           "the per-round ratios (the two engines of a round ran back to back). gemma4rt's bandwidth fractions: "
           "each tg repetition against the bandwidth measured right after it, median over repetitions and "
-          "rounds; llama.cpp's is gemma4rt's scaled by the tg ratio (same bytes per token).", "", "Stage wall times:", ""]
+          "rounds; llama.cpp's is gemma4rt's scaled by the tg ratio (same bytes per token)."]
+
+# Issue 5's targets, each with its figure from this run.
+targets = []
+def target(what, figure, ok):
+    targets.append((what, figure, None if ok is None else bool(ok)))
+s270 = os.path.join(out, "270m", "summary.json")
+if os.path.exists(s270):
+    j = json.load(open(s270))
+    summary["270m"] = j
+    for key, label in ((f"pp{P}", "prefill"), (f"tg{N}", "decode")):
+        r = j.get(key, {}).get("ratio")
+        target(f"Gemma 3 270M Q4_K_M {label} ({key}) >= 1.0x llama.cpp (aim 1.3x)",
+               "-" if r is None else f"{r:.2f}x ({j[key]['gemma4rt']:.1f} vs {j[key]['llama.cpp']:.1f} t/s)", r is not None and r >= 1.0)
+    target("Gemma 3 270M peak RSS <= weights + KV cache + 10%",
+           f"{j.get('peak_rss_bytes', 0) / 2**20:.0f} of {j.get('peak_rss_budget_bytes', 0) / 2**20:.0f} MiB",
+           j.get("peak_rss_within_budget"))
+for name, e in rows:
+    if e["bandwidth_fraction"] is not None:
+        target(f"E2B {name} decode >= 80% of the bandwidth limit", f"{100 * e['bandwidth_fraction']:.1f}% "
+               f"({fmt(e.get('read_bandwidth_fraction') and 100 * e['read_bandwidth_fraction'], '.1f')}% of the read figure)",
+               e["bandwidth_fraction"] >= 0.8)
+    for k in ("tg", "pp"):
+        r = e.get(f"ratio_{k}")
+        if r is not None:
+            target(f"E2B {name} {'decode' if k == 'tg' else 'prefill'} >= 1.0x llama.cpp", f"{r:.2f}x", r >= 1.0)
+    rss = None
+    d = os.path.join(out, name.split()[0]) if name.endswith("GGUF") else os.path.join(out, "hf-bf16")
+    js = [json.load(open(f)) for f in glob.glob(os.path.join(d, "gemma4rt*.json"))]
+    if js:
+        ok = all(j.get("peak_rss_within_budget", False) for j in js)
+        target(f"E2B {name} peak RSS <= weights + KV cache + 10%",
+               f"{max(j.get('peak_rss_bytes', 0) for j in js) / 2**20:.0f} of "
+               f"{min(j.get('peak_rss_budget_bytes', 0) for j in js) / 2**20:.0f} MiB", ok)
+sd = os.path.join(out, "depth", "summary.json")
+if os.path.exists(sd):
+    j = json.load(open(sd))
+    summary["depth"] = j
+    fmt_name = open(os.path.join(out, "depth", "format.txt")).read().strip()
+    dep = j.get("depth", {})
+    for depth, r in dep.get("depths", {}).items():
+        ex = r.get("excess")
+        target(f"E2B {fmt_name} decode at depth {depth} falls only by the KV reads (excess <= 1.0)",
+               f"tg{N} {r['gemma4rt_ratio']:.3f}x of d{dep.get('base')} (bandwidth-bound {r['predicted_ratio']:.3f}x, "
+               f"excess {'-' if ex is None else format(ex, '.2f')}; llama.cpp {r['llama.cpp_ratio']:.3f}x)",
+               ex is not None and ex <= 1.0)
+summary["targets"] = [{"target": t, "figure": f, "met": ok} for t, f, ok in targets]
+lines += ["", "## Targets (issue 5)", "", "| target | this run | met |", "|---|---|---|"]
+lines += [f"| {t} | {f} | {'-' if ok is None else ('yes' if ok else '**NO**')} |" for t, f, ok in targets]
+lines += ["", "Stage wall times:", ""]
 lines += ["    " + l for l in open(os.path.join(out, "stages.tsv")).read().splitlines()]
 lines += ["", "Files:", ""] + ["    " + l for l in open(os.path.join(out, "sizes.tsv")).read().splitlines()]
 open(os.path.join(out, "summary.md"), "w").write("\n".join(lines) + "\n")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Compares gemma4rt with llama.cpp on the same GGUF, same thread count, same test sizes.
 #
-#   bench/compare-llamacpp.sh [-m GGUF] [-t THREADS] [-r REPS] [-p 512] [-n 128] [--rounds K] [--build-only]
+#   bench/compare-llamacpp.sh [-m GGUF] [-t THREADS] [-r REPS] [-p 512] [-n 128] [-d 0,4000] [--rounds K]
+#                             [--build-only]
 #
 # llama.cpp's own llama-bench is built from the llama.cpp sources vendored in the
 # llama-cpp-python source distribution on PyPI (pip download, no install; no other network), with
@@ -18,6 +19,15 @@
 # back to back, so a ratio within a round is less moved by the machine's drift) with their
 # median; the raw JSON of every run is kept in $OUT_DIR (default a temp dir, printed).
 #
+# -d LIST (default 0): context depths, comma-separated, given to both engines (each test runs
+# with that many tokens already in the KV cache; both engines use their default f16 cache). With
+# more than one depth the report adds, per engine, tgN at each depth against the smallest, and
+# what the bandwidth limit alone predicts for gemma4rt (the weights plus the KV cache bytes a
+# token reads at that depth, from gemma4rt's JSON: (w + kv(d0)) / (w + kv(d))); "excess" is the
+# time a token gained beyond d0 over the time those extra KV bytes take at the rate the token
+# read its weights (1.0: decode falls by the KV reads alone, issue 5's "only by the full
+# layers' share").
+#
 # Environment: GEMMA4RT_BIN (default build/gemma4rt, built with scripts/build.sh when missing),
 # GEMMA4RT_MODEL (default model), GEMMA4RT_CACHE, LLAMA_CPP_PYTHON_VERSION (default 0.3.36),
 # OUT_DIR.
@@ -31,6 +41,7 @@ REPS=3
 P=512
 N=128
 ROUNDS=2
+DEPTHS=0
 BUILD_ONLY=0
 
 usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
@@ -41,6 +52,7 @@ while (($#)); do
     -r) REPS="$2"; shift 2 ;;
     -p) P="$2"; shift 2 ;;
     -n) N="$2"; shift 2 ;;
+    -d) DEPTHS="$2"; shift 2 ;;
     --rounds) ROUNDS="$2"; shift 2 ;;
     --build-only) BUILD_ONLY=1; shift ;;
     -h|--help) usage; exit 0 ;;
@@ -50,6 +62,7 @@ done
 for v in THREADS REPS P N ROUNDS; do
   [[ "${!v}" =~ ^[0-9]+$ ]] || { echo "compare-llamacpp: $v must be a non-negative integer, got '${!v}'" >&2; exit 2; }
 done
+[[ "$DEPTHS" =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "compare-llamacpp: -d must be a comma-separated list of depths, got '$DEPTHS'" >&2; exit 2; }
 ((THREADS >= 1 && REPS >= 1 && ROUNDS >= 1)) || { echo "compare-llamacpp: -t, -r and --rounds must be >= 1" >&2; exit 2; }
 log() { echo "compare-llamacpp: $*" >&2; }
 
@@ -123,7 +136,7 @@ fi
 
 OUT_DIR="${OUT_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/compare-llamacpp.XXXXXX")}"
 mkdir -p "$OUT_DIR"
-log "model $MODEL, threads $THREADS, pp$P tg$N, $REPS repetitions x $ROUNDS rounds; raw JSON in $OUT_DIR"
+log "model $MODEL, threads $THREADS, pp$P tg$N, depths $DEPTHS, $REPS repetitions x $ROUNDS rounds; raw JSON in $OUT_DIR"
 
 # Other processes on the machine distort both engines (llama.cpp's spinning OpenMP threads most):
 # the 1-minute load average before each run is logged and printed with the results.
@@ -135,38 +148,41 @@ run_g4() {
   local out="$OUT_DIR/gemma4rt.$1.json"
   echo "gemma4rt round $1: load $(load1)" >>"$OUT_DIR/load.txt"
   log "round $1: gemma4rt bench (load $(load1))"
-  "$G4" bench -m "$MODEL" -t "$THREADS" -p "$P" -n "$N" -r "$REPS" --json >"$out" 2>"$OUT_DIR/gemma4rt.$1.log" \
+  "$G4" bench -m "$MODEL" -t "$THREADS" -p "$P" -n "$N" -d "$DEPTHS" -r "$REPS" --json >"$out" 2>"$OUT_DIR/gemma4rt.$1.log" \
     || { log "gemma4rt bench failed:"; cat "$OUT_DIR/gemma4rt.$1.log" >&2; exit 1; }
 }
 run_llama() {
   local out="$OUT_DIR/llama.$1.json"
   echo "llama.cpp round $1: load $(load1)" >>"$OUT_DIR/load.txt"
   log "round $1: llama-bench (load $(load1))"
-  "$LLAMA_BENCH" -m "$MODEL" -t "$THREADS" -p "$P" -n "$N" -r "$REPS" -o json >"$out" 2>"$OUT_DIR/llama.$1.log" \
+  "$LLAMA_BENCH" -m "$MODEL" -t "$THREADS" -p "$P" -n "$N" -d "$DEPTHS" -r "$REPS" -o json >"$out" 2>"$OUT_DIR/llama.$1.log" \
     || { log "llama-bench failed:"; tail -20 "$OUT_DIR/llama.$1.log" >&2; exit 1; }
 }
 for ((k = 1; k <= ROUNDS; ++k)); do
   if ((k % 2)); then run_g4 "$k"; run_llama "$k"; else run_llama "$k"; run_g4 "$k"; fi
 done
 
-python3 - "$OUT_DIR" "$P" "$N" "$THREADS" "$MODEL" "$VERSION" <<'PYEOF'
+python3 - "$OUT_DIR" "$P" "$N" "$THREADS" "$MODEL" "$VERSION" "$DEPTHS" <<'PYEOF'
 import glob, json, statistics, sys, os
 out_dir, P, N, T, model, version = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
+depths = sorted(set(int(d) for d in sys.argv[7].split(",")))
 
-def g4_samples(kind, n, pattern="gemma4rt.*.json"):
-    s = []
+def g4_results(kind, n, depth, pattern="gemma4rt.*.json"):
+    out = []
     for f in sorted(glob.glob(os.path.join(out_dir, pattern))):
-        j = json.load(open(f))
-        for r in j["results"]:
-            if r["test"].startswith(kind) and r["depth"] == 0 and r[("n_prompt" if kind == "pp" else "n_gen")] == n:
-                s += r["samples_ts"]
-    return s
+        for r in json.load(open(f))["results"]:
+            if r["test"].startswith(kind) and r["depth"] == depth and r[("n_prompt" if kind == "pp" else "n_gen")] == n:
+                out.append(r)
+    return out
 
-def llama_samples(kind, n, pattern="llama.*.json"):
+def g4_samples(kind, n, depth, pattern="gemma4rt.*.json"):
+    return [x for r in g4_results(kind, n, depth, pattern) for x in r["samples_ts"]]
+
+def llama_samples(kind, n, depth, pattern="llama.*.json"):
     s = []
     for f in sorted(glob.glob(os.path.join(out_dir, pattern))):
         for r in json.load(open(f)):
-            if r.get("n_depth", 0) != 0:
+            if r.get("n_depth", 0) != depth:
                 continue
             if kind == "pp" and r["n_prompt"] == n and r["n_gen"] == 0:
                 s += r["samples_ts"]
@@ -174,41 +190,82 @@ def llama_samples(kind, n, pattern="llama.*.json"):
                 s += r["samples_ts"]
     return s
 
+def name(kind, n, depth):
+    return f"{kind}{n}" + (f" @ d{depth}" if depth else "")
+
 g4 = json.load(open(sorted(glob.glob(os.path.join(out_dir, "gemma4rt.*.json")))[0]))
 ll = json.load(open(sorted(glob.glob(os.path.join(out_dir, "llama.*.json")))[0]))
 print(f"model: {model}")
 print(f"threads: {T}   cpu: {ll[0].get('cpu_info', '?')}")
-print(f"gemma4rt: {g4.get('device_policy', '')}")
+print(f"gemma4rt: {g4.get('device_policy', '')}, KV cache {g4.get('type_k', '?')}")
 print(f"llama.cpp: llama-bench from llama-cpp-python {version} (vendor/llama.cpp, build {ll[0].get('build_commit', '?')}), "
-      f"{ll[0].get('model_type', '')}, n_ubatch {ll[0].get('n_ubatch', '?')}, flash_attn {ll[0].get('flash_attn', '?')}")
+      f"{ll[0].get('model_type', '')}, n_ubatch {ll[0].get('n_ubatch', '?')}, flash_attn {ll[0].get('flash_attn', '?')}, "
+      f"KV cache {ll[0].get('type_k', '?')}")
 print()
 rounds = sorted(int(os.path.basename(f).split(".")[1]) for f in glob.glob(os.path.join(out_dir, "gemma4rt.*.json")))
 print(f"| test | gemma4rt t/s | llama.cpp t/s | gemma4rt / llama.cpp | per-round ratios (median) |")
 print(f"|---|---:|---:|---:|---|")
 summary = {}
-for kind, n in (("pp", P), ("tg", N)):
-    if n == 0:
-        continue
-    a, b = g4_samples(kind, n), llama_samples(kind, n)
-    if not a or not b:
-        print(f"| {kind}{n} | missing | missing | | |")
-        continue
-    ma, mb = statistics.median(a), statistics.median(b)
-    per_round = []
-    for k in rounds:
-        ra, rb = g4_samples(kind, n, f"gemma4rt.{k}.json"), llama_samples(kind, n, f"llama.{k}.json")
-        if ra and rb:
-            per_round.append(statistics.median(ra) / statistics.median(rb))
-    paired = statistics.median(per_round) if per_round else None
-    summary[f"{kind}{n}"] = {"gemma4rt": ma, "llama.cpp": mb, "ratio": ma / mb, "round_ratios": per_round,
-                             "paired_ratio": paired, "gemma4rt_samples": a, "llama.cpp_samples": b}
-    rr = ", ".join(f"{x:.3f}" for x in per_round)
-    print(f"| {kind}{n} | {ma:.2f} (n={len(a)}) | {mb:.2f} (n={len(b)}) | {ma / mb:.3f} | {rr} ({paired:.3f}) |" if per_round else f"| {kind}{n} | {ma:.2f} (n={len(a)}) | {mb:.2f} (n={len(b)}) | {ma / mb:.3f} | - |")
+for depth in depths:
+    for kind, n in (("pp", P), ("tg", N)):
+        if n == 0:
+            continue
+        key = name(kind, n, depth)
+        a, b = g4_samples(kind, n, depth), llama_samples(kind, n, depth)
+        if not a or not b:
+            print(f"| {key} | missing | missing | | |")
+            continue
+        ma, mb = statistics.median(a), statistics.median(b)
+        per_round = []
+        for k in rounds:
+            ra, rb = g4_samples(kind, n, depth, f"gemma4rt.{k}.json"), llama_samples(kind, n, depth, f"llama.{k}.json")
+            if ra and rb:
+                per_round.append(statistics.median(ra) / statistics.median(rb))
+        paired = statistics.median(per_round) if per_round else None
+        summary[key] = {"gemma4rt": ma, "llama.cpp": mb, "ratio": ma / mb, "round_ratios": per_round,
+                        "paired_ratio": paired, "gemma4rt_samples": a, "llama.cpp_samples": b}
+        rr = ", ".join(f"{x:.3f}" for x in per_round)
+        print(f"| {key} | {ma:.2f} (n={len(a)}) | {mb:.2f} (n={len(b)}) | {ma / mb:.3f} | {rr} ({paired:.3f}) |" if per_round else f"| {key} | {ma:.2f} (n={len(a)}) | {mb:.2f} (n={len(b)}) | {ma / mb:.3f} | - |")
 print()
+
+# Decode against depth: each engine's tgN at a depth over its tgN at the smallest depth, and what
+# the bandwidth limit alone predicts (gemma4rt's bytes per token: weights + KV at that depth).
+if N > 0 and len(depths) > 1:
+    d0 = depths[0]
+    base = g4_results("tg", N, d0)
+    g0, l0 = g4_samples("tg", N, d0), llama_samples("tg", N, d0)
+    depth_rows = {}
+    if base and g0 and l0:
+        w, kv0 = base[0]["weight_bytes_per_token"], base[0]["kv_bytes_per_token"]
+        mg0, ml0 = statistics.median(g0), statistics.median(l0)
+        print(f"| depth | gemma4rt tg{N} | vs d{d0} | bandwidth-bound prediction | excess | llama.cpp tg{N} | vs d{d0} |")
+        print("|---:|---:|---:|---:|---:|---:|---:|")
+        for depth in depths[1:]:
+            rs, g, l = g4_results("tg", N, depth), g4_samples("tg", N, depth), llama_samples("tg", N, depth)
+            if not rs or not g or not l:
+                print(f"| {depth} | missing | | | | | |")
+                continue
+            kv = rs[0]["kv_bytes_per_token"]
+            mg, ml = statistics.median(g), statistics.median(l)
+            predicted = (w + kv0) / (w + kv)
+            # Seconds a token gained past d0, over the extra KV bytes' seconds at the rate of d0's token.
+            excess = (1 / mg - 1 / mg0) / ((kv - kv0) / ((w + kv0) * mg0)) if kv > kv0 else None
+            depth_rows[str(depth)] = {"gemma4rt_ratio": mg / mg0, "predicted_ratio": predicted, "excess": excess,
+                                      "llama.cpp_ratio": ml / ml0, "kv_bytes_per_token": kv, "weight_bytes_per_token": w}
+            print(f"| {depth} | {mg:.2f} | {mg / mg0:.3f} | {predicted:.3f} | "
+                  f"{'-' if excess is None else format(excess, '.2f')} | {ml:.2f} | {ml / ml0:.3f} |")
+        print(f"(bytes per token: weights {w / 1e9:.3f} GB, KV {kv0 / 1e6:.1f} MB at d{d0}; excess 1.0 = decode falls by "
+              "the extra KV reads alone at the token's own read rate)")
+        print()
+    summary["depth"] = {"base": d0, "tg": N, "depths": depth_rows}
 g4_all = [json.load(open(f)) for f in sorted(glob.glob(os.path.join(out_dir, "gemma4rt.*.json")))]
 fr = [j["bandwidth_fraction"] for j in g4_all if j.get("bandwidth_fraction") is not None]
 rfr = [j["read_bandwidth_fraction"] for j in g4_all if j.get("read_bandwidth_fraction") is not None]
-print(f"gemma4rt peak RSS {max(j.get('peak_rss_bytes', 0) for j in g4_all) / 2**20:.1f} MiB, copy bandwidth "
+summary["peak_rss_bytes"] = max(j.get("peak_rss_bytes", 0) for j in g4_all)
+summary["peak_rss_budget_bytes"] = min(j.get("peak_rss_budget_bytes", 0) for j in g4_all)
+summary["peak_rss_within_budget"] = all(j.get("peak_rss_within_budget", False) for j in g4_all)
+print(f"gemma4rt peak RSS {summary['peak_rss_bytes'] / 2**20:.1f} MiB (budget: weights + KV cache + 10% = "
+      f"{summary['peak_rss_budget_bytes'] / 2**20:.1f} MiB, {'within' if summary['peak_rss_within_budget'] else 'OVER'}), copy bandwidth "
       f"{statistics.median(j.get('bandwidth_gbps') or 0 for j in g4_all):.2f} GB/s, decode at "
       f"{100 * (statistics.median(fr) if fr else 0):.1f}% of the bandwidth limit "
       f"({100 * (statistics.median(rfr) if rfr else 0):.1f}% of the read bandwidth; medians over the rounds)")
