@@ -823,6 +823,59 @@ TEST(CliTest, BenchRunsOncePerThreadCountOfAList) {
   EXPECT_EQ(bad.out.find("tg2"), std::string::npos) << "refused before any run: " << bad.out;
 }
 
+// llama-bench's -ctk/-ctv take lists too (a fresh user's `bench -ctk f16,bf16` was refused): the
+// whole bench once per cache type (K and V in one type, so -ctk and -ctv name the same list, or
+// one of them alone), the thread counts of -t varying fastest within each, as llama-bench orders
+// its runs; a type gemma4rt lacks, or K and V lists that differ, are refused before any run, and
+// the other commands, which run once, take no list.
+TEST(CliTest, BenchRunsOncePerCacheTypeOfAList) {
+  const std::string m = "bench -m " + Fixture("gemma4-e2b-tiny") + " -p 0 -n 2 -r 1 --no-warmup --bw-mib 0";
+  auto array_of = [](const CliResult& r) {
+    const size_t open = r.out.find("\n[\n"), close = r.out.rfind("]");  // the logs (stderr) come first
+    if (open == std::string::npos || close == std::string::npos) return nlohmann::json();
+    return nlohmann::json::parse(r.out.substr(open + 1, close - open), nullptr, false);
+  };
+  CliResult js = RunCli(m + " -ctk f16,bf16 -t 2,1 --json");
+  ASSERT_EQ(js.status, 0) << js.out;
+  const nlohmann::json a = array_of(js);
+  ASSERT_TRUE(a.is_array()) << js.out;
+  ASSERT_EQ(a.size(), 4u) << js.out;
+  const char* types[] = {"f16", "f16", "bf16", "bf16"};
+  const int threads[] = {2, 1, 2, 1};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(a[i]["type_k"], types[i]) << i;
+    EXPECT_EQ(a[i]["type_v"], types[i]) << i;
+    EXPECT_EQ(a[i]["threads"], threads[i]) << i;
+    EXPECT_GT(a[i]["tg2"].get<double>(), 0.0) << i;
+  }
+  // gemma4rt's own spelling and llama.cpp's long ones, K and V together, and the table output.
+  for (const std::string flags : {" --cache-type f32,f16", " --cache-type-k=f32,f16 --cache-type-v f32,f16", " -ctv f32,f16"}) {
+    CliResult md = RunCli(m + " -t 1" + flags);
+    ASSERT_EQ(md.status, 0) << flags << ": " << md.out;
+    const size_t f32 = md.out.find("|       1 |    f32 |    f32 |              tg2 |");
+    EXPECT_NE(f32, std::string::npos) << flags << ": " << md.out;
+    // f16, the default, has no type columns (BenchTableHasCacheTypeAndUbatchColumnsOnlyWhereNotDefault).
+    const size_t f16 = md.out.find("|       1 |              tg2 |");
+    EXPECT_NE(f16, std::string::npos) << flags << ": " << md.out;
+    EXPECT_LT(f32, f16) << "in the list's order: " << md.out;
+  }
+  CliResult differ = RunCli(m + " -ctk f16,bf16 -ctv f16");
+  EXPECT_EQ(differ.status, 1) << differ.out;
+  EXPECT_NE(differ.out.find("K and V cache types differ (-ctk f16,bf16, -ctv f16)"), std::string::npos) << differ.out;
+  EXPECT_EQ(differ.out.find("tg2"), std::string::npos) << "refused before any run: " << differ.out;
+  CliResult q8 = RunCli(m + " -ctk f16,q8_0");
+  EXPECT_EQ(q8.status, 1) << q8.out;
+  EXPECT_NE(q8.out.find("-ctk: 'q8_0' is not a KV cache type gemma4rt has"), std::string::npos) << q8.out;
+  EXPECT_EQ(q8.out.find("tg2"), std::string::npos) << "refused before any run: " << q8.out;
+  CliResult own = RunCli(m + " --cache-type f16,q8_0");
+  EXPECT_NE(own.status, 0) << own.out;
+  EXPECT_NE(own.out.find("q8_0"), std::string::npos) << own.out;
+  EXPECT_EQ(own.out.find("tg2"), std::string::npos) << "refused before any run: " << own.out;
+  CliResult gen = RunCli("info -m " + Fixture("gemma4-e2b-tiny") + " -ctk f16,bf16");
+  EXPECT_EQ(gen.status, 1) << gen.out;
+  EXPECT_NE(gen.out.find("-ctk: 'f16,bf16' is not a KV cache type gemma4rt has"), std::string::npos) << gen.out;
+}
+
 TEST(CliTest, BenchRefusesBandwidthBuffersLargerThanTheMemory) {
   CliResult r = RunCli("bench -m " + Fixture("gemma4-e2b-tiny") + " -p 0 -n 2 -r 1 -t 1 --bw-mib 1048576");
   EXPECT_EQ(r.status, 1) << r.out;

@@ -457,30 +457,38 @@ StatusOr<QualityResult> MeasureQuality(const std::string& path, const LoadOption
   return r;
 }
 
-// `bench ARGS` with -t/--threads replaced by each of `counts` in turn: one child process per
-// count (`/proc/self/exe bench ...`), so that each loads the model itself and reports its own
-// peak RSS, sharing this process's stderr, and its stdout (a table per count) unless `json`:
-// then the children's objects are printed as one JSON array, as llama-bench's `-o json`.
+// `bench ARGS` once per KV cache type of `types` and, for each, per thread count of `counts`
+// (llama-bench's order: the thread count varies fastest), each in a child process
+// (`/proc/self/exe bench ... --cache-type C -t T`), so that each loads the model itself and reports
+// its own peak RSS, sharing this process's stderr, and its stdout (a table per run) unless
+// `json`: then the children's objects are printed as one JSON array, as llama-bench's `-o json`.
+// args: the command line as parsed (after RewriteLlamaSpellings; program name first); its -t/--threads
+// and --cache-type options are replaced, the values of app's other options kept as given.
 // Returns the first failing child's exit status (the rest are not run), else 0.
-int RunPerThreadCount(int argc, char** argv, const std::vector<int>& counts, bool json) {
+int RunSweep(const CLI::App& app, const std::vector<std::string>& args, const std::vector<int>& counts,
+             const std::vector<std::string>& types, bool json) {
   std::vector<std::string> rest;
-  for (int i = 0; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "-t" || a == "--threads") {
+  for (size_t i = 1; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-t" || a == "--threads" || a == "--cache-type") {
       ++i;  // and its value
       continue;
     }
-    if (a.rfind("--threads=", 0) == 0 || (a.size() > 2 && a.rfind("-t", 0) == 0)) continue;  // -t1,2, --threads=1,2
+    if (a.rfind("--threads=", 0) == 0 || a.rfind("--cache-type=", 0) == 0 || (a.size() > 2 && a.rfind("-t", 0) == 0 && a[2] != '-'))
+      continue;  // -t1,2, --threads=1,2, --cache-type=f16,bf16
     rest.push_back(a);
+    if (i + 1 < args.size() && cli::TakesValue(app, a)) rest.push_back(args[++i]);  // its value, as given
   }
+  std::vector<std::pair<std::string, int>> runs;
+  for (const std::string& type : types)
+    for (int t : counts) runs.emplace_back(type, t);
   std::vector<std::string> objects;
-  for (int t : counts) {
-    std::vector<std::string> args{"gemma4rt", "bench"};
-    args.insert(args.end(), rest.begin(), rest.end());
-    args.push_back("-t");
-    args.push_back(std::to_string(t));
+  for (const auto& [type, t] : runs) {
+    std::vector<std::string> child{"gemma4rt", "bench"};
+    child.insert(child.end(), rest.begin(), rest.end());
+    child.insert(child.end(), {"--cache-type", type, "-t", std::to_string(t)});
     std::vector<char*> cargs;
-    for (std::string& a : args) cargs.push_back(a.data());
+    for (std::string& a : child) cargs.push_back(a.data());
     cargs.push_back(nullptr);
     std::fflush(nullptr);
     int out[2] = {-1, -1};
@@ -536,7 +544,7 @@ int BenchMain(int argc, char** argv) {
   uint64_t seed = 1234;
   bool json_flag = false, no_warmup = false, quality = false, f32_activations = false;
   std::string quantize;
-  std::string cache_type = kDefaultCacheType;
+  std::vector<std::string> cache_types{kDefaultCacheType};
   int ple_bits = 8, quality_tokens = 256;
   app.add_option("--quantize", quantize, "quantise an F32/F16/BF16 checkpoint at load: q8_0, q4_0 or w4a16")
       ->check(CLI::IsMember({"q8_0", "q4_0", "w4a16"}));
@@ -555,12 +563,14 @@ int BenchMain(int argc, char** argv) {
   app.add_option("--quality-tokens", quality_tokens, "most tokens of the quality text")->check(CLI::Range(2, 1 << 16));
   app.add_option("-m,--model", model, "GGUF file or Hugging Face checkpoint directory (default: $GEMMA4RT_MODEL or the fetched Gemma 3 270M)");
   // llama-bench's -t takes a comma-separated list too (a fresh user's `-t 1,2` got CLI11's "Value
-  // 1,2 not in range 0 to 1024"): RunPerThreadCount.
+  // 1,2 not in range 0 to 1024"), and so do its -ctk/-ctv: RunSweep.
   std::vector<int> thread_list;
   app.add_option("-t,--threads", thread_list, "CPU threads (0 = all cores, the default); a comma-separated list runs "
                  "the whole bench once per count, each in its own process (--json: an array of their objects)")
       ->delimiter(',')->check(CLI::Range(0, 1024));
-  app.add_option("--cache-type", cache_type, kCacheTypeHelp)->check(CLI::IsMember(kCacheTypeNames));
+  app.add_option("--cache-type", cache_types, std::string(kCacheTypeHelp) + "; a comma-separated list (or -ctk f16,bf16) "
+                 "runs the whole bench once per type, each in its own process, as -t lists do")
+      ->delimiter(',')->check(CLI::IsMember(kCacheTypeNames));
   app.add_option("-p,--n-prompt", n_prompt, "prompt tokens per pp test, comma-separated list (0 = no pp test)")
       ->delimiter(',')->check(CLI::Range(0, 1 << 20));
   app.add_option("-n,--n-gen", n_gen, "generated tokens per tg test, comma-separated list (0 = no tg test)")
@@ -585,7 +595,7 @@ int BenchMain(int argc, char** argv) {
   // -ctk/-ctv with llama.cpp's other cache-type spellings), leaving option values as given.
   std::vector<std::string> args{"gemma4rt bench"};
   args.insert(args.end(), argv, argv + argc);
-  auto rewritten = RewriteLlamaSpellings(app, args, "-ub", "--ubatch-size");
+  auto rewritten = RewriteLlamaSpellings(app, args, "-ub", "--ubatch-size", /*cache_type_lists=*/true);
   if (!rewritten.ok()) return Fail(rewritten.status());
   std::vector<char*> cargv;
   for (std::string& a : *rewritten) cargv.push_back(a.data());
@@ -594,8 +604,12 @@ int BenchMain(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return ExitOnParseError(app, e);
   }
-  if (thread_list.size() > 1) return RunPerThreadCount(argc, argv, thread_list, json_flag || output == "json");
+  if (thread_list.size() > 1 || cache_types.size() > 1) {
+    if (thread_list.empty()) thread_list.push_back(0);
+    return RunSweep(app, *rewritten, thread_list, cache_types, json_flag || output == "json");
+  }
   if (!thread_list.empty()) threads = thread_list[0];
+  const std::string cache_type = cache_types.empty() ? kDefaultCacheType : cache_types[0];
   threads = ResolveThreadCount(threads);
   const bool json = json_flag || output == "json";
   // The bandwidth tests run right after each tg repetition, so that each repetition's fraction is

@@ -46,10 +46,11 @@ inline bool TakesValue(const CLI::App& app, const std::string& arg) {
 // (and `flag=V`; e.g. -ub, -np: CLI11 short names are one letter) renamed `long_flag`, then its
 // cache-type spellings joined into one --cache-type (RewriteCacheTypeAliases); the argument after
 // an option of app that takes a value stays as given (TakesValue). InvalidArgument as
-// RewriteCacheTypeAliases gives it.
+// RewriteCacheTypeAliases gives it; cache_type_lists: its lists (bench's sweeps).
 inline StatusOr<std::vector<std::string>> RewriteLlamaSpellings(const CLI::App& app, const std::vector<std::string>& args,
                                                                 const std::string& flag = "",
-                                                                const std::string& long_flag = "") {
+                                                                const std::string& long_flag = "",
+                                                                bool cache_type_lists = false) {
   auto takes_value = [&app](const std::string& a) { return TakesValue(app, a); };
   std::vector<std::string> out;
   for (size_t i = 0; i < args.size(); ++i) {
@@ -59,7 +60,7 @@ inline StatusOr<std::vector<std::string>> RewriteLlamaSpellings(const CLI::App& 
     else out.push_back(a);
     if (i > 0 && i + 1 < args.size() && takes_value(out.back())) out.push_back(args[++i]);
   }
-  return RewriteCacheTypeAliases(std::move(out), takes_value);
+  return RewriteCacheTypeAliases(std::move(out), takes_value, cache_type_lists);
 }
 
 }  // namespace g4::cli

@@ -39,8 +39,18 @@ const char* CacheTypeName(DType type) {
   }
 }
 
+std::vector<std::string> SplitCacheTypeList(const std::string& list) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (size_t comma; (comma = list.find(',', start)) != std::string::npos; start = comma + 1)
+    out.push_back(list.substr(start, comma - start));
+  out.push_back(list.substr(start));
+  return out;
+}
+
 StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(std::vector<std::string> args,
-                                                            const std::function<bool(const std::string&)>& takes_value) {
+                                                            const std::function<bool(const std::string&)>& takes_value,
+                                                            bool lists) {
   // llama.cpp's four spellings, then gemma4rt's own, which joins the check where it is given more
   // than once or with an alias (else CLI11 would refuse a second --cache-type although all agree).
   static const char* const kSpellings[] = {"-ctk", "-ctv", "--cache-type-k", "--cache-type-v", "--cache-type"};
@@ -63,10 +73,16 @@ StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(std::vector<std::stri
       } else {
         continue;
       }
-      // An alias's value is checked here, under the name the user typed (CLI11 would name --cache-type).
-      if (!own && !ParseCacheType(value).ok())
-        return InvalidArgument(name + ": '" + value + "' is not a KV cache type gemma4rt has: f16, bf16 or f32 "
-                               "(8- and 4-bit caches such as q8_0 and q4_0 are not supported yet)");
+      // An alias's value is checked here, under the name the user typed (CLI11 would name --cache-type);
+      // with lists, each type of a comma-separated list (bench's sweep, as llama-bench's).
+      if (!own) {
+        std::vector<std::string> types{value};
+        if (lists) types = SplitCacheTypeList(value);
+        for (const std::string& t : types)
+          if (!ParseCacheType(t).ok())
+            return InvalidArgument(name + ": '" + t + "' is not a KV cache type gemma4rt has: f16, bf16 or f32 "
+                                   "(8- and 4-bit caches such as q8_0 and q4_0 are not supported yet)");
+      }
       given.emplace_back(name, value);
       alias = alias || !own;
       taken = true;
