@@ -238,24 +238,37 @@ if N > 0 and len(depths) > 1:
     if base and g0 and l0:
         w, kv0 = base[0]["weight_bytes_per_token"], base[0]["kv_bytes_per_token"]
         mg0, ml0 = statistics.median(g0), statistics.median(l0)
-        print(f"| depth | gemma4rt tg{N} | vs d{d0} | bandwidth-bound prediction | excess | llama.cpp tg{N} | vs d{d0} |")
-        print("|---:|---:|---:|---:|---:|---:|---:|")
+        print(f"| depth | gemma4rt tg{N} | vs d{d0} | bandwidth-bound prediction | excess | gemma4rt decode / bandwidth limit "
+              f"| llama.cpp tg{N} | vs d{d0} |")
+        print("|---:|---:|---:|---:|---:|---:|---:|---:|")
         for depth in depths[1:]:
             rs, g, l = g4_results("tg", N, depth), g4_samples("tg", N, depth), llama_samples("tg", N, depth)
             if not rs or not g or not l:
-                print(f"| {depth} | missing | | | | | |")
+                print(f"| {depth} | missing | | | | | | |")
                 continue
             kv = rs[0]["kv_bytes_per_token"]
             mg, ml = statistics.median(g), statistics.median(l)
             predicted = (w + kv0) / (w + kv)
             # Seconds a token gained past d0, over the extra KV bytes' seconds at the rate of d0's token.
             excess = (1 / mg - 1 / mg0) / ((kv - kv0) / ((w + kv0) * mg0)) if kv > kv0 else None
+            # Two standard errors of gemma4rt's ratio, from the spread of both depths' samples: where
+            # it exceeds the predicted fall, this run cannot tell the fall from the machine's noise.
+            def rel_var(x):
+                return (statistics.stdev(x) / statistics.mean(x)) ** 2 / len(x) if len(x) > 1 else float("inf")
+            se2 = 2 * (mg / mg0) * (rel_var(g0) + rel_var(g)) ** 0.5
+            resolvable = se2 < 1 - predicted
+            fr = [x for r in rs for x in r.get("bandwidth_fraction_samples") or [] if x is not None]
+            frac = statistics.median(fr) if fr else None
             depth_rows[str(depth)] = {"gemma4rt_ratio": mg / mg0, "predicted_ratio": predicted, "excess": excess,
-                                      "llama.cpp_ratio": ml / ml0, "kv_bytes_per_token": kv, "weight_bytes_per_token": w}
-            print(f"| {depth} | {mg:.2f} | {mg / mg0:.3f} | {predicted:.3f} | "
-                  f"{'-' if excess is None else format(excess, '.2f')} | {ml:.2f} | {ml / ml0:.3f} |")
+                                      "llama.cpp_ratio": ml / ml0, "kv_bytes_per_token": kv, "weight_bytes_per_token": w,
+                                      "bandwidth_fraction": frac, "ratio_2se": se2, "resolvable": resolvable}
+            print(f"| {depth} | {mg:.2f} | {mg / mg0:.3f} ± {se2:.3f} | {predicted:.3f} | "
+                  f"{'-' if excess is None else format(excess, '.2f')} | "
+                  f"{'-' if frac is None else format(100 * frac, '.1f') + '%'} | {ml:.2f} | {ml / ml0:.3f} |")
         print(f"(bytes per token: weights {w / 1e9:.3f} GB, KV {kv0 / 1e6:.1f} MB at d{d0}; excess 1.0 = decode falls by "
-              "the extra KV reads alone at the token's own read rate)")
+              "the extra KV reads alone at the token's own read rate; the bandwidth fraction counts the weights and the "
+              "KV cache bytes a token reads at that depth, against the copy bandwidth measured after each repetition; "
+              "± two standard errors from the samples' spread: where that exceeds the predicted fall, the excess is noise)")
         print()
     summary["depth"] = {"base": d0, "tg": N, "depths": depth_rows}
 g4_all = [json.load(open(f)) for f in sorted(glob.glob(os.path.join(out_dir, "gemma4rt.*.json")))]
