@@ -26,14 +26,15 @@
 #     -p 16 -n 4 -r 1, so that a loading failure shows before the long runs.
 #  6. benchmarks: bench/compare-llamacpp.sh -m GGUF (both engines alternately, K rounds of REPS)
 #     for each format, then `gemma4rt bench` on the HF directory itself (BF16 safetensors).
-#  7. depth (unless --depths is 0): compare-llamacpp.sh -p 0 -n N -d DEPTHS on the Q4_K_M GGUF (the
-#     first 4-bit format given; BF16 if none): decode at each depth against the smallest, beside
+#  7. depth (unless --depths names a single depth): compare-llamacpp.sh -p 0 -n N -d DEPTHS on the
+#     Q4_K_M GGUF (Q4_0 if q4_k_m is not among --formats, else BF16): decode at each depth against
+#     the smallest, beside
 #     what the bandwidth limit alone predicts (issue 5: decode falls only by the full layers'
 #     share, i.e. by the KV cache reads); then gemma4rt once more with --profile at those depths
 #     (the attention ops' growth against the extra KV bytes at the weights' read rate, which the
 #     machine's run-to-run noise cannot hide).
 #  8. the default model (unless --no-270m): compare-llamacpp.sh -p P -n N on the Gemma 3 270M
-#     Q4_K_M GGUF (GEMMA4RT_MODEL, else fetched by scripts/fetch-default-model.sh).
+#     Q4_K_M GGUF (or GEMMA4RT_MODEL; else fetched by scripts/fetch-default-model.sh).
 # Stages 1, 3 and 4 run under nice -n 19; the benchmarks run at normal priority.
 #
 # Output: $OUT (default ~/.cache/gemma4rt/e2b-results/DATE): one directory per format with the
@@ -44,7 +45,7 @@
 # and >= 1.0x llama.cpp per format; decode at depth falling by no more than the KV reads (excess
 # <= 1.0); peak RSS within the weights + KV cache + 10%).
 #
-# Environment: GEMMA4RT_BIN (default build/gemma4rt), GEMMA4RT_CACHE, E2B_SYNTH_DIR, E2B_GGUF_DIR,
+# Environment: GEMMA4RT_BIN (default build/gemma4rt), GEMMA4RT_MODEL (stage 8's model), GEMMA4RT_CACHE, E2B_SYNTH_DIR, E2B_GGUF_DIR,
 # LLAMA_CPP_PYTHON_VERSION (default 0.3.36), PYTHON (the Python that runs the checkpoint writer
 # and llama.cpp's converter; it needs numpy, torch, transformers, safetensors, sentencepiece;
 # gguf-py comes from the sdist). Without PYTHON, a venv in $GEMMA4RT_CACHE/bench-venv is made once
@@ -68,8 +69,9 @@ WITH_270M=1
 PREPARE_ONLY=0
 OUT=""
 
-usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d;s/^# \{0,1\}//'; }
 while (($#)); do
+  case "$1" in -t|-r|-p|-n|--rounds|--formats|--depths|--out) (($# >= 2)) || { echo "compare-e2b: $1 needs a value" >&2; exit 2; } ;; esac
   case "$1" in
     -t) THREADS="$2"; shift 2 ;;
     -r) REPS="$2"; shift 2 ;;
@@ -89,6 +91,7 @@ done
 for v in THREADS REPS P N ROUNDS; do
   [[ "${!v}" =~ ^[0-9]+$ ]] || { echo "compare-e2b: $v must be a non-negative integer, got '${!v}'" >&2; exit 2; }
 done
+((THREADS >= 1 && REPS >= 1 && ROUNDS >= 1)) || { echo "compare-e2b: -t, -r and --rounds must be >= 1" >&2; exit 2; }
 for f in $FORMATS; do
   case "$f" in bf16|q4_0|q4_k_m) ;; *) echo "compare-e2b: unknown format '$f' (bf16, q4_0, q4_k_m)" >&2; exit 2 ;; esac
 done
@@ -246,7 +249,7 @@ if [ -n "$DEPTHS" ] && [ -n "$DEPTH_FORMAT" ]; then
   # The same tests once more in gemma4rt alone with --profile: the attention ops' time at each depth,
   # which this machine's run-to-run noise (whole-token speeds) can hide.
   log "gemma4rt bench --profile at depths $DEPTHS (load $(cut -d' ' -f1 /proc/loadavg))"
-  "$G4" bench -m "$(gguf_of "$DEPTH_FORMAT")" -t "$THREADS" -p 0 -n "$N" -d "$DEPTHS" -r 1 --bw-mib 0 --profile --json \
+  "$G4" bench -m "$(gguf_of "$DEPTH_FORMAT")" -t "$THREADS" -p 0 -n "$N" -d "$DEPTHS" -r 2 --bw-mib 0 --profile --json \
     >"$OUT/depth/profile.json" 2>"$OUT/depth/profile.log" \
     || { log "gemma4rt bench --profile failed:"; tail -20 "$OUT/depth/profile.log" >&2; exit 1; }
   stage_end depth "$DEPTH_FORMAT tg$N at depths $DEPTHS, $REPS x $ROUNDS rounds, then once with --profile"
@@ -258,12 +261,16 @@ if ((WITH_270M)); then
   OUT_DIR="$OUT/270m" GEMMA4RT_BIN="$G4" GEMMA4RT_CACHE="$CACHE" LLAMA_CPP_PYTHON_VERSION="$VERSION" \
     bash "$ROOT/bench/compare-llamacpp.sh" -m "$M270" -t "$THREADS" -r "$REPS" -p "$P" -n "$N" \
     --rounds "$ROUNDS" | tee "$OUT/270m/report.md"
+  echo "$M270" >"$OUT/270m/model.txt"
   stage_end 270m "$M270 pp$P tg$N, $REPS x $ROUNDS rounds"
 fi
+# The summary reads only the stages this run ran (an --out reused from an earlier run may hold others).
+RAN_DEPTH=0; [ -n "$DEPTHS" ] && [ -n "$DEPTH_FORMAT" ] && RAN_DEPTH=1
 
-"$PY" - "$OUT" "$P" "$N" "$THREADS" "$FORMATS" "$HF" <<'PYEOF'
+"$PY" - "$OUT" "$P" "$N" "$THREADS" "$FORMATS" "$HF" "$RAN_DEPTH" "$WITH_270M" <<'PYEOF'
 import glob, json, os, statistics, sys
 out, P, N, T, formats, hf = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5].split(), sys.argv[6] == "1"
+ran_depth, ran_270m = sys.argv[7] == "1", sys.argv[8] == "1"
 
 def g4_runs(d):
     return [json.load(open(f)) for f in sorted(glob.glob(os.path.join(d, "gemma4rt.*.json")))]
@@ -335,14 +342,19 @@ targets = []
 def target(what, figure, ok):
     targets.append((what, figure, None if ok is None else bool(ok)))
 s270 = os.path.join(out, "270m", "summary.json")
-if os.path.exists(s270):
+if ran_270m and os.path.exists(s270):
     j = json.load(open(s270))
     summary["270m"] = j
+    mf = os.path.join(out, "270m", "model.txt")
+    m270 = os.path.basename(open(mf).read().strip()) if os.path.exists(mf) else "Gemma 3 270M"
     for key, label in ((f"pp{P}", "prefill"), (f"tg{N}", "decode")):
+        if (P if key.startswith("pp") else N) == 0:
+            continue
         r = j.get(key, {}).get("ratio")
-        target(f"Gemma 3 270M Q4_K_M {label} ({key}) >= 1.0x llama.cpp (aim 1.3x)",
-               "-" if r is None else f"{r:.2f}x ({j[key]['gemma4rt']:.1f} vs {j[key]['llama.cpp']:.1f} t/s)", r is not None and r >= 1.0)
-    target("Gemma 3 270M peak RSS <= weights + KV cache + 10%",
+        target(f"{m270} {label} ({key}) >= 1.0x llama.cpp (aim 1.3x)",
+               "missing" if r is None else f"{r:.2f}x ({j[key]['gemma4rt']:.1f} vs {j[key]['llama.cpp']:.1f} t/s)",
+               None if r is None else r >= 1.0)
+    target(f"{m270} peak RSS <= weights + KV cache + 10%",
            f"{j.get('peak_rss_bytes', 0) / 2**20:.0f} of {j.get('peak_rss_budget_bytes', 0) / 2**20:.0f} MiB",
            j.get("peak_rss_within_budget"))
 for name, e in rows:
@@ -363,51 +375,61 @@ for name, e in rows:
                f"{max(j.get('peak_rss_bytes', 0) for j in js) / 2**20:.0f} of "
                f"{min(j.get('peak_rss_budget_bytes', 0) for j in js) / 2**20:.0f} MiB", ok)
 sd = os.path.join(out, "depth", "summary.json")
-if os.path.exists(sd):
+if ran_depth and os.path.exists(sd):
     j = json.load(open(sd))
     summary["depth"] = j
     fmt_name = open(os.path.join(out, "depth", "format.txt")).read().strip()
     dep = j.get("depth", {})
     for depth, r in dep.get("depths", {}).items():
-        ex = r.get("excess")
-        figure = (f"tg{N} {r['gemma4rt_ratio']:.3f}x ± {r['ratio_2se']:.3f} of d{dep.get('base')} (bandwidth-bound "
-                  f"{r['predicted_ratio']:.3f}x, excess {'-' if ex is None else format(ex, '.2f')}; llama.cpp "
+        ex, se, exse = r.get("excess"), r.get("ratio_2se"), r.get("excess_2se")
+        pm = lambda x: "" if x is None else f" ± {x:.2f}"
+        figure = (f"tg{N} {r['gemma4rt_ratio']:.3f}x{pm(se)} of d{dep.get('base')} (bandwidth-bound "
+                  f"{r['predicted_ratio']:.3f}x, excess {'-' if ex is None else format(ex, '.2f')}{pm(exse)}; llama.cpp "
                   f"{r['llama.cpp_ratio']:.3f}x)")
-        if not r.get("resolvable"):  # the samples' spread exceeds the fall to be measured
-            figure += ": inconclusive, the run's noise exceeds the predicted fall (more -r/--rounds, a deeper depth, or the op profile)"
-        target(f"E2B {fmt_name} decode at depth {depth} falls only by the KV reads (excess <= 1.0)", figure,
-               (ex is not None and ex <= 1.0) if r.get("resolvable") else None)
+        if r.get("met") is None:  # the excess's interval spans 1.0
+            figure += ": inconclusive, the excess's two standard errors span 1.0 (more -r/--rounds, a deeper depth, or the op profile below)"
+        target(f"E2B {fmt_name} decode at depth {depth} falls only by the KV reads (excess <= 1.0)", figure, r.get("met"))
         if r.get("bandwidth_fraction") is not None:
             target(f"E2B {fmt_name} decode at depth {depth} >= 80% of the bandwidth limit (weights + KV bytes)",
                    f"{100 * r['bandwidth_fraction']:.1f}%", r["bandwidth_fraction"] >= 0.8)
 # The op profile (stage 7's --profile run): attention's growth past the smallest depth against the
-# time its extra KV bytes take at the rate the weight-reading ops read their weights.
+# time its extra KV bytes take at the rate the weight-reading ops read their weights (the faster of
+# the two tests' rates, so that a slow first test cannot shrink the KV reads' time).
 pj, pl = os.path.join(out, "depth", "profile.json"), os.path.join(out, "depth", "profile.log")
-if os.path.exists(pj) and os.path.exists(pl):
+if ran_depth and os.path.exists(pj) and os.path.exists(pl):
     ops, test = {}, None
     for line in open(pl):
         if line.startswith("gemma4rt: profile of "):
             test = line[len("gemma4rt: profile of "):].split(":")[0]
-            ops[test] = {"attention": 0.0, "weights": 0.0}
+            ops[test] = {"attention": 0.0, "weights": 0.0, "all": 0.0,
+                         "total": float(line.split(": ")[2].split()[0])}  # "X ms per token in ops"
             continue
         parts = line.split()
         share = next((i for i, x in enumerate(parts) if x.endswith("%")), None)
         if test is None or share is None or share < 3 or parts[0] == "op":
             continue
         ms, name, has_gbps = float(parts[share - 1]), " ".join(parts[:share - 2]), len(parts) > share + 3
+        ops[test]["all"] += ms
         if name.startswith("Attention"):
             ops[test]["attention"] += ms
         elif has_gbps:
             ops[test]["weights"] += ms
+    for t, o in ops.items():  # the rows must add up to the header's total, or the format changed
+        if abs(o["all"] - o["total"]) > 0.02 * o["total"] + 0.01:
+            print(f"compare-e2b: warning: profile of {t}: rows add up to {o['all']:.3f} ms, the header says "
+                  f"{o['total']:.3f}: the op table's format may have changed", file=sys.stderr)
     res = {r["depth"]: r for r in json.load(open(pj))["results"] if r["n_gen"] == N}
     ds = sorted(res)
     name0 = lambda d: f"tg{N}" + (f" @ d{d}" if d else "")
     prof = {}
     if ds and name0(ds[0]) in ops:
         base, d0 = ops[name0(ds[0])], ds[0]
-        rate = res[d0]["weight_bytes_per_token"] / base["weights"] if base["weights"] > 0 else None  # bytes per ms
         for d in ds[1:]:
-            if name0(d) not in ops or not rate:
+            if name0(d) not in ops:
+                continue
+            ms = min(base["weights"], ops[name0(d)]["weights"])
+            rate = res[d0]["weight_bytes_per_token"] / ms if ms > 0 else None  # bytes per ms
+            if not rate:
                 continue
             extra_kv = res[d]["kv_bytes_per_token"] - res[d0]["kv_bytes_per_token"]
             growth = ops[name0(d)]["attention"] - base["attention"]
@@ -418,7 +440,7 @@ if os.path.exists(pj) and os.path.exists(pl):
                    f"past d{d0} within its KV reads' time at the weights' rate (op profile, excess <= 1.0)",
                    f"attention {base['attention']:.3f} -> {ops[name0(d)]['attention']:.3f} ms/token for "
                    f"{extra_kv / 2**20:.1f} MiB more KV at {rate / 1e6:.1f} GB/s: excess "
-                   f"{'-' if ex is None else format(ex, '.2f')}", ex is not None and ex <= 1.0)
+                   f"{'-' if ex is None else format(ex, '.2f')}", None if ex is None else ex <= 1.0)
     summary["depth_profile"] = prof
 summary["targets"] = [{"target": t, "figure": f, "met": ok} for t, f, ok in targets]
 lines += ["", "## Targets (issue 5)", "", "| target | this run | met |", "|---|---|---|"]

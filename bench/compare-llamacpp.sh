@@ -26,7 +26,10 @@
 # token reads at that depth, from gemma4rt's JSON: (w + kv(d0)) / (w + kv(d))); "excess" is the
 # time a token gained beyond d0 over the time those extra KV bytes take at the rate the token
 # read its weights (1.0: decode falls by the KV reads alone, issue 5's "only by the full
-# layers' share").
+# layers' share"), each with two standard errors from the samples' spread (a verdict needs the
+# excess's interval to lie on one side of 1.0). Even rounds run the depths in reverse order in both
+# engines, so that neither depth always runs first in its process (the first test of a gemma4rt
+# process ran its matmuls 8-15% slower on this VM).
 #
 # Environment: GEMMA4RT_BIN (default build/gemma4rt, built with scripts/build.sh when missing),
 # GEMMA4RT_MODEL (default model), GEMMA4RT_CACHE, LLAMA_CPP_PYTHON_VERSION (default 0.3.36),
@@ -44,8 +47,9 @@ ROUNDS=2
 DEPTHS=0
 BUILD_ONLY=0
 
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d;s/^# \{0,1\}//'; }
 while (($#)); do
+  case "$1" in -m|-t|-r|-p|-n|-d|--rounds) (($# >= 2)) || { echo "compare-llamacpp: $1 needs a value" >&2; exit 2; } ;; esac
   case "$1" in
     -m) MODEL="$2"; shift 2 ;;
     -t) THREADS="$2"; shift 2 ;;
@@ -144,18 +148,22 @@ load1() { cut -d' ' -f1 /proc/loadavg; }
 if awk -v l="$(load1)" -v t="$THREADS" 'BEGIN { exit !(l > 0.5) }'; then
   log "warning: load average is $(load1) before starting; other processes will distort the figures"
 fi
+# Odd rounds run the depths as given, even rounds reversed.
+depths_of_round() {
+  if (($1 % 2)); then echo "$DEPTHS"; else echo "$DEPTHS" | tr ',' '\n' | tac | paste -sd, -; fi
+}
 run_g4() {
   local out="$OUT_DIR/gemma4rt.$1.json"
   echo "gemma4rt round $1: load $(load1)" >>"$OUT_DIR/load.txt"
   log "round $1: gemma4rt bench (load $(load1))"
-  "$G4" bench -m "$MODEL" -t "$THREADS" -p "$P" -n "$N" -d "$DEPTHS" -r "$REPS" --json >"$out" 2>"$OUT_DIR/gemma4rt.$1.log" \
+  "$G4" bench -m "$MODEL" -t "$THREADS" -p "$P" -n "$N" -d "$(depths_of_round "$1")" -r "$REPS" --json >"$out" 2>"$OUT_DIR/gemma4rt.$1.log" \
     || { log "gemma4rt bench failed:"; cat "$OUT_DIR/gemma4rt.$1.log" >&2; exit 1; }
 }
 run_llama() {
   local out="$OUT_DIR/llama.$1.json"
   echo "llama.cpp round $1: load $(load1)" >>"$OUT_DIR/load.txt"
   log "round $1: llama-bench (load $(load1))"
-  "$LLAMA_BENCH" -m "$MODEL" -t "$THREADS" -p "$P" -n "$N" -d "$DEPTHS" -r "$REPS" -o json >"$out" 2>"$OUT_DIR/llama.$1.log" \
+  "$LLAMA_BENCH" -m "$MODEL" -t "$THREADS" -p "$P" -n "$N" -d "$(depths_of_round "$1")" -r "$REPS" -o json >"$out" 2>"$OUT_DIR/llama.$1.log" \
     || { log "llama-bench failed:"; tail -20 "$OUT_DIR/llama.$1.log" >&2; exit 1; }
 }
 for ((k = 1; k <= ROUNDS; ++k)); do
@@ -244,31 +252,39 @@ if N > 0 and len(depths) > 1:
         for depth in depths[1:]:
             rs, g, l = g4_results("tg", N, depth), g4_samples("tg", N, depth), llama_samples("tg", N, depth)
             if not rs or not g or not l:
-                print(f"| {depth} | missing | | | | | | |")
+                print(f"| {depth} | missing (gemma4rt clamps a depth past the model's context: see its log) | | | | | | |")
                 continue
             kv = rs[0]["kv_bytes_per_token"]
             mg, ml = statistics.median(g), statistics.median(l)
             predicted = (w + kv0) / (w + kv)
             # Seconds a token gained past d0, over the extra KV bytes' seconds at the rate of d0's token.
             excess = (1 / mg - 1 / mg0) / ((kv - kv0) / ((w + kv0) * mg0)) if kv > kv0 else None
-            # Two standard errors of gemma4rt's ratio, from the spread of both depths' samples: where
-            # it exceeds the predicted fall, this run cannot tell the fall from the machine's noise.
+            # Two standard errors of gemma4rt's ratio, from the spread of both depths' samples (of the
+            # mean; the figures are medians, whose error is larger still), and of the excess, which
+            # moves by 1 / (ratio^2 (1 / predicted - 1)) per unit of the ratio. None with one sample.
             def rel_var(x):
-                return (statistics.stdev(x) / statistics.mean(x)) ** 2 / len(x) if len(x) > 1 else float("inf")
-            se2 = 2 * (mg / mg0) * (rel_var(g0) + rel_var(g)) ** 0.5
-            resolvable = se2 < 1 - predicted
+                return (statistics.stdev(x) / statistics.mean(x)) ** 2 / len(x) if len(x) > 1 else None
+            v0, vd = rel_var(g0), rel_var(g)
+            se2 = 2 * (mg / mg0) * (v0 + vd) ** 0.5 if v0 is not None and vd is not None else None
+            ex_se2 = se2 / ((mg / mg0) ** 2 * (1 / predicted - 1)) if se2 is not None and predicted < 1 else None
+            # A verdict only where the excess's interval lies on one side of 1.0.
+            verdict = None
+            if excess is not None and ex_se2 is not None:
+                verdict = True if excess + ex_se2 <= 1.0 else False if excess - ex_se2 > 1.0 else None
             fr = [x for r in rs for x in r.get("bandwidth_fraction_samples") or [] if x is not None]
             frac = statistics.median(fr) if fr else None
             depth_rows[str(depth)] = {"gemma4rt_ratio": mg / mg0, "predicted_ratio": predicted, "excess": excess,
                                       "llama.cpp_ratio": ml / ml0, "kv_bytes_per_token": kv, "weight_bytes_per_token": w,
-                                      "bandwidth_fraction": frac, "ratio_2se": se2, "resolvable": resolvable}
-            print(f"| {depth} | {mg:.2f} | {mg / mg0:.3f} ± {se2:.3f} | {predicted:.3f} | "
-                  f"{'-' if excess is None else format(excess, '.2f')} | "
+                                      "bandwidth_fraction": frac, "ratio_2se": se2, "excess_2se": ex_se2,
+                                      "met": verdict}
+            pm = lambda x: "" if x is None else f" ± {x:.3f}"
+            print(f"| {depth} | {mg:.2f} | {mg / mg0:.3f}{pm(se2)} | {predicted:.3f} | "
+                  f"{'-' if excess is None else format(excess, '.2f') + pm(ex_se2)} | "
                   f"{'-' if frac is None else format(100 * frac, '.1f') + '%'} | {ml:.2f} | {ml / ml0:.3f} |")
         print(f"(bytes per token: weights {w / 1e9:.3f} GB, KV {kv0 / 1e6:.1f} MB at d{d0}; excess 1.0 = decode falls by "
               "the extra KV reads alone at the token's own read rate; the bandwidth fraction counts the weights and the "
               "KV cache bytes a token reads at that depth, against the copy bandwidth measured after each repetition; "
-              "± two standard errors from the samples' spread: where that exceeds the predicted fall, the excess is noise)")
+              "± two standard errors from the samples' spread)")
         print()
     summary["depth"] = {"base": d0, "tg": N, "depths": depth_rows}
 g4_all = [json.load(open(f)) for f in sorted(glob.glob(os.path.join(out_dir, "gemma4rt.*.json")))]

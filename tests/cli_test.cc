@@ -559,7 +559,11 @@ TEST(CliTest, InfoKvCacheUsesTheSameContextAsTheOtherCommands) {
                     "f32 (8- and 4-bit caches such as q8_0 and q4_0 are not supported yet)\n");
   CliResult twice = RunCli("info --cache-type bf16 --cache-type f16");
   EXPECT_EQ(twice.status, 1) << twice.out;
-  EXPECT_NE(twice.out.find("K and V cache types differ (--cache-type bf16, --cache-type f16)"), std::string::npos) << twice.out;
+  EXPECT_NE(twice.out.find("--cache-type given twice with different types (--cache-type bf16, --cache-type f16)"),
+            std::string::npos) << twice.out;
+  CliResult k_twice = RunCli("info -ctk bf16 -ctk f16");  // both K: not "K and V differ"
+  EXPECT_EQ(k_twice.status, 1) << k_twice.out;
+  EXPECT_NE(k_twice.out.find("-ctk given twice with different types (-ctk bf16, -ctk f16)"), std::string::npos) << k_twice.out;
   CliResult same_twice = RunCli("info --cache-type bf16 --cache-type=bf16");
   ASSERT_EQ(same_twice.status, 0) << same_twice.out;
   EXPECT_NE(same_twice.out.find("(bf16)"), std::string::npos) << same_twice.out;
@@ -871,9 +875,51 @@ TEST(CliTest, BenchRunsOncePerCacheTypeOfAList) {
   EXPECT_NE(own.status, 0) << own.out;
   EXPECT_NE(own.out.find("q8_0"), std::string::npos) << own.out;
   EXPECT_EQ(own.out.find("tg2"), std::string::npos) << "refused before any run: " << own.out;
-  CliResult gen = RunCli("info -m " + Fixture("gemma4-e2b-tiny") + " -ctk f16,bf16");
-  EXPECT_EQ(gen.status, 1) << gen.out;
-  EXPECT_NE(gen.out.find("-ctk: 'f16,bf16' is not a KV cache type gemma4rt has"), std::string::npos) << gen.out;
+  // A repeated spelling appends its types, as llama-bench's repeats do; gemma4rt's own spelling
+  // with = (RunSweep drops it from the children's arguments) and a glued -t list.
+  CliResult rep = RunCli(m + " -ctk f16 -ctk bf16 -t1 --json");
+  ASSERT_EQ(rep.status, 0) << rep.out;
+  const nlohmann::json r = array_of(rep);
+  ASSERT_TRUE(r.is_array() && r.size() == 2u) << rep.out;
+  EXPECT_EQ(r[0]["type_k"], "f16");
+  EXPECT_EQ(r[1]["type_k"], "bf16");
+  CliResult eq = RunCli(m + " --cache-type=f32,f16 -t1,2 --json");
+  ASSERT_EQ(eq.status, 0) << eq.out;
+  const nlohmann::json e = array_of(eq);
+  ASSERT_TRUE(e.is_array() && e.size() == 4u) << eq.out;
+  EXPECT_EQ(e[0]["type_k"], "f32");
+  EXPECT_EQ(e[0]["threads"], 1);
+  EXPECT_EQ(e[3]["type_k"], "f16");
+  EXPECT_EQ(e[3]["threads"], 2);
+  CliResult empty = RunCli(m + " --cache-type f16,");  // CLI11 alone would drop the empty item
+  EXPECT_EQ(empty.status, 1) << empty.out;
+  EXPECT_NE(empty.out.find("--cache-type: '' is not a KV cache type"), std::string::npos) << empty.out;
+  for (const std::string cmd : {"info", "generate -p hi -n 1", "logits -p hi"}) {
+    for (const std::string flag : {"-ctk f16,bf16", "--cache-type f16,bf16"}) {
+      CliResult one = RunCli(cmd + " -m " + Fixture("gemma4-e2b-tiny") + " " + flag);
+      EXPECT_EQ(one.status, 1) << cmd << " " << flag << ": " << one.out;
+      EXPECT_NE(one.out.find(flag.substr(0, flag.find(' ')) + ": 'f16,bf16' is a list of cache types, which only "
+                             "`gemma4rt bench` runs"),
+                std::string::npos)
+          << cmd << " " << flag << ": " << one.out;
+    }
+  }
+}
+
+// llama-bench's multi-letter flags that gemma4rt bench lacks are named as such: CLI11 read `-ngl 99`
+// as -n "gl" ("--n-gen: Value gl not in range") and `-mmp 1` as -m "mp" (a fresh user).
+TEST(CliTest, BenchNamesLlamaBenchFlagsItDoesNotHave) {
+  const std::string m = "bench -m " + Fixture("gemma4-e2b-tiny") + " -p 0 -n 2 -r 1 --no-warmup --bw-mib 0";
+  for (const std::string flag : {"-ngl", "-pg", "-ts", "-ot", "-oe", "-nkvo", "-dev", "-mmp", "-sm", "-mg", "-fa", "-embd", "-nopo"}) {
+    CliResult r = RunCli(m + " " + flag + " 1");
+    EXPECT_EQ(r.status, 1) << flag << ": " << r.out;
+    EXPECT_NE(r.out.find("gemma4rt: error: INVALID_ARGUMENT: " + flag + " is llama-bench's"), std::string::npos)
+        << flag << ": " << r.out;
+    EXPECT_EQ(r.out.find("tg2"), std::string::npos) << flag << ": " << r.out;
+  }
+  CliResult value = RunCli("bench -m -ngl -p 0 -n 2");  // an option's value is left alone: no such model
+  EXPECT_NE(value.status, 0) << value.out;
+  EXPECT_NE(value.out.find("model '-ngl' does not exist"), std::string::npos) << value.out;
 }
 
 TEST(CliTest, BenchRefusesBandwidthBuffersLargerThanTheMemory) {

@@ -465,6 +465,40 @@ StatusOr<QualityResult> MeasureQuality(const std::string& path, const LoadOption
 // args: the command line as parsed (after RewriteLlamaSpellings; program name first); its -t/--threads
 // and --cache-type options are replaced, the values of app's other options kept as given.
 // Returns the first failing child's exit status (the rest are not run), else 0.
+// Set in RunSweep's children, whose arguments name one cache type and one thread count: a child
+// that still asked for a sweep (a flag RunSweep failed to replace) would fork without end.
+constexpr const char* kSweepChildEnv = "GEMMA4RT_BENCH_SWEEP_CHILD";
+
+// llama-bench's multi-letter flags that gemma4rt bench does not have, with what they do there:
+// CLI11 would read `-ngl 99` as -n "gl" and `-mmp 1` as -m "mp", and name the wrong flag.
+// InvalidArgument naming the first one in args (program name first; the values of app's options
+// that take one are left alone).
+Status CheckLlamaBenchOnlyFlags(const CLI::App& app, const std::vector<std::string>& args) {
+  static const std::pair<const char*, const char*> kFlags[] = {
+      {"-ngl", "GPU layers; gemma4rt runs on the CPU"},
+      {"-pg", "prompt + generation tests; give -p and -n"},
+      {"-ts", "tensor split across GPUs"},
+      {"-ot", "tensor buffer overrides"},
+      {"-oe", "second output format on stderr"},
+      {"-nkvo", "KV cache kept off the GPU"},
+      {"-dev", "devices; gemma4rt runs on the CPU"},
+      {"-mmp", "mmap 0/1; gemma4rt has --mmap and --no-mmap"},
+      {"-sm", "GPU split mode"},
+      {"-mg", "main GPU"},
+      {"-fa", "flash attention; gemma4rt's attention is always one fused pass over the cache"},
+      {"-embd", "embeddings mode"},
+      {"-nopo", "op offload to the GPU"},
+  };
+  for (size_t i = 1; i < args.size(); ++i) {
+    for (const auto& [flag, what] : kFlags)
+      if (args[i] == flag || args[i].rfind(std::string(flag) + "=", 0) == 0)
+        return InvalidArgument(std::string(flag) + " is llama-bench's (" + what + "), not a gemma4rt bench flag; "
+                               "gemma4rt bench takes -m -t -p -n -d -r -ub -ctk/-ctv -o/--json (see --help)");
+    if (i + 1 < args.size() && TakesValue(app, args[i])) ++i;  // its value, as given
+  }
+  return OkStatus();
+}
+
 int RunSweep(const CLI::App& app, const std::vector<std::string>& args, const std::vector<int>& counts,
              const std::vector<std::string>& types, bool json) {
   std::vector<std::string> rest;
@@ -496,6 +530,7 @@ int RunSweep(const CLI::App& app, const std::vector<std::string>& args, const st
     const pid_t pid = fork();
     if (pid < 0) return Fail(Internal(std::string("fork: ") + std::strerror(errno)));
     if (pid == 0) {
+      setenv(kSweepChildEnv, "1", 1);  // a child that would sweep again is refused (BenchMain)
       if (json) {
         dup2(out[1], STDOUT_FILENO);
         close(out[0]);
@@ -597,6 +632,7 @@ int BenchMain(int argc, char** argv) {
   args.insert(args.end(), argv, argv + argc);
   auto rewritten = RewriteLlamaSpellings(app, args, "-ub", "--ubatch-size", /*cache_type_lists=*/true);
   if (!rewritten.ok()) return Fail(rewritten.status());
+  if (Status st = CheckLlamaBenchOnlyFlags(app, *rewritten); !st.ok()) return Fail(st);
   std::vector<char*> cargv;
   for (std::string& a : *rewritten) cargv.push_back(a.data());
   try {
@@ -605,6 +641,8 @@ int BenchMain(int argc, char** argv) {
     return ExitOnParseError(app, e);
   }
   if (thread_list.size() > 1 || cache_types.size() > 1) {
+    if (std::getenv(kSweepChildEnv) != nullptr)
+      return Fail(Internal("a bench child of a -t or cache-type list asked for another list; refusing to fork again"));
     if (thread_list.empty()) thread_list.push_back(0);
     return RunSweep(app, *rewritten, thread_list, cache_types, json_flag || output == "json");
   }

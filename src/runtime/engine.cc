@@ -55,8 +55,9 @@ StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(std::vector<std::stri
   // than once or with an alias (else CLI11 would refuse a second --cache-type although all agree).
   static const char* const kSpellings[] = {"-ctk", "-ctv", "--cache-type-k", "--cache-type-v", "--cache-type"};
   std::vector<std::string> out;
-  std::vector<std::pair<std::string, std::string>> given;  // (spelling, value)
+  std::vector<std::pair<std::string, std::string>> given;  // (spelling, value), one per spelling
   bool alias = false;
+  int occurrences = 0;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     bool taken = false;
@@ -73,9 +74,14 @@ StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(std::vector<std::stri
       } else {
         continue;
       }
+      // One type per flag outside bench (a list runs bench once per type).
+      if (!lists && value.find(',') != std::string::npos)
+        return InvalidArgument(name + ": '" + value + "' is a list of cache types, which only `gemma4rt bench` runs "
+                               "(once per type); give one type: f16, bf16 or f32");
       // An alias's value is checked here, under the name the user typed (CLI11 would name --cache-type);
-      // with lists, each type of a comma-separated list (bench's sweep, as llama-bench's).
-      if (!own) {
+      // with lists, each type of a comma-separated list (bench's sweep, as llama-bench's), and those
+      // of --cache-type too (CLI11 would drop an empty item).
+      if (!own || lists) {
         std::vector<std::string> types{value};
         if (lists) types = SplitCacheTypeList(value);
         for (const std::string& t : types)
@@ -83,7 +89,18 @@ StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(std::vector<std::stri
             return InvalidArgument(name + ": '" + t + "' is not a KV cache type gemma4rt has: f16, bf16 or f32 "
                                    "(8- and 4-bit caches such as q8_0 and q4_0 are not supported yet)");
       }
-      given.emplace_back(name, value);
+      // The same spelling again: with lists its types join the list (llama-bench appends repeats);
+      // otherwise a second, different type is refused as such.
+      auto same = std::find_if(given.begin(), given.end(), [&](const auto& g) { return g.first == name; });
+      if (same == given.end()) {
+        given.emplace_back(name, value);
+      } else if (lists) {
+        same->second += "," + value;
+      } else if (same->second != value) {
+        return InvalidArgument(name + " given twice with different types (" + name + " " + same->second + ", " + name +
+                               " " + value + "): give one type, f16, bf16 or f32");
+      }
+      ++occurrences;
       alias = alias || !own;
       taken = true;
       break;
@@ -92,7 +109,7 @@ StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(std::vector<std::stri
     out.push_back(a);
     if (takes_value && i + 1 < args.size() && takes_value(a)) out.push_back(args[++i]);  // its value, as given
   }
-  if (!alias && given.size() <= 1) return args;  // --cache-type once or not at all: CLI11 checks it
+  if (!alias && occurrences <= 1) return args;  // --cache-type once or not at all: CLI11 checks it
   for (const auto& [name, value] : given)
     if (value != given[0].second)
       return InvalidArgument("K and V cache types differ (" + given[0].first + " " + given[0].second + ", " + name + " " +

@@ -57,9 +57,12 @@ const char* CacheTypeName(DType type);
 // every `--cache-type T` joins the check (one flag is emitted). Other arguments are returned
 // unchanged, and so is the argument after one for which takes_value says true (an option that
 // consumes the next argument as its value: `-p -ctk` keeps the prompt "-ctk"); without
-// takes_value every argument is looked at. lists (bench): a value may be a comma-separated list
-// of types (`-ctk f16,bf16`, a sweep as in llama-bench), each checked; K and V must then name the
-// same list (compared as written), which is emitted as one `--cache-type f16,bf16`.
+// takes_value every argument is looked at. Without lists a value holding a comma is refused (a
+// list is bench's), and so is one spelling given twice with different types. lists (bench): a
+// value may be a comma-separated list of types (`-ctk f16,bf16`, a sweep as in llama-bench), each
+// checked (--cache-type's too); a spelling given again appends its types (as llama-bench's
+// repeats); K and V must then name the same list (compared as written), which is emitted as one
+// `--cache-type f16,bf16`.
 StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(
     std::vector<std::string> args, const std::function<bool(const std::string&)>& takes_value = {}, bool lists = false);
 // "a,b" -> {"a", "b"} ("" -> {""}; empty items kept, for the caller's check to name them).
