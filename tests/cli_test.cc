@@ -906,6 +906,34 @@ TEST(CliTest, BenchRunsOncePerCacheTypeOfAList) {
   }
 }
 
+// llama-bench's -ub takes a list too (a fresh user's `-ub 16,32` got CLI11's range message): the
+// whole bench once per prefill chunk, the chunk varying slowest.
+TEST(CliTest, BenchRunsOncePerUbatchOfAList) {
+  const std::string m = "bench -m " + Fixture("gemma4-e2b-tiny") + " -p 16 -n 0 -r 1 --no-warmup --bw-mib 0";
+  CliResult js = RunCli(m + " -ub 8,16 -t 2,1 --json");
+  ASSERT_EQ(js.status, 0) << js.out;
+  const size_t open = js.out.find("\n[\n"), close = js.out.rfind("]");
+  ASSERT_TRUE(open != std::string::npos && close != std::string::npos) << js.out;
+  const nlohmann::json a = nlohmann::json::parse(js.out.substr(open + 1, close - open), nullptr, false);
+  ASSERT_TRUE(a.is_array() && a.size() == 4u) << js.out;
+  const int ub[] = {8, 8, 16, 16}, threads[] = {2, 1, 2, 1};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(a[i]["n_ubatch"], ub[i]) << i;
+    EXPECT_EQ(a[i]["threads"], threads[i]) << i;
+    EXPECT_GT(a[i]["pp16"].get<double>(), 0.0) << i;
+  }
+  CliResult md = RunCli(m + " -t 1 --ubatch-size=8,16");
+  ASSERT_EQ(md.status, 0) << md.out;
+  const size_t eight = md.out.find("|       1 |        8 |             pp16 |"),
+               sixteen = md.out.find("|       1 |       16 |             pp16 |");
+  EXPECT_NE(eight, std::string::npos) << md.out;
+  EXPECT_NE(sixteen, std::string::npos) << md.out;
+  EXPECT_LT(eight, sixteen) << md.out;
+  CliResult bad = RunCli(m + " -ub 8,0");
+  EXPECT_NE(bad.status, 0) << bad.out;
+  EXPECT_EQ(bad.out.find("pp16"), std::string::npos) << "refused before any run: " << bad.out;
+}
+
 // llama-bench's multi-letter flags that gemma4rt bench lacks are named as such: CLI11 read `-ngl 99`
 // as -n "gl" ("--n-gen: Value gl not in range") and `-mmp 1` as -m "mp" (a fresh user).
 TEST(CliTest, BenchNamesLlamaBenchFlagsItDoesNotHave) {

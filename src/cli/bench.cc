@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <tuple>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -457,11 +458,12 @@ StatusOr<QualityResult> MeasureQuality(const std::string& path, const LoadOption
   return r;
 }
 
-// `bench ARGS` once per KV cache type of `types` and, for each, per thread count of `counts`
-// (llama-bench's order: the thread count varies fastest), each in a child process
-// (`/proc/self/exe bench ... --cache-type C -t T`), so that each loads the model itself and reports
-// its own peak RSS, sharing this process's stderr, and its stdout (a table per run) unless
-// `json`: then the children's objects are printed as one JSON array, as llama-bench's `-o json`.
+// `bench ARGS` once per prefill chunk of `ubatches`, KV cache type of `types` and thread count of
+// `counts` (llama-bench's order: the thread count varies fastest, the chunk slowest), each in a
+// child process (`/proc/self/exe bench ... --ubatch-size U --cache-type C -t T`), so that each
+// loads the model itself and reports its own peak RSS, sharing this process's stderr, and its
+// stdout (a table per run) unless `json`: then the children's objects are printed as one JSON
+// array, as llama-bench's `-o json`.
 // args: the command line as parsed (after RewriteLlamaSpellings; program name first); its -t/--threads
 // and --cache-type options are replaced, the values of app's other options kept as given.
 // Returns the first failing child's exit status (the rest are not run), else 0.
@@ -500,27 +502,36 @@ Status CheckLlamaBenchOnlyFlags(const CLI::App& app, const std::vector<std::stri
 }
 
 int RunSweep(const CLI::App& app, const std::vector<std::string>& args, const std::vector<int>& counts,
-             const std::vector<std::string>& types, bool json) {
+             const std::vector<std::string>& types, const std::vector<int>& ubatches, bool json) {
   std::vector<std::string> rest;
   for (size_t i = 1; i < args.size(); ++i) {
     const std::string& a = args[i];
-    if (a == "-t" || a == "--threads" || a == "--cache-type") {
+    if (a == "-t" || a == "--threads" || a == "--cache-type" || a == "--ubatch-size") {
       ++i;  // and its value
       continue;
     }
-    if (a.rfind("--threads=", 0) == 0 || a.rfind("--cache-type=", 0) == 0 || (a.size() > 2 && a.rfind("-t", 0) == 0 && a[2] != '-'))
-      continue;  // -t1,2, --threads=1,2, --cache-type=f16,bf16
+    if (a.rfind("--threads=", 0) == 0 || a.rfind("--cache-type=", 0) == 0 || a.rfind("--ubatch-size=", 0) == 0 ||
+        (a.size() > 2 && a.rfind("-t", 0) == 0 && a[2] != '-'))
+      continue;  // -t1,2, --threads=1,2, --cache-type=f16,bf16, --ubatch-size=256,512 (-ub's rewrite)
     rest.push_back(a);
     if (i + 1 < args.size() && cli::TakesValue(app, a)) rest.push_back(args[++i]);  // its value, as given
   }
-  std::vector<std::pair<std::string, int>> runs;
-  for (const std::string& type : types)
-    for (int t : counts) runs.emplace_back(type, t);
+  std::vector<std::tuple<int, std::string, int>> runs;
+  for (int ub : ubatches)
+    for (const std::string& type : types)
+      for (int t : counts) runs.emplace_back(ub, type, t);
   std::vector<std::string> objects;
-  for (const auto& [type, t] : runs) {
+  auto print_objects = [&] {
+    if (!json) return;
+    std::printf("[\n");
+    for (size_t i = 0; i < objects.size(); ++i) std::printf("%s%s\n", objects[i].c_str(), i + 1 < objects.size() ? "," : "");
+    std::printf("]\n");
+    std::fflush(stdout);
+  };
+  for (const auto& [ub, type, t] : runs) {
     std::vector<std::string> child{"gemma4rt", "bench"};
     child.insert(child.end(), rest.begin(), rest.end());
-    child.insert(child.end(), {"--cache-type", type, "-t", std::to_string(t)});
+    child.insert(child.end(), {"--ubatch-size", std::to_string(ub), "--cache-type", type, "-t", std::to_string(t)});
     std::vector<char*> cargs;
     for (std::string& a : child) cargs.push_back(a.data());
     cargs.push_back(nullptr);
@@ -540,9 +551,9 @@ int RunSweep(const CLI::App& app, const std::vector<std::string>& args, const st
       std::fprintf(stderr, "gemma4rt bench: cannot run /proc/self/exe: %s\n", std::strerror(errno));
       _exit(127);
     }
+    std::string text;
     if (json) {
       close(out[1]);
-      std::string text;
       char buf[65536];
       for (ssize_t n; (n = read(out[0], buf, sizeof buf)) != 0;) {
         if (n < 0 && errno == EINTR) continue;
@@ -551,19 +562,18 @@ int RunSweep(const CLI::App& app, const std::vector<std::string>& args, const st
       }
       close(out[0]);
       while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-      objects.push_back(std::move(text));
     }
     int status = 0;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
     }
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-    if (code != 0) return code;
+    if (code != 0) {  // the runs that finished still print, as one valid array
+      print_objects();
+      return code;
+    }
+    if (json) objects.push_back(std::move(text));
   }
-  if (json) {
-    std::printf("[\n");
-    for (size_t i = 0; i < objects.size(); ++i) std::printf("%s%s\n", objects[i].c_str(), i + 1 < objects.size() ? "," : "");
-    std::printf("]\n");
-  }
+  print_objects();
   return 0;
 }
 
@@ -575,7 +585,8 @@ int BenchMain(int argc, char** argv) {
   std::string model = DefaultModelPath(), output = "md";
   int threads = 0;
   std::vector<int> n_prompt{512}, n_gen{128}, depths{0};
-  int reps = 3, ubatch = 512, bw_mib = 1024, bw_iters = 5;
+  int reps = 3, bw_mib = 1024, bw_iters = 5;
+  std::vector<int> ubatches{512};
   uint64_t seed = 1234;
   bool json_flag = false, no_warmup = false, quality = false, f32_activations = false;
   std::string quantize;
@@ -613,7 +624,9 @@ int BenchMain(int argc, char** argv) {
   app.add_option("-d,--depth,--n-depth", depths, "tokens already in the KV cache before measuring, comma-separated list "
                  "(clamped to the model's context)")->delimiter(',')->check(CLI::Range(0, 1 << 24));
   app.add_option("-r,--repetitions", reps, "repetitions of each test; the median is reported")->check(CLI::Range(1, 1000));
-  app.add_option("--ubatch-size", ubatch, "prefill chunk in tokens (Engine prefill_chunk; -ub works too)")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--ubatch-size", ubatches, "prefill chunk in tokens (Engine prefill_chunk; -ub works too); a "
+                 "comma-separated list runs the whole bench once per size, each in its own process")
+      ->delimiter(',')->check(CLI::Range(1, 1 << 20));
   app.add_option("-o,--output", output, "output format: md (table) or json")->check(CLI::IsMember({"md", "json"}));
   app.add_flag("--json", json_flag, "same as -o json: one JSON object on stdout");
   app.add_option("--seed", seed, "seed of the random token ids");
@@ -640,12 +653,13 @@ int BenchMain(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return ExitOnParseError(app, e);
   }
-  if (thread_list.size() > 1 || cache_types.size() > 1) {
+  if (thread_list.size() > 1 || cache_types.size() > 1 || ubatches.size() > 1) {
     if (std::getenv(kSweepChildEnv) != nullptr)
       return Fail(Internal("a bench child of a -t or cache-type list asked for another list; refusing to fork again"));
     if (thread_list.empty()) thread_list.push_back(0);
-    return RunSweep(app, *rewritten, thread_list, cache_types, json_flag || output == "json");
+    return RunSweep(app, *rewritten, thread_list, cache_types, ubatches, json_flag || output == "json");
   }
+  const int ubatch = ubatches.empty() ? 512 : ubatches[0];
   if (!thread_list.empty()) threads = thread_list[0];
   const std::string cache_type = cache_types.empty() ? kDefaultCacheType : cache_types[0];
   threads = ResolveThreadCount(threads);
