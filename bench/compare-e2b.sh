@@ -366,7 +366,6 @@ for name, e in rows:
         r = e.get(f"ratio_{k}")
         if r is not None:
             target(f"E2B {name} {'decode' if k == 'tg' else 'prefill'} >= 1.0x llama.cpp", f"{r:.2f}x", r >= 1.0)
-    rss = None
     d = os.path.join(out, name.split()[0]) if name.endswith("GGUF") else os.path.join(out, "hf-bf16")
     js = [json.load(open(f)) for f in glob.glob(os.path.join(d, "gemma4rt*.json"))]
     if js:

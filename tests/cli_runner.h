@@ -41,4 +41,13 @@ inline nlohmann::json BenchJson(const CliResult& r) {
   return nlohmann::json::parse(r.out.substr(b, e - b + 1), nullptr, /*allow_exceptions=*/false);
 }
 
+// The JSON array that bench prints for a -t, cache-type or -ub list (after the children's logs,
+// which share the output); null where there is none.
+inline nlohmann::json BenchJsonArray(const CliResult& r) {
+  const size_t b = r.out.find("\n[\n");
+  const size_t e = r.out.rfind(']');
+  if (b == std::string::npos || e == std::string::npos || e < b) return nullptr;
+  return nlohmann::json::parse(r.out.substr(b + 1, e - b), nullptr, /*allow_exceptions=*/false);
+}
+
 }  // namespace g4::test_util

@@ -814,9 +814,7 @@ TEST(CliTest, BenchRunsOncePerThreadCountOfAList) {
   EXPECT_LT(one, two) << "in the list's order: " << md.out;
   CliResult js = RunCli(m + " --threads=2,1 --json");
   ASSERT_EQ(js.status, 0) << js.out;
-  const size_t open = js.out.find("\n[\n"), close = js.out.rfind("]");  // the logs (stderr) come first
-  ASSERT_TRUE(open != std::string::npos && close != std::string::npos) << js.out;
-  const nlohmann::json a = nlohmann::json::parse(js.out.substr(open + 1, close - open), nullptr, false);
+  const nlohmann::json a = BenchJsonArray(js);
   ASSERT_TRUE(a.is_array()) << js.out;
   ASSERT_EQ(a.size(), 2u) << js.out;
   EXPECT_EQ(a[0]["threads"], 2);
@@ -834,14 +832,9 @@ TEST(CliTest, BenchRunsOncePerThreadCountOfAList) {
 // the other commands, which run once, take no list.
 TEST(CliTest, BenchRunsOncePerCacheTypeOfAList) {
   const std::string m = "bench -m " + Fixture("gemma4-e2b-tiny") + " -p 0 -n 2 -r 1 --no-warmup --bw-mib 0";
-  auto array_of = [](const CliResult& r) {
-    const size_t open = r.out.find("\n[\n"), close = r.out.rfind("]");  // the logs (stderr) come first
-    if (open == std::string::npos || close == std::string::npos) return nlohmann::json();
-    return nlohmann::json::parse(r.out.substr(open + 1, close - open), nullptr, false);
-  };
   CliResult js = RunCli(m + " -ctk f16,bf16 -t 2,1 --json");
   ASSERT_EQ(js.status, 0) << js.out;
-  const nlohmann::json a = array_of(js);
+  const nlohmann::json a = BenchJsonArray(js);
   ASSERT_TRUE(a.is_array()) << js.out;
   ASSERT_EQ(a.size(), 4u) << js.out;
   const char* types[] = {"f16", "f16", "bf16", "bf16"};
@@ -879,13 +872,13 @@ TEST(CliTest, BenchRunsOncePerCacheTypeOfAList) {
   // with = (RunSweep drops it from the children's arguments) and a glued -t list.
   CliResult rep = RunCli(m + " -ctk f16 -ctk bf16 -t1 --json");
   ASSERT_EQ(rep.status, 0) << rep.out;
-  const nlohmann::json r = array_of(rep);
+  const nlohmann::json r = BenchJsonArray(rep);
   ASSERT_TRUE(r.is_array() && r.size() == 2u) << rep.out;
   EXPECT_EQ(r[0]["type_k"], "f16");
   EXPECT_EQ(r[1]["type_k"], "bf16");
   CliResult eq = RunCli(m + " --cache-type=f32,f16 -t1,2 --json");
   ASSERT_EQ(eq.status, 0) << eq.out;
-  const nlohmann::json e = array_of(eq);
+  const nlohmann::json e = BenchJsonArray(eq);
   ASSERT_TRUE(e.is_array() && e.size() == 4u) << eq.out;
   EXPECT_EQ(e[0]["type_k"], "f32");
   EXPECT_EQ(e[0]["threads"], 1);
@@ -912,9 +905,7 @@ TEST(CliTest, BenchRunsOncePerUbatchOfAList) {
   const std::string m = "bench -m " + Fixture("gemma4-e2b-tiny") + " -p 16 -n 0 -r 1 --no-warmup --bw-mib 0";
   CliResult js = RunCli(m + " -ub 8,16 -t 2,1 --json");
   ASSERT_EQ(js.status, 0) << js.out;
-  const size_t open = js.out.find("\n[\n"), close = js.out.rfind("]");
-  ASSERT_TRUE(open != std::string::npos && close != std::string::npos) << js.out;
-  const nlohmann::json a = nlohmann::json::parse(js.out.substr(open + 1, close - open), nullptr, false);
+  const nlohmann::json a = BenchJsonArray(js);
   ASSERT_TRUE(a.is_array() && a.size() == 4u) << js.out;
   const int ub[] = {8, 8, 16, 16}, threads[] = {2, 1, 2, 1};
   for (size_t i = 0; i < 4; ++i) {

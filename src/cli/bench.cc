@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <tuple>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -23,6 +22,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -458,15 +458,6 @@ StatusOr<QualityResult> MeasureQuality(const std::string& path, const LoadOption
   return r;
 }
 
-// `bench ARGS` once per prefill chunk of `ubatches`, KV cache type of `types` and thread count of
-// `counts` (llama-bench's order: the thread count varies fastest, the chunk slowest), each in a
-// child process (`/proc/self/exe bench ... --ubatch-size U --cache-type C -t T`), so that each
-// loads the model itself and reports its own peak RSS, sharing this process's stderr, and its
-// stdout (a table per run) unless `json`: then the children's objects are printed as one JSON
-// array, as llama-bench's `-o json`.
-// args: the command line as parsed (after RewriteLlamaSpellings; program name first); its -t/--threads
-// and --cache-type options are replaced, the values of app's other options kept as given.
-// Returns the first failing child's exit status (the rest are not run), else 0.
 // Set in RunSweep's children, whose arguments name one cache type and one thread count: a child
 // that still asked for a sweep (a flag RunSweep failed to replace) would fork without end.
 constexpr const char* kSweepChildEnv = "GEMMA4RT_BENCH_SWEEP_CHILD";
@@ -501,6 +492,16 @@ Status CheckLlamaBenchOnlyFlags(const CLI::App& app, const std::vector<std::stri
   return OkStatus();
 }
 
+// `bench ARGS` once per prefill chunk of `ubatches`, KV cache type of `types` and thread count of
+// `counts` (llama-bench's order: the thread count varies fastest, the chunk slowest), each in a
+// child process (`/proc/self/exe bench ... --ubatch-size U --cache-type C -t T`), so that each
+// loads the model itself and reports its own peak RSS, sharing this process's stderr, and its
+// stdout (a table per run) unless `json`: then the children's objects are printed as one JSON
+// array, as llama-bench's `-o json`.
+// args: the command line as parsed (after RewriteLlamaSpellings; program name first); its
+// -t/--threads, --cache-type and --ubatch-size options are replaced, the values of app's other
+// options kept as given. Returns the first failing child's exit status (the rest are not run;
+// with json the finished runs still print, as one array), else 0.
 int RunSweep(const CLI::App& app, const std::vector<std::string>& args, const std::vector<int>& counts,
              const std::vector<std::string>& types, const std::vector<int>& ubatches, bool json) {
   std::vector<std::string> rest;
@@ -655,7 +656,7 @@ int BenchMain(int argc, char** argv) {
   }
   if (thread_list.size() > 1 || cache_types.size() > 1 || ubatches.size() > 1) {
     if (std::getenv(kSweepChildEnv) != nullptr)
-      return Fail(Internal("a bench child of a -t or cache-type list asked for another list; refusing to fork again"));
+      return Fail(Internal("a bench child of a -t, cache-type or -ub list asked for another list; refusing to fork again"));
     if (thread_list.empty()) thread_list.push_back(0);
     return RunSweep(app, *rewritten, thread_list, cache_types, ubatches, json_flag || output == "json");
   }

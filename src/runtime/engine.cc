@@ -39,6 +39,9 @@ const char* CacheTypeName(DType type) {
   }
 }
 
+namespace {
+
+// "a,b" -> {"a", "b"}; "" -> {""}, empty items kept, for the caller's check to name them.
 std::vector<std::string> SplitCacheTypeList(const std::string& list) {
   std::vector<std::string> out;
   size_t start = 0;
@@ -47,6 +50,8 @@ std::vector<std::string> SplitCacheTypeList(const std::string& list) {
   out.push_back(list.substr(start));
   return out;
 }
+
+}  // namespace
 
 StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(std::vector<std::string> args,
                                                             const std::function<bool(const std::string&)>& takes_value,

@@ -65,8 +65,6 @@ const char* CacheTypeName(DType type);
 // `--cache-type f16,bf16`.
 StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(
     std::vector<std::string> args, const std::function<bool(const std::string&)>& takes_value = {}, bool lists = false);
-// "a,b" -> {"a", "b"} ("" -> {""}; empty items kept, for the caller's check to name them).
-std::vector<std::string> SplitCacheTypeList(const std::string& list);
 
 // The context every command uses when -c is 0 or not given: the model's max_position_embeddings,
 // capped at kDefaultContextCap tokens (the KV cache is allocated for it up front).
