@@ -215,9 +215,13 @@ TEST_P(KernelsQ8Test, EachRowIsIndependentOfTheBatch) {
     SCOPED_TRACE(dotprod ? "Arm dot product (if any)" : "Arm dot product off");
     cpu::SetArmDotprodForTest(dotprod);
     std::mt19937 rng(5);
-    const int K = 512, M = 9, rows = 11;  // tiles of 8 + 3 (portable path), 6 + 5 (AVX2/AVX-512)
+    const int M = 9, rows = 11;  // tiles of 8 + 3 (portable path), 6 + 5 (AVX2/AVX-512)
+    // K of one, two and three superblocks: the one-row K-quant kernel's pipeline (AVX-512) has a
+    // prologue and an epilogue around its loop.
+    for (int K : {256, 512, 768})
     for (int group : {32, 256})
     for (DType t : kQ8Types) {
+      SCOPED_TRACE("K=" + std::to_string(K));
       const std::vector<uint8_t> w = RandomWeights(t, M, K, rng);
       const std::vector<float> x = RandomActs(rows, K, rng);
       std::vector<cpu::ActBlockQ8> xq(static_cast<size_t>(rows) * K / 32);

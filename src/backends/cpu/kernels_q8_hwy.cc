@@ -883,62 +883,78 @@ HWY_INLINE __m512i ScaleControl(const int (&lo)[4], const int (&hi)[4]) {
 // sums spare the sign change, so [d | dmin] is one vpermps of the converted pair: BM_Q8
 // single-threaded, three alternating rounds, 6144 x 1536 by 64 rows 9.03-9.26 -> 8.50-8.63 ms,
 // decode of 512 x 1536 (in L2) 22.9-24.6 -> 21.9-22.9 us, the same bits.
-template <int R, bool kVnni>
-HWY_NOINLINE void Q4KRows(const ActSuperblockQ8* xa, size_t nsb, int m0, int m1, const uint8_t* w, size_t row_bytes,
-                          float scale, float* y, size_t ldy) {
+// One activation row against one weight superblock, before the float tail: the i32 lanes of the
+// scaled products (16), the lanes of the format's second term (8: Q4_K's negated mins, Q6_K's
+// offset), and the multipliers of the folded lanes (d * dx, and Q4_K's dmin * dx).
+struct KQuantPart {
+  __m512i i;
+  __m256i extra;
+  __m256 mul;
+};
+
+// Q4_K's kernel: Decode unpacks a weight superblock once (for every activation row of a tile),
+// Dot takes one activation row to a KQuantPart, Accumulate adds it into the row's accumulator
+// (fold, conversion, multiply-add: the tail). Constants built once per kernel object.
+template <bool kVnni>
+struct Q4KKernel {
+  static constexpr size_t kBytes = FmtQ4K::kBytes;
+  struct Superblock {
+    __m512i u[4];    // nibbles: [units 0 | 2], [1 | 3], [4 | 6], [5 | 7] (ActSuperblockQ8's Q4_K order)
+    __m512i sa, sb;  // the scales of the packed quads' i16 lanes
+    __m256i mn;      // mn_j zero-extended into i16 lanes 2j and 2j + 1
+    __m256 dm;       // [d x 4 | dmin x 4]
+  };
+  HWY_INLINE Q4KKernel() {}  // user-provided: the members' initialisers compiled for this target
   const __m512i m15 = _mm512_set1_epi8(15);
   // Packed registers: [units 0 | 1] in 128-bit lanes 0-1, [2 | 3] in lanes 2-3 (then 4-7).
   const __m512i ca = ScaleControl<false>({0, 0, 2, 2}, {1, 1, 3, 3});
   const __m512i cb = ScaleControl<false>({4, 4, 6, 6}, {5, 5, 7, 7});
-  // mn_j zero-extended into i16 lanes 2j and 2j + 1.
   const __m256i mins = _mm256_setr_epi8(8, -128, 8, -128, 9, -128, 9, -128, 10, -128, 10, -128, 11, -128, 11, -128,
                                         12, -128, 12, -128, 13, -128, 13, -128, 14, -128, 14, -128, 15, -128, 15, -128);
   const __m128i m6 = _mm_set1_epi8(0x3f), m4 = _mm_set1_epi8(0x0f), m2 = _mm_set1_epi8(0x30);
   const __m128i shift = _mm_setr_epi32(0, 4, 0, 0);
   const __m256i spread_dm = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
-  const uint8_t* end = w + static_cast<size_t>(m1) * row_bytes;
-  PrefetchRangeStart(w + static_cast<size_t>(m0) * row_bytes, end, kRowPrefetchBytes);
-  for (int m = m0; m < m1; ++m) {
-    const uint8_t* row = w + static_cast<size_t>(m) * row_bytes;
-    __m256 acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-    for (size_t ib = 0; ib < nsb; ++ib) {
-      const uint8_t* b = row + ib * FmtQ4K::kBytes;
-      PrefetchRowsAhead<FmtQ4K::kBytes>(b);
-      const __m512i v0 = _mm512_loadu_si512(b + 16), v1 = _mm512_loadu_si512(b + 80);
-      const __m512i u02 = _mm512_and_si512(v0, m15), u13 = _mm512_and_si512(_mm512_srli_epi16(v0, 4), m15);
-      const __m512i u46 = _mm512_and_si512(v1, m15), u57 = _mm512_and_si512(_mm512_srli_epi16(v1, 4), m15);
-      // ScaleMinK4's fields from the 12 bytes at b + 4 (words w0, w1, w2): sc_0..3 = w0 & 63,
-      // mn_0..3 = w1 & 63, sc_4..7 = (w2 & 15) | (w0 >> 6) << 4, mn_4..7 = (w2 >> 4) | (w1 >> 6) << 4.
-      const __m128i f = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 4));
-      const __m128i lo = _mm_and_si128(f, m6);
-      const __m128i hi = _mm_or_si128(_mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(f, 0xAA), shift), m4),
-                                      _mm_and_si128(_mm_srli_epi32(f, 2), m2));
-      const __m128i sm = _mm_unpacklo_epi32(lo, hi);  // bytes sc_0..7, mn_0..7
-      const __m512i sm4 = _mm512_broadcast_i32x4(sm);
-      const __m512i sa = _mm512_shuffle_epi8(sm4, ca), sb = _mm512_shuffle_epi8(sm4, cb);
-      const __m256i mn = _mm256_shuffle_epi8(_mm512_castsi512_si256(sm4), mins);
-      uint32_t dbits;
-      std::memcpy(&dbits, b, 4);
-      const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dbits)));  // d, dmin (as HalfQ8)
-      // [d x 4 | dmin x 4]: the multipliers of the sums' and the (negated) mins' lanes.
-      const __m256 dm = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(dd), spread_dm);
-      for (int r = 0; r < R; ++r) {
-        const ActSuperblockQ8& a = xa[2 * (static_cast<size_t>(r) * nsb + ib)];
-        const auto xv = [&](int k) { return _mm512_load_si512(a.q[k]); };
-        const __m512i pa = _mm512_packs_epi32(Quads<kVnni>(u02, xv(0)), Quads<kVnni>(u13, xv(1)));
-        const __m512i pb = _mm512_packs_epi32(Quads<kVnni>(u46, xv(2)), Quads<kVnni>(u57, xv(3)));
-        const __m512i i = DotI16<kVnni>(_mm512_madd_epi16(pa, sa), pb, sb);
-        const __m256i mi = _mm256_madd_epi16(mn, _mm256_load_si256(reinterpret_cast<const __m256i*>(a.s)));
-        // [sums folded to 4 lanes | mins folded to 4 lanes] (exact), converted and multiplied-added.
-        const __m256i i8 = FoldI32(i);
-        const __m256i both = _mm256_add_epi32(_mm256_permute2x128_si256(i8, mi, 0x20), _mm256_permute2x128_si256(i8, mi, 0x31));
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(both), _mm256_mul_ps(dm, _mm256_set1_ps(a.dx)), acc[r]);
-      }
-    }
-    for (int r = 0; r < R; ++r) y[r * ldy + m] = SumLanes(acc[r]) * scale;
+
+  HWY_INLINE Superblock Decode(const uint8_t* b) const {
+    Superblock s;
+    const __m512i v0 = _mm512_loadu_si512(b + 16), v1 = _mm512_loadu_si512(b + 80);
+    s.u[0] = _mm512_and_si512(v0, m15);
+    s.u[1] = _mm512_and_si512(_mm512_srli_epi16(v0, 4), m15);
+    s.u[2] = _mm512_and_si512(v1, m15);
+    s.u[3] = _mm512_and_si512(_mm512_srli_epi16(v1, 4), m15);
+    // ScaleMinK4's fields from the 12 bytes at b + 4 (words w0, w1, w2): sc_0..3 = w0 & 63,
+    // mn_0..3 = w1 & 63, sc_4..7 = (w2 & 15) | (w0 >> 6) << 4, mn_4..7 = (w2 >> 4) | (w1 >> 6) << 4.
+    const __m128i f = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 4));
+    const __m128i lo = _mm_and_si128(f, m6);
+    const __m128i hi = _mm_or_si128(_mm_and_si128(_mm_srlv_epi32(_mm_shuffle_epi32(f, 0xAA), shift), m4),
+                                    _mm_and_si128(_mm_srli_epi32(f, 2), m2));
+    const __m128i sm = _mm_unpacklo_epi32(lo, hi);  // bytes sc_0..7, mn_0..7
+    const __m512i sm4 = _mm512_broadcast_i32x4(sm);
+    s.sa = _mm512_shuffle_epi8(sm4, ca);
+    s.sb = _mm512_shuffle_epi8(sm4, cb);
+    s.mn = _mm256_shuffle_epi8(_mm512_castsi512_si256(sm4), mins);
+    uint32_t dbits;
+    std::memcpy(&dbits, b, 4);
+    const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(dbits)));  // d, dmin (as HalfQ8)
+    s.dm = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(dd), spread_dm);
+    return s;
   }
-}
+  HWY_INLINE KQuantPart Dot(const Superblock& s, const ActSuperblockQ8& a) const {
+    const auto xv = [&](int k) { return _mm512_load_si512(a.q[k]); };
+    const __m512i pa = _mm512_packs_epi32(Quads<kVnni>(s.u[0], xv(0)), Quads<kVnni>(s.u[1], xv(1)));
+    const __m512i pb = _mm512_packs_epi32(Quads<kVnni>(s.u[2], xv(2)), Quads<kVnni>(s.u[3], xv(3)));
+    return {DotI16<kVnni>(_mm512_madd_epi16(pa, s.sa), pb, s.sb),
+            _mm256_madd_epi16(s.mn, _mm256_load_si256(reinterpret_cast<const __m256i*>(a.s))),
+            _mm256_mul_ps(s.dm, _mm256_set1_ps(a.dx))};
+  }
+  // [sums folded to 4 lanes | mins folded to 4 lanes] (exact), converted and multiplied-added.
+  static HWY_INLINE __m256 Accumulate(const KQuantPart& p, __m256 acc) {
+    const __m256i i8 = FoldI32(p.i);
+    const __m256i both = _mm256_add_epi32(_mm256_permute2x128_si256(i8, p.extra, 0x20),
+                                          _mm256_permute2x128_si256(i8, p.extra, 0x31));
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(both), p.mul, acc);
+  }
+};
 
 // Q6_K: per half of a superblock (128 elements), ql's 64 bytes are one load whose low nibbles
 // are units [0 | 1] and high nibbles [2 | 3] of the half; qh's 32 bytes, broadcast to both
@@ -950,14 +966,60 @@ HWY_NOINLINE void Q4KRows(const ActSuperblockQ8* xa, size_t nsb, int m0, int m1,
 // taken once per superblock: 32 * sum_g scales[g] * (sum of q over the 16 elements g), one
 // 256-bit vpmaddwd, subtracted from the folded sums (|lane| < 2^26: converted with rounding
 // beyond 2^24, the same way every time).
-template <int R, bool kVnni>
-HWY_NOINLINE void Q6KRows(const ActSuperblockQ8* xa, size_t nsb, int m0, int m1, const uint8_t* w, size_t row_bytes,
-                          float scale, float* y, size_t ldy) {
+template <bool kVnni>
+struct Q6KKernel {
+  static constexpr size_t kBytes = FmtQ6K::kBytes;
+  struct Superblock {
+    __m512i u[4];   // 6-bit values: [units 0 | 1], [2 | 3] of each half (ActSuperblockQ8's Q6_K order)
+    __m512i sa, sb; // the scales of the packed quads' i16 lanes (sign-extended)
+    __m256i sc16;   // the 16 scales as i16
+    __m256 d8;      // d x 8
+  };
+  HWY_INLINE Q6KKernel() {}  // user-provided: the members' initialisers compiled for this target
   const __m512i m15 = _mm512_set1_epi8(15), m48 = _mm512_set1_epi8(0x30);
   const __m512i shl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
   const __m512i shr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
   const __m512i ca = ScaleControl<true>({0, 1, 2, 3}, {4, 5, 6, 7});
   const __m512i cb = ScaleControl<true>({8, 9, 10, 11}, {12, 13, 14, 15});
+
+  HWY_INLINE Superblock Decode(const uint8_t* b) const {
+    Superblock s;
+    for (int h = 0; h < 2; ++h) {
+      const __m512i ql = _mm512_loadu_si512(b + 64 * h);
+      const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h)));
+      // (ql & 15) | (qh shifted & 0x30): vpternlogd A | (B & C) = 0xF8.
+      s.u[2 * h] = _mm512_ternarylogic_epi32(_mm512_and_si512(ql, m15), _mm512_sllv_epi16(qh, shl), m48, 0xF8);
+      s.u[2 * h + 1] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m15),
+                                                 _mm512_srlv_epi16(qh, shr), m48, 0xF8);
+    }
+    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
+    const __m512i sc4 = _mm512_broadcast_i32x4(sc);
+    s.sa = _mm512_srai_epi16(_mm512_shuffle_epi8(sc4, ca), 8);
+    s.sb = _mm512_srai_epi16(_mm512_shuffle_epi8(sc4, cb), 8);
+    s.sc16 = _mm256_cvtepi8_epi16(sc);
+    s.d8 = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(b[208] | (b[209] << 8))));  // as HalfQ8
+    return s;
+  }
+  HWY_INLINE KQuantPart Dot(const Superblock& s, const ActSuperblockQ8& a) const {
+    const auto xv = [&](int k) { return _mm512_load_si512(a.q[k]); };
+    const __m512i pa = _mm512_packs_epi32(Quads<kVnni>(s.u[0], xv(0)), Quads<kVnni>(s.u[1], xv(1)));
+    const __m512i pb = _mm512_packs_epi32(Quads<kVnni>(s.u[2], xv(2)), Quads<kVnni>(s.u[3], xv(3)));
+    return {DotI16<kVnni>(_mm512_madd_epi16(pa, s.sa), pb, s.sb),
+            _mm256_slli_epi32(_mm256_madd_epi16(s.sc16, _mm256_load_si256(reinterpret_cast<const __m256i*>(a.s))), 5),
+            _mm256_mul_ps(s.d8, _mm256_set1_ps(a.dx))};
+  }
+  // The sums folded to 8 lanes less the offset's, converted and multiplied-added.
+  static HWY_INLINE __m256 Accumulate(const KQuantPart& p, __m256 acc) {
+    return _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(FoldI32(p.i), p.extra)), p.mul, acc);
+  }
+};
+
+// Weight rows [m0, m1) of a K-quant Kernel against R activation rows: per superblock the weights
+// decoded once, then each row's Dot and Accumulate.
+template <int R, class Kernel>
+HWY_NOINLINE void KQuantRows(const ActSuperblockQ8* xa, size_t nsb, int m0, int m1, const uint8_t* w,
+                             size_t row_bytes, float scale, float* y, size_t ldy) {
+  const Kernel k;
   const uint8_t* end = w + static_cast<size_t>(m1) * row_bytes;
   PrefetchRangeStart(w + static_cast<size_t>(m0) * row_bytes, end, kRowPrefetchBytes);
   for (int m = m0; m < m1; ++m) {
@@ -965,35 +1027,51 @@ HWY_NOINLINE void Q6KRows(const ActSuperblockQ8* xa, size_t nsb, int m0, int m1,
     __m256 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
     for (size_t ib = 0; ib < nsb; ++ib) {
-      const uint8_t* b = row + ib * FmtQ6K::kBytes;
-      PrefetchRowsAhead<FmtQ6K::kBytes>(b);
-      __m512i u[4];
-      for (int h = 0; h < 2; ++h) {
-        const __m512i ql = _mm512_loadu_si512(b + 64 * h);
-        const __m512i qh = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 128 + 32 * h)));
-        // (ql & 15) | (qh shifted & 0x30): vpternlogd A | (B & C) = 0xF8.
-        u[2 * h] = _mm512_ternarylogic_epi32(_mm512_and_si512(ql, m15), _mm512_sllv_epi16(qh, shl), m48, 0xF8);
-        u[2 * h + 1] = _mm512_ternarylogic_epi32(_mm512_and_si512(_mm512_srli_epi16(ql, 4), m15),
-                                                 _mm512_srlv_epi16(qh, shr), m48, 0xF8);
-      }
-      const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 192));
-      const __m512i sc4 = _mm512_broadcast_i32x4(sc);
-      const __m512i sa = _mm512_srai_epi16(_mm512_shuffle_epi8(sc4, ca), 8);
-      const __m512i sb = _mm512_srai_epi16(_mm512_shuffle_epi8(sc4, cb), 8);
-      const __m256i sc16 = _mm256_cvtepi8_epi16(sc);
-      const __m256 d8 = _mm256_broadcastss_ps(_mm_cvtph_ps(_mm_cvtsi32_si128(b[208] | (b[209] << 8))));  // as HalfQ8
-      for (int r = 0; r < R; ++r) {
-        const ActSuperblockQ8& a = xa[2 * (static_cast<size_t>(r) * nsb + ib)];
-        const auto xv = [&](int k) { return _mm512_load_si512(a.q[k]); };
-        const __m512i pa = _mm512_packs_epi32(Quads<kVnni>(u[0], xv(0)), Quads<kVnni>(u[1], xv(1)));
-        const __m512i pb = _mm512_packs_epi32(Quads<kVnni>(u[2], xv(2)), Quads<kVnni>(u[3], xv(3)));
-        const __m512i i = DotI16<kVnni>(_mm512_madd_epi16(pa, sa), pb, sb);
-        const __m256i off = _mm256_slli_epi32(_mm256_madd_epi16(sc16, _mm256_load_si256(reinterpret_cast<const __m256i*>(a.s))), 5);
-        const __m256i i8 = _mm256_sub_epi32(FoldI32(i), off);
-        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i8), _mm256_mul_ps(d8, _mm256_set1_ps(a.dx)), acc[r]);
-      }
+      const uint8_t* b = row + ib * Kernel::kBytes;
+      PrefetchRowsAhead<Kernel::kBytes>(b);
+      const typename Kernel::Superblock s = k.Decode(b);
+      for (int r = 0; r < R; ++r) acc[r] = Kernel::Accumulate(k.Dot(s, xa[2 * (static_cast<size_t>(r) * nsb + ib)]), acc[r]);
     }
     for (int r = 0; r < R; ++r) y[r * ldy + m] = SumLanes(acc[r]) * scale;
+  }
+}
+
+// KQuantRows<1> (decode) with the same operations in another order, so the same bits: each
+// superblock's tail (Accumulate) issued after the next superblock's Decode and Dot (software
+// pipelining). A superblock's tail waits on a chain of ~40 cycles (the loads, four vpdpbusd,
+// vpackssdw, vpmaddwd, vpdpwssd, the fold, the conversion); in program order it held the
+// scheduler's entries while the next superblock's independent work queued behind it, and now
+// finds its inputs ready. Single-threaded, 512 x 1536 in L2, alternating calls in one process
+// (3000 each, median) on a quiet VM: Q4_K 16.2 -> 15.2 us (1.06x), Q6_K 18.8 -> 18.1-18.4 us
+// (1.02-1.04x); at busier moments 1.14x and 1.07-1.14x. From memory, E2B's matrices on 2 threads
+// (gemma4rt_sweep, alternating steps): Q4_K 1.01-1.02x while the VM read ~28 GB/s. Full-size
+// E2B Q4_K_M (Q4_K + Q6_K), `gemma4rt bench -t 2 -p 0 -n 64 -r 3`, old and new binaries
+// alternating three times while the VM copied 57 GB/s: 31.6-31.7 -> 32.7-32.9 t/s (1.04x).
+// Two weight rows at a time, pipelined
+// alike, were 1.04x faster again in L2 (Q4_K; Q6_K alike) but from memory 0.90-1.04x as fast as
+// one row (two interleaved streams; slowest when the VM's bandwidth was low), and two streams
+// half a range apart 0.95-0.97x.
+template <class Kernel>
+HWY_NOINLINE void KQuantRowPipelined(const ActSuperblockQ8* xa, size_t nsb, int m0, int m1, const uint8_t* w,
+                                     size_t row_bytes, float scale, float* y) {
+  const Kernel k;
+  const uint8_t* end = w + static_cast<size_t>(m1) * row_bytes;
+  PrefetchRangeStart(w + static_cast<size_t>(m0) * row_bytes, end, kRowPrefetchBytes);
+  for (int m = m0; m < m1; ++m) {
+    const uint8_t* row = w + static_cast<size_t>(m) * row_bytes;
+    const auto part = [&](size_t ib) {
+      const uint8_t* b = row + ib * Kernel::kBytes;
+      PrefetchRowsAhead<Kernel::kBytes>(b);
+      return k.Dot(k.Decode(b), xa[2 * ib]);
+    };
+    __m256 acc = _mm256_setzero_ps();
+    KQuantPart prev = part(0);
+    for (size_t ib = 1; ib < nsb; ++ib) {
+      const KQuantPart cur = part(ib);
+      acc = Kernel::Accumulate(prev, acc);
+      prev = cur;
+    }
+    y[m] = SumLanes(Kernel::Accumulate(prev, acc)) * scale;
   }
 }
 
@@ -1020,12 +1098,13 @@ void MatMulKQuantRows(const ActBlockQ8* xq, const ActSuperblockQ8* xs, int rows,
       const int R = rows - r0 >= 8 ? 8 : std::min(4, rows - r0);
       const ActSuperblockQ8* xr = xs + 2 * static_cast<size_t>(r0) * nsb;
       float* yr = y + static_cast<size_t>(r0) * ldy;
+      using Kernel = std::conditional_t<kQ4K, Q4KKernel<kVnni>, Q6KKernel<kVnni>>;
       const auto run = [&](auto r) {
         constexpr int kR = decltype(r)::value;
-        if constexpr (kQ4K) {
-          Q4KRows<kR, kVnni>(xr, nsb, m0, m1, w, row_bytes, scale, yr, ldy);
+        if constexpr (kR == 1) {
+          KQuantRowPipelined<Kernel>(xr, nsb, m0, m1, w, row_bytes, scale, yr);
         } else {
-          Q6KRows<kR, kVnni>(xr, nsb, m0, m1, w, row_bytes, scale, yr, ldy);
+          KQuantRows<kR, Kernel>(xr, nsb, m0, m1, w, row_bytes, scale, yr, ldy);
         }
       };
       switch (R) {
@@ -1526,7 +1605,7 @@ void MatMulQ4_0x4(const ActBlockQ8* xq, const float* sums, int rows, int K, cons
 #endif
 }
 
-// Whether the dispatched target has the AVX-512 kernels (Q4_0x4Rows, Q4KRows, Q6KRows).
+// Whether the dispatched target has the AVX-512 kernels (Q4_0x4Rows, KQuantRows, KQuantRowPipelined).
 bool Avx3KernelsAvailableHwy() { return HWY_TARGET == HWY_AVX3; }
 
 void MatMulQ8Hwy(const ActBlockQ8* xq, const float* sums, int rows, int K, const uint8_t* w, DType wt, int M,
