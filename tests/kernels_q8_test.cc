@@ -10,7 +10,7 @@
 // offset form a_h u + b_h can cancel (for the random blocks below |b_h| <= 63 |a_h|, so each term
 // is at most ~64 |w_k x_k| in magnitude), and each term passes through at most K / 32 + 8
 // roundings: |y - y_ref| <= gamma_{K/32+8} * 64 * sum_k |w_k x_k| ~ 1e-4 * sum_k |w_k x_k| for
-// K = 512 (gamma_24 ~ 1.4e-6), the tolerance used; K stays <= 512. A decoding error (a wrong
+// K = 512 (gamma_24 ~ 1.4e-6), the tolerance used; the tolerance tests keep K <= 512. A decoding error (a wrong
 // nibble, bit or scale) moves a result by more than 1e-2 relative (two such mutations were run:
 // both failed the test).
 #include <gtest/gtest.h>
@@ -215,7 +215,10 @@ TEST_P(KernelsQ8Test, EachRowIsIndependentOfTheBatch) {
     SCOPED_TRACE(dotprod ? "Arm dot product (if any)" : "Arm dot product off");
     cpu::SetArmDotprodForTest(dotprod);
     std::mt19937 rng(5);
-    const int M = 9, rows = 11;  // tiles of 8 + 3 (portable path), 6 + 5 (AVX2/AVX-512)
+    // Tiles of 8 + 3 (portable path and AVX-512 Q4_K/Q6_K at group 256), 6 + 5 (AVX2/AVX-512
+    // elsewhere); the solo calls below run the one-row kernels (on AVX-512, Q4_K and Q6_K at
+    // group 256: KQuantRowPipelined).
+    const int M = 9, rows = 11;
     // K of one, two and three superblocks: the one-row K-quant kernel's pipeline (AVX-512) has a
     // prologue and an epilogue around its loop.
     for (int K : {256, 512, 768})
@@ -250,8 +253,31 @@ TEST_P(KernelsQ8Test, EachRowIsIndependentOfTheBatch) {
                 << DTypeName(t) << " group=" << group << " m0=" << m0 << " r=" << r << " m=" << m;
           }
         }
+        // One activation row (the one-row kernels) from the same offset.
+        std::vector<float> one(M, 777.0f);
+        cpu::MatMulQ8(xq.data(), sums.data(), 1, K, w.data() + m0 * row_bytes, t, M - m0, 1.0f, one.data() + m0, M,
+                      group);
+        for (int m = m0; m < M; ++m) {
+          EXPECT_EQ(one[m], batch[m]) << DTypeName(t) << " group=" << group << " m0=" << m0 << " one row, m=" << m;
+        }
       }
     }
+  }
+}
+
+// K = 0 (no elements): every output is the empty sum, 0, whatever the format, group or row
+// count (the one-row K-quant kernel reads a first superblock before its loop, so it must not be
+// reached; a review found that it was).
+TEST_P(KernelsQ8Test, AnEmptyDotProductIsZero) {
+  const cpu::ActBlockQ8 xq[1] = {};
+  const float sums[2] = {};
+  const uint8_t w[1] = {};
+  for (int group : {32, 256})
+  for (int rows : {1, 3, 9})
+  for (DType t : kQ8Types) {
+    std::vector<float> y(static_cast<size_t>(rows) * 5, 777.0f);
+    cpu::MatMulQ8(xq, sums, rows, 0, w, t, 5, 1.0f, y.data(), 5, group);
+    for (float v : y) EXPECT_EQ(v, 0.0f) << DTypeName(t) << " group=" << group << " rows=" << rows;
   }
 }
 

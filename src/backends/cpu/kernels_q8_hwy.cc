@@ -871,7 +871,29 @@ HWY_INLINE __m512i ScaleControl(const int (&lo)[4], const int (&hi)[4]) {
 // u_e * q_e, exactly. They are folded to 8 lanes (FoldI32, exact; Q4_K then to 4), converted
 // once per superblock and multiplied-added with d * dx into the row's 256-bit f32 accumulator,
 // whose lanes are added once, at the end of the weight row (SumLanes).
-//
+
+// One activation row against one weight superblock, before the float tail: the i32 lanes of the
+// scaled products (16), the lanes of the format's second term (8: Q4_K's negated mins, Q6_K's
+// offset), and the multipliers of the folded lanes (d * dx, and Q4_K's dmin * dx).
+struct KQuantPart {
+  __m512i i;
+  __m256i extra;
+  __m256 mul;
+};
+
+// The scaled products of one decoded weight superblock u (four registers of unsigned values in
+// ActSuperblockQ8's order for the format) with one activation superblock a: the i32 quads of
+// units [0 | 1] and [2 | 3] packed to i16 and multiplied-added with their scales sa and sb (the
+// i16 lanes of the packed quads), 16 i32 lanes whose sum is sum_e scale(e) * u_e * q_e, exactly
+// (each format's bounds: at Q4KKernel and Q6KKernel).
+template <bool kVnni>
+HWY_INLINE __m512i ScaledQuads(const __m512i (&u)[4], __m512i sa, __m512i sb, const ActSuperblockQ8& a) {
+  const auto xv = [&](int k) { return _mm512_load_si512(a.q[k]); };
+  const __m512i pa = _mm512_packs_epi32(Quads<kVnni>(u[0], xv(0)), Quads<kVnni>(u[1], xv(1)));
+  const __m512i pb = _mm512_packs_epi32(Quads<kVnni>(u[2], xv(2)), Quads<kVnni>(u[3], xv(3)));
+  return DotI16<kVnni>(_mm512_madd_epi16(pa, sa), pb, sb);
+}
+
 // Q4_K: per superblock, the nibbles of two 512-bit loads (ActSuperblockQ8's Q4_K order); the
 // 6-bit scales and mins (ScaleMinK4) unpacked once into 16 bytes [sc_0..7 | mn_0..7], the scales
 // spread into the i16 lanes of their quads by vpshufb (|lane| <= 2 * 2 * 7620 * 63 < 2^31). The
@@ -883,15 +905,7 @@ HWY_INLINE __m512i ScaleControl(const int (&lo)[4], const int (&hi)[4]) {
 // sums spare the sign change, so [d | dmin] is one vpermps of the converted pair: BM_Q8
 // single-threaded, three alternating rounds, 6144 x 1536 by 64 rows 9.03-9.26 -> 8.50-8.63 ms,
 // decode of 512 x 1536 (in L2) 22.9-24.6 -> 21.9-22.9 us, the same bits.
-// One activation row against one weight superblock, before the float tail: the i32 lanes of the
-// scaled products (16), the lanes of the format's second term (8: Q4_K's negated mins, Q6_K's
-// offset), and the multipliers of the folded lanes (d * dx, and Q4_K's dmin * dx).
-struct KQuantPart {
-  __m512i i;
-  __m256i extra;
-  __m256 mul;
-};
-
+//
 // Q4_K's kernel: Decode unpacks a weight superblock once (for every activation row of a tile),
 // Dot takes one activation row to a KQuantPart, Accumulate adds it into the row's accumulator
 // (fold, conversion, multiply-add: the tail). Constants built once per kernel object.
@@ -940,10 +954,7 @@ struct Q4KKernel {
     return s;
   }
   HWY_INLINE KQuantPart Dot(const Superblock& s, const ActSuperblockQ8& a) const {
-    const auto xv = [&](int k) { return _mm512_load_si512(a.q[k]); };
-    const __m512i pa = _mm512_packs_epi32(Quads<kVnni>(s.u[0], xv(0)), Quads<kVnni>(s.u[1], xv(1)));
-    const __m512i pb = _mm512_packs_epi32(Quads<kVnni>(s.u[2], xv(2)), Quads<kVnni>(s.u[3], xv(3)));
-    return {DotI16<kVnni>(_mm512_madd_epi16(pa, s.sa), pb, s.sb),
+    return {ScaledQuads<kVnni>(s.u, s.sa, s.sb, a),
             _mm256_madd_epi16(s.mn, _mm256_load_si256(reinterpret_cast<const __m256i*>(a.s))),
             _mm256_mul_ps(s.dm, _mm256_set1_ps(a.dx))};
   }
@@ -1001,10 +1012,7 @@ struct Q6KKernel {
     return s;
   }
   HWY_INLINE KQuantPart Dot(const Superblock& s, const ActSuperblockQ8& a) const {
-    const auto xv = [&](int k) { return _mm512_load_si512(a.q[k]); };
-    const __m512i pa = _mm512_packs_epi32(Quads<kVnni>(s.u[0], xv(0)), Quads<kVnni>(s.u[1], xv(1)));
-    const __m512i pb = _mm512_packs_epi32(Quads<kVnni>(s.u[2], xv(2)), Quads<kVnni>(s.u[3], xv(3)));
-    return {DotI16<kVnni>(_mm512_madd_epi16(pa, s.sa), pb, s.sb),
+    return {ScaledQuads<kVnni>(s.u, s.sa, s.sb, a),
             _mm256_slli_epi32(_mm256_madd_epi16(s.sc16, _mm256_load_si256(reinterpret_cast<const __m256i*>(a.s))), 5),
             _mm256_mul_ps(s.d8, _mm256_set1_ps(a.dx))};
   }
@@ -1014,8 +1022,12 @@ struct Q6KKernel {
   }
 };
 
-// Weight rows [m0, m1) of a K-quant Kernel against R activation rows: per superblock the weights
-// decoded once, then each row's Dot and Accumulate.
+// Weight rows [m0, m1) of a K-quant Kernel against R >= 2 activation rows (one row goes to
+// KQuantRowPipelined): per superblock the weights decoded once, then each row's Dot and
+// Accumulate. Shapes: nsb = K / 256 superblocks per row; weight row m at w + m * row_bytes
+// (row_bytes = nsb * Kernel::kBytes); activation row r's superblock ib at xa[2 * (r * nsb + ib)]
+// (every second ActSuperblockQ8; for Q4_K the caller has already offset xa by one); output
+// y[r * ldy + m] = scale * (row r . weight row m) for m in [m0, m1) only. nsb >= 1.
 template <int R, class Kernel>
 HWY_NOINLINE void KQuantRows(const ActSuperblockQ8* xa, size_t nsb, int m0, int m1, const uint8_t* w,
                              size_t row_bytes, float scale, float* y, size_t ldy) {
@@ -1036,21 +1048,24 @@ HWY_NOINLINE void KQuantRows(const ActSuperblockQ8* xa, size_t nsb, int m0, int 
   }
 }
 
-// KQuantRows<1> (decode) with the same operations in another order, so the same bits: each
-// superblock's tail (Accumulate) issued after the next superblock's Decode and Dot (software
-// pipelining). A superblock's tail waits on a chain of ~40 cycles (the loads, four vpdpbusd,
-// vpackssdw, vpmaddwd, vpdpwssd, the fold, the conversion); in program order it held the
-// scheduler's entries while the next superblock's independent work queued behind it, and now
-// finds its inputs ready. Single-threaded, 512 x 1536 in L2, alternating calls in one process
-// (3000 each, median) on a quiet VM: Q4_K 16.2 -> 15.2 us (1.06x), Q6_K 18.8 -> 18.1-18.4 us
-// (1.02-1.04x); at busier moments 1.14x and 1.07-1.14x. From memory, E2B's matrices on 2 threads
-// (gemma4rt_sweep, alternating steps): Q4_K 1.01-1.02x while the VM read ~28 GB/s. Full-size
-// E2B Q4_K_M (Q4_K + Q6_K), `gemma4rt bench -t 2 -p 0 -n 64 -r 3`, old and new binaries
-// alternating three times while the VM copied 57 GB/s: 31.6-31.7 -> 32.7-32.9 t/s (1.04x).
-// Two weight rows at a time, pipelined
-// alike, were 1.04x faster again in L2 (Q4_K; Q6_K alike) but from memory 0.90-1.04x as fast as
-// one row (two interleaved streams; slowest when the VM's bandwidth was low), and two streams
-// half a range apart 0.95-0.97x.
+// KQuantRows for one activation row (decode, or a prefill tile's last row), with the same
+// operations in another order, so the same bits: each superblock's tail (Accumulate) issued
+// after the next superblock's Decode and Dot (software pipelining). Shapes as KQuantRows with
+// R = 1: xa[2 * ib] is the row's superblock ib, y[m] its output for m in [m0, m1); nsb >= 1.
+// A superblock's tail waits on a dependent chain (the loads, four vpdpbusd, vpackssdw, vpmaddwd,
+// vpdpwssd, the fold, the conversion: some 40 cycles by the instruction tables' latencies, an
+// estimate, not a measurement); in program order it held the scheduler's entries while the next
+// superblock's independent work queued behind it, and now finds its inputs ready. Measured on
+// the Zen 4 VM (eighteenth session, docs/PERFORMANCE.md), the old and new kernels behind a
+// temporary switch in one binary (not committed), calls alternating (3000 each, median):
+// single-threaded, 512 x 1536 in L2, quiet VM: Q4_K 16.2 -> 15.2 us (1.06x), Q6_K 18.8 ->
+// 18.1-18.4 us (1.02-1.04x); at busier moments 1.14x and 1.07-1.14x. From memory, E2B's
+// matrices on 2 threads (gemma4rt_sweep, alternating steps): Q4_K 1.01-1.02x while the VM read
+// ~28 GB/s. Full-size E2B Q4_K_M (Q4_K + Q6_K), `gemma4rt bench -t 2 -p 0 -n 64 -r 3`, old and
+// new binaries alternating three times while the VM copied 57 GB/s: 31.6-31.7 -> 32.7-32.9 t/s
+// (1.04x). Two weight rows at a time, pipelined alike, were 1.04x faster again in L2 (Q4_K;
+// Q6_K alike) but from memory 0.90-1.04x as fast as one row (two interleaved streams; slowest
+// when the VM's bandwidth was low), and two streams half a range apart 0.95-0.97x.
 template <class Kernel>
 HWY_NOINLINE void KQuantRowPipelined(const ActSuperblockQ8* xa, size_t nsb, int m0, int m1, const uint8_t* w,
                                      size_t row_bytes, float scale, float* y) {
@@ -1078,12 +1093,17 @@ HWY_NOINLINE void KQuantRowPipelined(const ActSuperblockQ8* xa, size_t nsb, int 
 // MatMulQ8 for Q4_K (kQ4K) or Q6_K weights with activations quantised per 256, read as the
 // superblocks xs (PrepareActSuperblocks of xq; nullptr: prepared here, into a thread-local
 // buffer of 2 rows * K / 256), in WeightRowGroup's groups of weight rows against tiles of eight
-// activation rows (then 4, 3, 2, 1).
+// activation rows (then 4, 3, 2; a tile of one row, as in decode, runs KQuantRowPipelined).
+// K = 0 gives zeros (an empty sum).
 template <bool kQ4K, bool kVnni>
 void MatMulKQuantRows(const ActBlockQ8* xq, const ActSuperblockQ8* xs, int rows, int K, const uint8_t* w, int M,
                       float scale, float* y, int ldy) {
   const size_t nsb = static_cast<size_t>(K) / 256;
   const size_t row_bytes = nsb * (kQ4K ? FmtQ4K::kBytes : FmtQ6K::kBytes);
+  if (nsb == 0) {  // the kernels read at least one superblock
+    for (int r = 0; r < rows; ++r) std::fill_n(y + static_cast<size_t>(r) * ldy, M, 0.0f);
+    return;
+  }
   if (xs == nullptr) {
     thread_local std::vector<ActSuperblockQ8> own;
     if (own.size() < 2 * static_cast<size_t>(rows) * nsb) own.resize(2 * static_cast<size_t>(rows) * nsb);
