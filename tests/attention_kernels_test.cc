@@ -409,6 +409,57 @@ TEST_P(AttentionKernelsTest, PartialsMerge) {
   }
 }
 
+// Softmax weights below exp(cpu::kWeightFloor) are 0 (cpu::SoftmaxWeight), in a tile, in the
+// rescale when a later tile raises the maximum, and in the split-K merge, so that no subnormal
+// float is made (each costs a microcode assist on Intel cores). Each case puts the weight exp(-95)
+// (a subnormal, 5.5e-42) on a value row of ones next to a weight of 1 on a row of zeros: the
+// output is exactly 0, where the exact weight would leave 5.5e-42 in acc. A weight just above the
+// floor, exp(-86), stays (a normal float, 4.4e-38).
+TEST_P(AttentionKernelsTest, WeightsBelowTheFloorAreZero) {
+  constexpr int D = 16;
+  std::vector<float> q(D, 0.0f);
+  q[0] = 1.0f;  // score of key j = k_j[0] (scale 1, no soft-cap)
+  const auto run = [&](const std::vector<float>& first, const std::vector<float>& v_ones, std::vector<float>* acc,
+                       float* m, float* l) {
+    const int n = static_cast<int>(first.size());
+    std::vector<float> k(static_cast<size_t>(n) * D, 0.0f), v(k.size(), 0.0f);
+    for (int j = 0; j < n; ++j) {
+      k[static_cast<size_t>(j) * D] = first[j];
+      std::fill_n(v.begin() + static_cast<size_t>(j) * D, D, v_ones[j]);
+    }
+    const cpu::KvRun all{k.data(), v.data(), n};
+    acc->assign(D, 777.0f);
+    cpu::AttentionPartial(q.data(), 1, D, &all, 1, D, 1.0f, 0.0f, m, l, acc->data());
+  };
+  std::vector<float> acc;
+  float m, l;
+  // In one tile: scores 0 (v 0) and -95 (v 1).
+  run({0.0f, -95.0f}, {0.0f, 1.0f}, &acc, &m, &l);
+  EXPECT_EQ(m, 0.0f);
+  EXPECT_EQ(l, 1.0f);
+  for (float x : acc) ASSERT_EQ(x, 0.0f) << "a weight of exp(-95) in a tile";
+  // Just above the floor: exp(-86) within 4 ulp (Highway's Exp: 1 ulp), a normal float.
+  run({0.0f, -86.0f}, {0.0f, 1.0f}, &acc, &m, &l);
+  for (float x : acc) {
+    ASSERT_NEAR(x, std::exp(-86.0), 4 * std::exp(-86.0) * kU) << "a weight of exp(-86)";
+    ASSERT_GE(x, std::numeric_limits<float>::min());
+  }
+  // The rescale: a first tile of 64 keys at score 0 (v 1), then one at 95 (v 0): alpha = exp(-95).
+  std::vector<float> first(65, 0.0f), ones(65, 1.0f);
+  first[64] = 95.0f;
+  ones[64] = 0.0f;
+  run(first, ones, &acc, &m, &l);
+  EXPECT_EQ(m, 95.0f);
+  EXPECT_EQ(l, 1.0f);
+  for (float x : acc) ASSERT_EQ(x, 0.0f) << "the rescale by exp(-95)";
+  // The merge: a part with maximum 0 (acc 1) folded with one at 95 (acc 0).
+  const std::vector<float> pm = {0.0f, 95.0f}, pl = {1.0f, 1.0f};
+  std::vector<float> pacc(2 * D, 0.0f), out(D, 777.0f);
+  std::fill_n(pacc.begin(), D, 1.0f);
+  cpu::AttentionMerge(1, D, 2, pm.data(), pl.data(), pacc.data(), out.data());
+  for (float x : out) ASSERT_EQ(x, 0.0f) << "the merge's fold by exp(-95)";
+}
+
 // A token's output must be the same bits however the step is cut (where the cache ends and the
 // step's rows begin: chunked prefill), whatever else is in the step (the batch) and whatever the
 // thread count: int8 activations downstream turn a last-bit difference into a different token

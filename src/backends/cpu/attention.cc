@@ -81,7 +81,7 @@ namespace {
 // outputs are the same bits.
 __attribute__((noinline)) void FoldHead(int D, float m, float l, const float* acc, float* rm, float* rl, float* racc) {
   const float mx = std::max(*rm, m);
-  const float a = std::exp(*rm - mx), b = std::exp(m - mx);
+  const float a = SoftmaxWeight(*rm - mx), b = SoftmaxWeight(m - mx);
   *rl = *rl * a + l * b;
   for (int d = 0; d < D; ++d) racc[d] = racc[d] * a + acc[d] * b;
   *rm = mx;

@@ -27,6 +27,7 @@
 // prefill): AttentionKernelsTest.OutputIsTheSameBitsHoweverTheStepIsCut.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -107,9 +108,24 @@ struct KvRun {
   }
 };
 
+// Softmax weights exp(x), x = a score minus the running maximum (x <= 0), below exp(kWeightFloor)
+// = 1.6e-38 are 0 in the kernel, the split-K merge and every rescale (SoftmaxWeight; the SIMD
+// kernel clamps x before its Exp, so no subnormal float is ever made). Below that the exact weight
+// would be a subnormal float (under FLT_MIN = 1.18e-38, exp(-87.34)): next to the largest weight,
+// 1, it cannot change l or a finite acc except where acc itself is below FLT_MIN, and Intel cores
+// run each multiply or multiply-add that makes or takes a subnormal in a microcode assist of about
+// a hundred cycles (Intel's optimization manual: "floating-point assists"; AMD's Zen cores do not,
+// measured on the Zen 4 VM: the same 0.57 ns per FMA either way). With Gemma 4's scale of 1 on
+// RMS-normed q and k, scores spread by tens: on the synthetic E2B, 4.0% of the weights computed in
+// `gemma4rt bench -p 0 -n 4 -d 4000` fell in the subnormal band, each then an input to D / 16
+// multiply-adds of the V sum (twentieth session, docs/PERFORMANCE.md). NaN stays NaN; -inf
+// (padding) gives 0 as before.
+constexpr float kWeightFloor = -87.0f;
+inline float SoftmaxWeight(float x) { return x < kWeightFloor ? 0.0f : std::exp(x); }
+
 // SIMD kernel: G query heads q [G, D] (contiguous) over the keys of runs[0..num_runs) in order.
-// Writes the un-normalised softmax state: m[g] the highest score, l[g] = sum_j exp(s_gj - m[g]),
-// acc[g * D + d] = sum_j exp(s_gj - m[g]) v_j[d]. At least one key.
+// Writes the un-normalised softmax state: m[g] the highest score, l[g] = sum_j w(s_gj - m[g]),
+// acc[g * D + d] = sum_j w(s_gj - m[g]) v_j[d], w = SoftmaxWeight. At least one key.
 void AttentionPartial(const float* q, int G, int D, const KvRun* runs, int num_runs, int64_t ld, float scale,
                       float softcap, float* m, float* l, float* acc);
 // Combines `parts` states (m, l [parts, G]; acc [parts, G, D]) into out [G, D] = the softmax-weighted

@@ -501,7 +501,7 @@ void AttentionPartialHwy(const float* HWY_RESTRICT q, int G_, int D_, const KvRu
       for (size_t j = 0; j < nv; j += N) vmx = hn::Max(vmx, hn::LoadU(df, sg + j));
       const float mx = hn::GetLane(hn::MaxOfLanes(df, vmx));
       if (mx > m[g]) {  // rescale the state to the new maximum
-        const float alpha = std::exp(m[g] - mx);  // 0 on the first tile (m = -inf)
+        const float alpha = SoftmaxWeight(m[g] - mx);  // 0 on the first tile (m = -inf)
         l[g] *= alpha;
         const VF va = hn::Set(df, alpha);
         float* a = acc + g * D;
@@ -510,10 +510,14 @@ void AttentionPartialHwy(const float* HWY_RESTRICT q, int G_, int D_, const KvRu
         for (; d < D; ++d) a[d] *= alpha;
         m[g] = mx;
       }
-      const VF vm = hn::Set(df, mx);
+      const VF vm = hn::Set(df, mx), vfloor = hn::Set(df, kWeightFloor);
       VF vsum = hn::Zero(df);
       for (size_t j = 0; j < nv; j += N) {
-        const VF e = hn::Exp(df, hn::Sub(hn::LoadU(df, sg + j), vm));  // padding: exp(-inf), 0 in V's sum
+        // SoftmaxWeight: x below the floor (padding's -inf too) clamped before Exp, whose last
+        // multiply would otherwise make a subnormal, and its weight 0. NaN compares false: kept.
+        const VF x = hn::Sub(hn::LoadU(df, sg + j), vm);
+        const auto low = hn::Lt(x, vfloor);
+        const VF e = hn::IfThenZeroElse(low, hn::Exp(df, hn::IfThenElse(low, vfloor, x)));
         hn::StoreU(e, df, sg + j);
         vsum = hn::Add(vsum, hn::IfThenElseZero(hn::FirstN(df, nk - j), e));  // l: the nk keys' weights only
       }
