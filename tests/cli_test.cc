@@ -243,6 +243,18 @@ TEST(CliTest, PromptFromAFileIsThePromptText) {
   ASSERT_EQ(lp.status, 0) << lp.out;
   auto body = [](const std::string& out) { return out.substr(out.find('\n') + 1); };  // after the policy line
   EXPECT_EQ(body(lf.out), body(lp.out));
+  // A model the user named ($GEMMA4RT_MODEL as -m) that does not exist: no hint to fetch the
+  // default one (found by a fresh user: the hint came with $GEMMA4RT_MODEL); the fetched default's
+  // own path keeps it.
+  for (const char* cmd : {"generate -p hi -n 1", "bench -p 4 -n 1 -r 1"}) {
+    CliResult named = RunSh(std::string("GEMMA4RT_MODEL=/nonexistent/m.gguf \"$BIN\" ") + cmd);
+    EXPECT_EQ(named.status, 1) << cmd;
+    EXPECT_EQ(named.out, "gemma4rt: error: NOT_FOUND: model '/nonexistent/m.gguf' does not exist\n") << cmd;
+    CliResult fetched = RunSh(std::string("GEMMA4RT_MODEL= GEMMA4RT_DEFAULT_MODEL=/nonexistent/d.gguf \"$BIN\" ") + cmd);
+    EXPECT_EQ(fetched.status, 1) << cmd;
+    EXPECT_EQ(fetched.out, "gemma4rt: error: NOT_FOUND: model '/nonexistent/d.gguf' does not exist (run "
+                           "scripts/fetch-default-model.sh to get the default model)\n") << cmd;
+  }
   CliResult missing = RunCli("generate -m /nonexistent/model.gguf -f /nonexistent/prompt.txt -n 1");
   EXPECT_EQ(missing.status, 1);
   EXPECT_EQ(missing.out, "gemma4rt: error: NOT_FOUND: prompt file '/nonexistent/prompt.txt' does not exist\n");
@@ -634,6 +646,13 @@ TEST(CliTest, PromptFlagsAreCheckedBeforeTheModelLoadsAndNoneIsDropped) {
   ASSERT_EQ(ids.status, 0) << ids.out;
   const auto ids_line = [](const std::string& out) { return out.substr(out.find("ids:"), out.find('\n', out.find("ids:")) - out.find("ids:")); };
   EXPECT_EQ(ids_line(bos.out), ids_line(ids.out));
+  // --think on a model whose chat template has no thinking mode (the Gemma 3 270M).
+  CliResult think = RunCli("generate --chat --think -p hi -n 1");
+  EXPECT_EQ(think.status, 1) << think.out;
+  EXPECT_NE(think.out.find("gemma4rt: error: INVALID_ARGUMENT: --think turns on Gemma 4's thinking mode; this model's chat "
+                           "template (Gemma 3) has none\n"),
+            std::string::npos)
+      << think.out;
 }
 
 // `logits` computes at most 64 positions at a time (its memory is 64 x V floats, not prompt x V);
@@ -997,11 +1016,26 @@ TEST(CliTest, MemoryLimitsGiveAnErrorNotACrash) {
     } else {
       ++failed;
       EXPECT_EQ(WEXITSTATUS(st), 1) << kib << ":\n" << out;
-      EXPECT_NE(out.find("gemma4rt: error: "), std::string::npos) << kib << ":\n" << out;
+      EXPECT_NE(out.find("gemma4rt: error: RESOURCE_EXHAUSTED: "), std::string::npos) << kib << ":\n" << out;
     }
   }
   EXPECT_GT(failed, 0) << "no limit was too small: the test tests nothing";
   EXPECT_GT(ran, 0) << "no limit was large enough";
+  // `serve` loads on its own thread (ServeInstance::Load), beyond main()'s catch: a KV cache of
+  // 64 slots x 32768 tokens (6.9 GB) under a 3 GB limit, and the whole load under 250 MB (where
+  // reserving the file's address space fails, as it does for `generate` under 150-250 MB above),
+  // each end with RESOURCE_EXHAUSTED and exit code 1 (found by a fresh user: the first aborted in
+  // std::terminate, the second said DATA_LOSS, which points at a damaged file).
+  for (const std::string& limits : {"ulimit -v 3000000; exec timeout 120 '" + std::string(GEMMA4RT_BINARY) + "' serve -m " +
+                                        model + " --port 0 -np 64 -c 32768 -t 1",
+                                    "ulimit -v 250000; exec timeout 120 '" + std::string(GEMMA4RT_BINARY) + "' serve -m " +
+                                        model + " --port 0 -t 1"}) {
+    CliResult r = RunSh(limits);
+    EXPECT_EQ(r.status, 1) << limits << ":\n" << r.out;
+    EXPECT_EQ(r.out.find("terminate called"), std::string::npos) << limits << ":\n" << r.out;
+    EXPECT_EQ(r.out.find("DATA_LOSS"), std::string::npos) << limits << ":\n" << r.out;
+    EXPECT_NE(r.out.find("failed: RESOURCE_EXHAUSTED: "), std::string::npos) << limits << ":\n" << r.out;
+  }
 }
 
 // `gemma4rt --help` lists every subcommand, the two with their own flag sets (serve, bench) too.

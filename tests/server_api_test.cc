@@ -241,6 +241,13 @@ TEST(ServerApiTest, OutOfRangeSamplingValues) {
     auto r = Chat({{"messages", UserMsg("x")}, {c.field, c.value}});
     EXPECT_API_ERROR(r, 400, c.field);
   }
+  // An integer's message names its range (a fresh user's -5 got "top_k is out of range (-5)").
+  auto k = Chat({{"messages", UserMsg("x")}, {"top_k", -5}});
+  ASSERT_FALSE(k.ok());
+  EXPECT_EQ(k.error().message, "top_k must be an integer in [-1, 2147483647], got -5");
+  auto w = Chat({{"messages", UserMsg("x")}, {"repeat_last_n", -5.0}});
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.error().message, "repeat_last_n must be an integer in [-1, 2147483647], got -5.0");
   // Boundaries that are allowed.
   for (const Case& c : std::vector<Case>{{"temperature", 0}, {"top_p", 1}, {"min_p", 1}, {"top_k", 0}, {"presence_penalty", -2}}) {
     auto r = Chat({{"messages", UserMsg("x")}, {c.field, c.value}});

@@ -1507,6 +1507,33 @@ TEST_F(ServerHttpRealTest, ClientDisconnectMidStreamFreesTheSlot) {
   std::fprintf(stderr, "slot freed %.0f ms after the client hung up\n", ms);
 }
 
+// A non-streaming request whose client hangs up is cancelled and counted in /metrics under
+// nginx's 499 ("client closed request"), not as a 503 the server gave (found by a fresh user:
+// `timeout 1 curl .../v1/completions` raised gemma4rt_http_requests_total{status="503"}).
+TEST_F(ServerHttpRealTest, ANonStreamingClientThatHangsUpIsCountedAs499) {
+  auto count = [&](int status) {
+    auto r = Client(port())->Get("/metrics");
+    EXPECT_TRUE(r && r->status == 200);
+    if (!r) return -1.0;
+    const std::string key = "gemma4rt_http_requests_total{status=\"" + std::to_string(status) + "\"} ";
+    const size_t p = r->body.find(key);
+    return p == std::string::npos ? 0.0 : std::stod(r->body.substr(p + key.size()));
+  };
+  const double c499 = count(499), c503 = count(503);
+  const uint64_t cancelled_before = server_->scheduler()->Stats().requests_cancelled;
+  const std::string body = json{{"prompt", "Write a very long story about a dragon."}, {"max_tokens", 400},
+                                {"ignore_eos", true}, {"temperature", 0}}.dump();
+  double seconds = 0;
+  const std::string got = RawExchange(port(),
+                                      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                                      "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body,
+                                      300ms, &seconds);
+  EXPECT_EQ(got, "") << "400 tokens should take longer than 300 ms";
+  EXPECT_TRUE(WaitFor([&] { return server_->scheduler()->Stats().requests_cancelled == cancelled_before + 1; }, 10s));
+  EXPECT_TRUE(WaitFor([&] { return count(499) == c499 + 1; }, 5s)) << count(499);
+  EXPECT_EQ(count(503), c503);
+}
+
 TEST_F(ServerHttpRealTest, EveryRequestIsLoggedOnceEvenWhenItsStreamIsAbandoned) {
   // Found by a fresh user: a stream whose client hung up was cancelled (and counted) but its
   // request line was never logged; a failed request was logged as finish=stop.

@@ -2,7 +2,10 @@
 // different access patterns, next to the two-thread memcpy that `gemma4rt bench` takes as the
 // bandwidth limit, in one process. It backs "the read ceiling" in docs/PERFORMANCE.md
 // (2026-12-02, eighth session): on the 2-core Zen 4 VM every read-only pattern sustained about
-// the same rate, 73-80% of memcpy's best round (memcpy counts bytes read + bytes written).
+// the same rate, 73-80% of memcpy's best round (memcpy counts bytes read + bytes written). On the
+// nineteenth session's Intel Xeon VM decode read at ~25 GB/s against a memcpy of 41-47: run this
+// there first to see whether any pattern reads faster (if one does, the kernels' prefetch
+// distances and hints could depend on the CPU).
 //
 // Build and run from the repository root (one command line):
 //   g++ -O2 -march=native bench/experiments/read_patterns.cc -lpthread -o /tmp/read_patterns && /tmp/read_patterns
@@ -13,7 +16,11 @@
 //   memcpy       glibc memcpy of one buffer into the other; GB/s of 2 x bytes (read + written).
 //   1 stream     512-bit loads summed, no software prefetch (the hardware prefetchers only).
 //   pf T0 4K     the same with a prefetcht0 4 KiB ahead (bench's read test, the sweep's read).
-//   pf T1 16K    prefetcht1 16 KiB ahead.
+//   pf T0 1K     prefetcht0 1 KiB ahead.
+//   pf T1 8K     prefetcht1 8 KiB ahead (the Q4_K/Q6_K/Q4_0x4 kernels' kRowPrefetchBytes).
+//   pf T1 16K    prefetcht1 16 KiB ahead (the BF16 decode kernel's kDecodePrefetchBytes).
+//   pf T1 32K    prefetcht1 32 KiB ahead.
+//   pf T2 8K     prefetcht2 8 KiB ahead.
 //   pf NTA 4K    prefetchnta 4 KiB ahead.
 //   S x G        S interleaved streams per thread, G bytes apart (one line of each in turn; after
 //                G bytes each, the next S x G block).
@@ -135,7 +142,11 @@ int main(int argc, char** argv) {
       {"memcpy", [&](int t) { std::memcpy(dst + t * half, src + t * half, half); }, 2.0},
       {"1 stream", [&](int t) { ReadOne<0, 0>(at(t), half); }, 1.0},
       {"pf T0 4K", [&](int t) { ReadOne<4096, _MM_HINT_T0>(at(t), half); }, 1.0},
+      {"pf T0 1K", [&](int t) { ReadOne<1024, _MM_HINT_T0>(at(t), half); }, 1.0},
+      {"pf T1 8K", [&](int t) { ReadOne<8192, _MM_HINT_T1>(at(t), half); }, 1.0},
       {"pf T1 16K", [&](int t) { ReadOne<16384, _MM_HINT_T1>(at(t), half); }, 1.0},
+      {"pf T1 32K", [&](int t) { ReadOne<32768, _MM_HINT_T1>(at(t), half); }, 1.0},
+      {"pf T2 8K", [&](int t) { ReadOne<8192, _MM_HINT_T2>(at(t), half); }, 1.0},
       {"pf NTA 4K", [&](int t) { ReadOne<4096, _MM_HINT_NTA>(at(t), half); }, 1.0},
       {"2 x 64K", [&](int t) { ReadInterleaved<2>(at(t), half, 64 << 10); }, 1.0},
       {"2 x 1M", [&](int t) { ReadInterleaved<2>(at(t), half, 1 << 20); }, 1.0},

@@ -17,6 +17,17 @@ namespace g4 {
 
 namespace {
 constexpr size_t kHugePage = size_t{2} << 20;
+
+// A failed mmap: out of memory or address space (ENOMEM: an address-space limit such as
+// `ulimit -v`, or the kernel's overcommit limit; EAGAIN: locked-memory limits) is
+// RESOURCE_EXHAUSTED, not the DATA_LOSS of a damaged file (found by a fresh user: `ulimit -v
+// 350000; gemma4rt serve` said DATA_LOSS, which sends a user to check the file); other errors stay
+// DATA_LOSS (the file cannot be read as mapped memory).
+Status MapFailure(const std::string& what, int err) {
+  std::string m = what + ": " + std::strerror(err);
+  if (err == ENOMEM || err == EAGAIN) return ResourceExhausted(m + " (out of memory or address space)");
+  return DataLoss(std::move(m));
+}
 }  // namespace
 
 StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
@@ -44,7 +55,7 @@ StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) 
     void* r = ::mmap(nullptr, f->map_bytes_ + kHugePage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (r == MAP_FAILED) {
       ::close(fd);
-      return DataLoss("cannot reserve address space for " + path + ": " + std::strerror(errno));
+      return MapFailure("cannot reserve address space for " + path, errno);
     }
     const uintptr_t base = reinterpret_cast<uintptr_t>(r);
     const uintptr_t aligned = (base + kHugePage - 1) / kHugePage * kHugePage;
@@ -58,7 +69,7 @@ StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) 
       const int err = errno;
       ::munmap(reinterpret_cast<void*>(aligned), f->map_bytes_);
       ::close(fd);
-      return DataLoss("cannot mmap " + path + ": " + std::strerror(err));
+      return MapFailure("cannot mmap " + path, err);
     }
     f->data_ = static_cast<const uint8_t*>(p);
   }
@@ -92,7 +103,7 @@ Status MappedFile::ReadIntoMemory(size_t offset, const std::function<void(size_t
   // MAP_FIXED replaces the file pages of the range in one step; the bytes before `from` stay
   // mapped from the file.
   void* p = ::mmap(dst, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-  if (p == MAP_FAILED) return DataLoss("cannot map memory for " + path_ + ": " + std::strerror(errno));
+  if (p == MAP_FAILED) return MapFailure("cannot map memory for " + path_, errno);
   in_memory_from_ = from;
   ::madvise(dst, len, MADV_HUGEPAGE);  // a hint: without THP the copy is in 4 KiB pages
   size_t done = 0;

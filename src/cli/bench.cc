@@ -707,7 +707,7 @@ int BenchMain(int argc, char** argv) {
 
   if (!std::filesystem::exists(model))
     return Fail(NotFound("model '" + model + "' does not exist" +
-                         (model == DefaultModelPath() ? " (run scripts/fetch-default-model.sh to get the default model)" : "")));
+                         (model == DefaultModelFile() ? " (run scripts/fetch-default-model.sh to get the default model)" : "")));
   std::optional<QualityResult> quality_result;
   // What the compared side is: the model quantised at load, or (no --quantize) only its activations.
   const char* quality_label = load_options.quantize ? "quantised" : "with int8 activations";

@@ -188,7 +188,7 @@ g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int thr
                            bool f32_activations, g4::DType kv_type) {
   if (!std::filesystem::exists(model))
     return g4::NotFound("model '" + model + "' does not exist" +
-                        (model == g4::DefaultModelPath() ? " (run scripts/fetch-default-model.sh to get the default model)" : ""));
+                        (model == g4::DefaultModelFile() ? " (run scripts/fetch-default-model.sh to get the default model)" : ""));
   G4_ASSIGN_OR_RETURN(auto loaded, g4::LoadModel(model, lo));
   G4_ASSIGN_OR_RETURN(const int context, g4::ResolveContextSize(loaded->config, ctx));
   std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=%s compute=f32 activations=%s weights=%s memory=%s kv=%s threads=%d context=%d\n",
@@ -238,6 +238,10 @@ g4::StatusOr<std::vector<int32_t>> PromptIds(const Session& s, const std::string
   g4::ChatTemplateOptions opts;
   opts.enable_thinking = think;
   const auto kind = s.engine->config().family == g4::ModelFamily::kGemma4 ? g4::ChatTemplateKind::kGemma4 : g4::ChatTemplateKind::kGemma3;
+  // A flag that would be silently dropped is refused (found by a fresh user: --think on the Gemma 3
+  // 270M did nothing).
+  if (think && kind != g4::ChatTemplateKind::kGemma4)
+    return g4::InvalidArgument("--think turns on Gemma 4's thinking mode; this model's chat template (Gemma 3) has none");
   G4_ASSIGN_OR_RETURN(std::string text, g4::RenderChatTemplate(kind, messages, opts));
   return s.tokenizer->Encode(text, /*add_bos=*/false, /*parse_special=*/true);
 }

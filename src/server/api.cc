@@ -86,12 +86,17 @@ MaybeError IntValue(const json& v, const std::string& param, int64_t lo, int64_t
     const double d = v.get<double>();
     if (d != std::floor(d)) return BadRequest(param + " must be an integer, got " + Dump(v), param);
     if (d < static_cast<double>(lo) || d > static_cast<double>(hi))
-      return BadRequest(param + " is out of range (" + Dump(v) + ")", param);
+      return BadRequest(param + " must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + Dump(v), param);
     *out = static_cast<int64_t>(d);
   } else {
     return WrongType(param, "an integer", v);
   }
-  if (*out < lo || *out > hi) return BadRequest(param + " is out of range (" + std::to_string(*out) + ")", param);
+  // The range in the message (found by a fresh user: "top_k is out of range (-5)" did not say
+  // what is allowed; the CLI's flags do).
+  if (*out < lo || *out > hi)
+    return BadRequest(param + " must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
+                          std::to_string(*out),
+                      param);
   return std::nullopt;
 }
 
@@ -562,6 +567,7 @@ ApiError ErrorForStatus(int status, std::string message) {
     case 413: e.code = "request_too_large"; break;
     case 415: e.code = "unsupported_media_type"; break;
     case 429: e.type = "rate_limit_error"; e.code = "queue_full"; break;
+    case 499: e.code = "client_closed_request"; break;  // nginx's: the client hung up before the answer
     case 501: e.code = "not_implemented"; break;  // a request feature the server lacks: the request's fault
     case 503: e.type = "unavailable_error"; e.code = "unavailable"; break;
     default:

@@ -626,9 +626,12 @@ void HttpServer::Impl::Completion(const httplib::Request& req, httplib::Response
   const CompletionEvent& fin = result.final_event;
   LogCompletion(req.path, meta, fin);
   if (!fin.error.ok()) return SetError(res, ErrorForStatus(500, "generation failed: " + fin.error.ToString()));
+  // A client that hung up gets nothing; its status is nginx's 499 ("client closed request"), so
+  // that /metrics and the request log do not count it as a 503 the server gave (found by a fresh
+  // user: a client's timeout showed as "server unavailable"). A shutdown's cancel is the 503.
   if (fin.finish_reason == "cancelled")
-    return SetError(res, ErrorForStatus(503, client_gone ? "the request was cancelled (the client disconnected)"
-                                                         : "the request was cancelled (server shutting down)"));
+    return SetError(res, client_gone ? ErrorForStatus(499, "the request was cancelled (the client disconnected)")
+                                     : ErrorForStatus(503, "the request was cancelled (server shutting down)"));
   SetJson(res, CompletionResponseJson(meta, result));
 }
 

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <new>
 #include <sstream>
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -231,60 +232,69 @@ void ServeInstance::Load(std::function<void()> before_load) {
     load_result_ = st;
     cv_.notify_all();
   };
-  if (before_load) before_load();
-  LoadOptions lo;
-  lo.ple_bits = opt_.ple_bits;
-  lo.mmap = opt_.mmap;
-  lo.copy_progress = cli::TerminalCopyProgress("gemma4rt serve");
-  lo.pack_q4_0 = PackQ4_0ForCpu(opt_.f32_activations, opt_.no_repack);
-  auto q = ParseQuantizeFlag(opt_.quantize);
-  if (!q.ok()) return finish(q.status());
-  lo.quantize = *q;
-  auto loaded = LoadModel(opt_.model, lo);
-  if (!loaded.ok()) return finish(loaded.status());
-  std::unique_ptr<LoadedModel> model = std::move(loaded).value();
-  PrefaultWeights(*model, nullptr);  // read the mmap'd weights now, not during the first request
-  ModelInfo info;
-  Status st = ModelGenerationDefaults(*model, &info.default_sampling, &info.default_stop_ids);
-  if (!st.ok()) return finish(st);
-  auto tok = LoadTokenizerFor(*model);
-  if (tok.ok()) {
-    tokenizer_ = std::move(tok).value();
-  } else {
-    std::fprintf(stderr, "gemma4rt: no tokenizer (%s): token-id prompts only\n", tok.status().ToString().c_str());
+  // The loader runs on its own thread, where main()'s catch of std::bad_alloc does not reach: an
+  // allocation that fails here (the weights' copy, a KV cache of --parallel x --ctx-size that does
+  // not fit) is a load error like any other, not std::terminate's abort (found by a fresh user:
+  // `ulimit -v 3000000; gemma4rt serve -np 64 -c 32768` aborted).
+  try {
+    if (before_load) before_load();
+    LoadOptions lo;
+    lo.ple_bits = opt_.ple_bits;
+    lo.mmap = opt_.mmap;
+    lo.copy_progress = cli::TerminalCopyProgress("gemma4rt serve");
+    lo.pack_q4_0 = PackQ4_0ForCpu(opt_.f32_activations, opt_.no_repack);
+    auto q = ParseQuantizeFlag(opt_.quantize);
+    if (!q.ok()) return finish(q.status());
+    lo.quantize = *q;
+    auto loaded = LoadModel(opt_.model, lo);
+    if (!loaded.ok()) return finish(loaded.status());
+    std::unique_ptr<LoadedModel> model = std::move(loaded).value();
+    PrefaultWeights(*model, nullptr);  // read the mmap'd weights now, not during the first request
+    ModelInfo info;
+    Status st = ModelGenerationDefaults(*model, &info.default_sampling, &info.default_stop_ids);
+    if (!st.ok()) return finish(st);
+    auto tok = LoadTokenizerFor(*model);
+    if (tok.ok()) {
+      tokenizer_ = std::move(tok).value();
+    } else {
+      std::fprintf(stderr, "gemma4rt: no tokenizer (%s): token-id prompts only\n", tok.status().ToString().c_str());
+    }
+    const ModelConfig& c = model->config;
+    info.template_kind = c.family == ModelFamily::kGemma4 ? ChatTemplateKind::kGemma4 : ChatTemplateKind::kGemma3;
+    info.vocab_size = c.ple_dim > 0 ? std::min(c.vocab, c.ple_vocab) : c.vocab;
+    info.bos_id = tokenizer_ ? tokenizer_->bos_id() : c.bos_id;
+    info.tokenizer = tokenizer_.get();
+    const std::string base = BaseName(opt_.model);
+    info.id = opt_.alias.empty() ? base : opt_.alias;
+    info.accepted_ids = {info.id, base, opt_.model, std::filesystem::absolute(opt_.model).string()};
+    if (const std::string stem = std::filesystem::path(base).stem().string(); stem != base) info.accepted_ids.push_back(stem);
+    const std::string weights = WeightsDescription(*model);
+    const char* memory = WeightsMemory(*model);
+    const std::string arch = c.architecture;
+    EngineOptions eo;
+    eo.max_seqs = opt_.parallel;
+    eo.max_context = opt_.ctx;
+    auto kv_type = ParseCacheType(opt_.cache_type);
+    if (!kv_type.ok()) return finish(kv_type.status());
+    eo.kv_type = *kv_type;
+    auto engine = Engine::Create(std::move(model), std::move(backend_), eo);
+    if (!engine.ok()) return finish(engine.status());
+    engine_ = std::move(engine).value();
+    SchedulerOptions so;
+    so.max_queue = opt_.max_queue;
+    so.prefill_chunk = opt_.prefill_chunk;
+    so.degeneracy.enabled = opt_.degeneracy_check;
+    scheduler_ = std::make_unique<Scheduler>(*engine_, tokenizer_.get(), so);
+    info.context_size = scheduler_->context_size();
+    info.created = UnixNow();
+    std::fprintf(stderr, "gemma4rt: model loaded: %s (%s) weights=%s memory=%s context=%d slots=%d tokenizer=%s in %.1f s; serving as '%s'\n",
+                 opt_.model.c_str(), arch.c_str(), weights.c_str(), memory, info.context_size, opt_.parallel, tokenizer_ ? "yes" : "no",
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), info.id.c_str());
+    finish(OkStatus(), [&] { http_->SetReady(std::move(info), scheduler_.get()); });
+  } catch (const std::bad_alloc&) {
+    finish(ResourceExhausted("out of memory (an allocation failed: the model, its KV cache of --parallel x --ctx-size "
+                             "tokens and working memory need more than this process may use)"));
   }
-  const ModelConfig& c = model->config;
-  info.template_kind = c.family == ModelFamily::kGemma4 ? ChatTemplateKind::kGemma4 : ChatTemplateKind::kGemma3;
-  info.vocab_size = c.ple_dim > 0 ? std::min(c.vocab, c.ple_vocab) : c.vocab;
-  info.bos_id = tokenizer_ ? tokenizer_->bos_id() : c.bos_id;
-  info.tokenizer = tokenizer_.get();
-  const std::string base = BaseName(opt_.model);
-  info.id = opt_.alias.empty() ? base : opt_.alias;
-  info.accepted_ids = {info.id, base, opt_.model, std::filesystem::absolute(opt_.model).string()};
-  if (const std::string stem = std::filesystem::path(base).stem().string(); stem != base) info.accepted_ids.push_back(stem);
-  const std::string weights = WeightsDescription(*model);
-  const char* memory = WeightsMemory(*model);
-  const std::string arch = c.architecture;
-  EngineOptions eo;
-  eo.max_seqs = opt_.parallel;
-  eo.max_context = opt_.ctx;
-  auto kv_type = ParseCacheType(opt_.cache_type);
-  if (!kv_type.ok()) return finish(kv_type.status());
-  eo.kv_type = *kv_type;
-  auto engine = Engine::Create(std::move(model), std::move(backend_), eo);
-  if (!engine.ok()) return finish(engine.status());
-  engine_ = std::move(engine).value();
-  SchedulerOptions so;
-  so.max_queue = opt_.max_queue;
-  so.prefill_chunk = opt_.prefill_chunk;
-  so.degeneracy.enabled = opt_.degeneracy_check;
-  scheduler_ = std::make_unique<Scheduler>(*engine_, tokenizer_.get(), so);
-  info.context_size = scheduler_->context_size();
-  info.created = UnixNow();
-  std::fprintf(stderr, "gemma4rt: model loaded: %s (%s) weights=%s memory=%s context=%d slots=%d tokenizer=%s in %.1f s; serving as '%s'\n",
-               opt_.model.c_str(), arch.c_str(), weights.c_str(), memory, info.context_size, opt_.parallel, tokenizer_ ? "yes" : "no",
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), info.id.c_str());
-  finish(OkStatus(), [&] { http_->SetReady(std::move(info), scheduler_.get()); });
 }
 
 Status ServeInstance::WaitLoaded() {
