@@ -409,12 +409,13 @@ TEST_P(AttentionKernelsTest, PartialsMerge) {
   }
 }
 
-// Softmax weights below exp(cpu::kWeightFloor) are 0 (cpu::SoftmaxWeight), in a tile, in the
-// rescale when a later tile raises the maximum, and in the split-K merge, so that no subnormal
-// float is made (each costs a microcode assist on Intel cores). Each case puts the weight exp(-95)
-// (a subnormal, 5.5e-42) on a value row of ones next to a weight of 1 on a row of zeros: the
-// output is exactly 0, where the exact weight would leave 5.5e-42 in acc. A weight just above the
-// floor, exp(-86), stays (a normal float, 4.4e-38).
+// Softmax weights below exp(cpu::kWeightFloor) = exp(-64) are 0 (cpu::SoftmaxWeight), in a tile,
+// in the rescale when a later tile raises the maximum, and in the split-K merge, so that no
+// subnormal float is made (each costs a microcode assist on Intel cores). Each case puts a small
+// weight on a value row of ones next to a weight of 1 on a row of zeros, so the output is exactly
+// 0 where the weight is dropped: exp(-95) (without the floor a subnormal, 5.5e-42, left in acc) and
+// exp(-70) (4e-31, a normal float: the floor's place) in a tile, exp(-95) in the rescale and the
+// merge. A weight above the floor, exp(-60) = 8.8e-27, stays.
 TEST_P(AttentionKernelsTest, WeightsBelowTheFloorAreZero) {
   constexpr int D = 16;
   std::vector<float> q(D, 0.0f);
@@ -433,17 +434,16 @@ TEST_P(AttentionKernelsTest, WeightsBelowTheFloorAreZero) {
   };
   std::vector<float> acc;
   float m, l;
-  // In one tile: scores 0 (v 0) and -95 (v 1).
-  run({0.0f, -95.0f}, {0.0f, 1.0f}, &acc, &m, &l);
-  EXPECT_EQ(m, 0.0f);
-  EXPECT_EQ(l, 1.0f);
-  for (float x : acc) ASSERT_EQ(x, 0.0f) << "a weight of exp(-95) in a tile";
-  // Just above the floor: exp(-86) within 4 ulp (Highway's Exp: 1 ulp), a normal float.
-  run({0.0f, -86.0f}, {0.0f, 1.0f}, &acc, &m, &l);
-  for (float x : acc) {
-    ASSERT_NEAR(x, std::exp(-86.0), 4 * std::exp(-86.0) * kU) << "a weight of exp(-86)";
-    ASSERT_GE(x, std::numeric_limits<float>::min());
+  // In one tile: scores 0 (v 0) and -95 or -70 (v 1).
+  for (float low : {-95.0f, -70.0f}) {
+    run({0.0f, low}, {0.0f, 1.0f}, &acc, &m, &l);
+    EXPECT_EQ(m, 0.0f);
+    EXPECT_EQ(l, 1.0f);
+    for (float x : acc) ASSERT_EQ(x, 0.0f) << "a weight of exp(" << low << ") in a tile";
   }
+  // Above the floor: exp(-60) within 4 u relative (Highway's Exp: 1 ulp).
+  run({0.0f, -60.0f}, {0.0f, 1.0f}, &acc, &m, &l);
+  for (float x : acc) ASSERT_NEAR(x, std::exp(-60.0), 4 * std::exp(-60.0) * kU) << "a weight of exp(-60)";
   // The rescale: a first tile of 64 keys at score 0 (v 1), then one at 95 (v 0): alpha = exp(-95).
   std::vector<float> first(65, 0.0f), ones(65, 1.0f);
   first[64] = 95.0f;

@@ -1,5 +1,10 @@
 #include "base/status.h"
 
+#include <cerrno>
+#include <exception>
+#include <new>
+#include <system_error>
+
 namespace g4 {
 
 std::string Status::ToString() const {
@@ -16,6 +21,22 @@ std::string Status::ToString() const {
     case StatusCode::kCancelled: name = "CANCELLED"; break;
   }
   return std::string(name) + ": " + message_;
+}
+
+Status StatusFromCurrentException(const std::string& what) {
+  try {
+    throw;
+  } catch (const std::bad_alloc&) {
+    return ResourceExhausted("out of memory: " + what);
+  } catch (const std::system_error& e) {
+    if (e.code() == std::errc::not_enough_memory || e.code() == std::errc::resource_unavailable_try_again)
+      return ResourceExhausted("out of memory or threads: " + what + " (" + e.what() + ")");
+    return Internal(what + ": " + e.what());
+  } catch (const std::exception& e) {
+    return Internal(what + ": " + e.what());
+  } catch (...) {
+    return Internal(what + ": an unknown exception");
+  }
 }
 
 }  // namespace g4

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -86,6 +87,15 @@ void ThreadPool::ParallelFor(int64_t n, const std::function<void(int, int64_t, i
     caller_sleeping_.store(false);
   }
   job_ = nullptr;
+  // A chunk that threw (on any thread) ends the loop with its exception, on the caller's thread,
+  // once every chunk is done: the job's fn outlives its last use (found by a reviewer: a
+  // std::bad_alloc on a worker called std::terminate).
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(error_mu_);
+    error.swap(error_);
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 void ThreadPool::PrefetchHint(const void* a, size_t a_bytes, const void* b, size_t b_bytes) {
@@ -140,7 +150,12 @@ void ThreadPool::RunChunks(int index, uint64_t s) {
       // as the caller wrote them), not from `s`: see the header on the generation wrapping.
       const int64_t chunks = ChunksOf(state_.load(std::memory_order_acquire));
       const int64_t n = job_n_;
-      (*job_)(index, n * c / chunks, n * (c + 1) / chunks);
+      try {
+        (*job_)(index, n * c / chunks, n * (c + 1) / chunks);
+      } catch (...) {  // kept for the caller (ParallelFor rethrows it); the chunk still counts as done
+        std::lock_guard<std::mutex> lock(error_mu_);
+        if (!error_) error_ = std::current_exception();
+      }
       if (done_.fetch_add(1) + 1 == chunks && index != 0 && caller_sleeping_.load()) {
         std::lock_guard<std::mutex> lock(mu_);
         done_cv_.notify_one();

@@ -543,15 +543,16 @@ int Main(int argc, char** argv) {
 }
 }  // namespace
 
-// An allocation that fails on the main thread (a model larger than the memory or an address-space
-// limit such as `ulimit -v` allows) ends the command with an error message and exit code 1, not
-// with std::terminate's abort.
+// An allocation that fails on the main thread or in a ThreadPool loop (a model larger than the
+// memory or an address-space limit such as `ulimit -v` allows), or a thread that cannot start,
+// ends the command with an error message and exit code 1, not with std::terminate's abort.
 int main(int argc, char** argv) {
   try {
     return Main(argc, argv);
-  } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "gemma4rt: error: RESOURCE_EXHAUSTED: out of memory (an allocation failed: the model, its "
-                         "KV cache (-c) and working memory need more than this process may use)\n");
+  } catch (...) {
+    const g4::Status st = g4::StatusFromCurrentException(
+        "an allocation failed: the model, its KV cache (-c) and working memory need more than this process may use");
+    std::fprintf(stderr, "gemma4rt: error: %s\n", st.ToString().c_str());
     return 1;
   }
 }

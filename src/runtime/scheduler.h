@@ -128,7 +128,10 @@ class Scheduler {
 
  private:
   struct Slot;
+  // The scheduler thread: RunSteps until stopped; a step that throws ends the slots' requests with
+  // the error (StatusFromCurrentException) and the steps go on.
   void Loop();
+  void RunSteps();
   // Samples slot's next token from `logits` ([V], the engine's step memory, overwritten), sends it
   // and applies the stop rules. Returns true when the slot goes on (its token, the last of
   // slot.generated, is then fed to the next decode step); false when it finished.

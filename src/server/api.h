@@ -86,7 +86,8 @@ struct ApiError {
 // 400 invalid_request_error naming `param`.
 ApiError BadRequest(std::string message, std::string param = "", std::string code = "");
 // The status's usual type and code (401 authentication_error/invalid_api_key, 404 not_found,
-// 413 request_too_large, 429 rate_limit_error/queue_full, 503 unavailable_error, 500 server_error).
+// 413 request_too_large, 429 rate_limit_error/queue_full, 499 client_closed_request (nginx's, for a
+// client that hung up: counted, never received), 503 unavailable_error, 500 server_error).
 ApiError ErrorForStatus(int status, std::string message);
 nlohmann::json ErrorJson(const ApiError& e);
 // A Status from the engine/scheduler as an ApiError: InvalidArgument -> 400 (param = the message's

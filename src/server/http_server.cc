@@ -492,11 +492,24 @@ struct StreamState {
   }
 
   bool Provide(httplib::DataSink& sink);
+  bool ProvideChunks(httplib::DataSink& sink);  // Provide's work, without its catch
 };
 
 }  // namespace
 
+// httplib calls the content provider outside its own try and outside the routes' guard(): an
+// exception here (a failed allocation building a chunk) ends this stream as a client gone would,
+// not the process (found by a reviewer).
 bool StreamState::Provide(httplib::DataSink& sink) {
+  try {
+    return ProvideChunks(sink);
+  } catch (...) {
+    if (!finished) return Fail();
+    return false;
+  }
+}
+
+bool StreamState::ProvideChunks(httplib::DataSink& sink) {
   if (finished) return false;
   if (!started) {
     started = true;
@@ -627,8 +640,8 @@ void HttpServer::Impl::Completion(const httplib::Request& req, httplib::Response
   LogCompletion(req.path, meta, fin);
   if (!fin.error.ok()) return SetError(res, ErrorForStatus(500, "generation failed: " + fin.error.ToString()));
   // A client that hung up gets nothing; its status is nginx's 499 ("client closed request"), so
-  // that /metrics and the request log do not count it as a 503 the server gave (found by a fresh
-  // user: a client's timeout showed as "server unavailable"). A shutdown's cancel is the 503.
+  // that /metrics does not count it as a 503 the server gave (found by a fresh user: a client's
+  // timeout showed as "server unavailable"). A shutdown's cancel is the 503.
   if (fin.finish_reason == "cancelled")
     return SetError(res, client_gone ? ErrorForStatus(499, "the request was cancelled (the client disconnected)")
                                      : ErrorForStatus(503, "the request was cancelled (server shutting down)"));
@@ -960,14 +973,36 @@ class GrowingThreadPool : public httplib::TaskQueue {
   explicit GrowingThreadPool(size_t max_threads) : max_threads_(std::max<size_t>(1, max_threads)) {}
   ~GrowingThreadPool() override { shutdown(); }
 
+  // Runs on httplib's listening thread, where an exception would end the process: a thread that
+  // cannot start (out of memory or the process's thread limit, std::system_error) leaves the job
+  // to the running threads; with none running, or when the job cannot even be queued, the
+  // connection is served here, holding up new connections for its duration but never aborting
+  // (found by a reviewer: a burst of connections under `ulimit -v` would have called
+  // std::terminate).
   void enqueue(std::function<void()> fn) override {
     std::unique_lock<std::mutex> lock(mu_);
-    jobs_.push_back(std::move(fn));
-    if (!stop_ && idle_ < jobs_.size() && threads_.size() < max_threads_) {
-      threads_.emplace_back([this] { Work(); });  // it takes a job once the lock is released
-    } else {
-      cv_.notify_one();
+    try {
+      jobs_.push_back(std::move(fn));  // the strong guarantee: fn is left as it was if this throws
+    } catch (...) {
+      lock.unlock();
+      fn();
+      return;
     }
+    if (!stop_ && idle_ < jobs_.size() && threads_.size() < max_threads_) {
+      try {
+        threads_.emplace_back([this] { Work(); });  // it takes a job once the lock is released
+        return;
+      } catch (...) {
+        if (threads_.empty()) {
+          std::function<void()> job = std::move(jobs_.back());
+          jobs_.pop_back();
+          lock.unlock();
+          job();
+          return;
+        }
+      }
+    }
+    cv_.notify_one();
   }
 
   void shutdown() override {

@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <new>
 #include <sstream>
 #if defined(__GLIBC__)
 #include <malloc.h>
@@ -234,8 +233,8 @@ void ServeInstance::Load(std::function<void()> before_load) {
   };
   // The loader runs on its own thread, where main()'s catch of std::bad_alloc does not reach: an
   // allocation that fails here (the weights' copy, a KV cache of --parallel x --ctx-size that does
-  // not fit) is a load error like any other, not std::terminate's abort (found by a fresh user:
-  // `ulimit -v 3000000; gemma4rt serve -np 64 -c 32768` aborted).
+  // not fit, the scheduler's thread) is a load error like any other, not std::terminate's abort
+  // (found by a fresh user: `ulimit -v 3000000; gemma4rt serve -np 64 -c 32768` aborted).
   try {
     if (before_load) before_load();
     LoadOptions lo;
@@ -291,9 +290,9 @@ void ServeInstance::Load(std::function<void()> before_load) {
                  opt_.model.c_str(), arch.c_str(), weights.c_str(), memory, info.context_size, opt_.parallel, tokenizer_ ? "yes" : "no",
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), info.id.c_str());
     finish(OkStatus(), [&] { http_->SetReady(std::move(info), scheduler_.get()); });
-  } catch (const std::bad_alloc&) {
-    finish(ResourceExhausted("out of memory (an allocation failed: the model, its KV cache of --parallel x --ctx-size "
-                             "tokens and working memory need more than this process may use)"));
+  } catch (...) {  // std::bad_alloc, a thread that could not start (std::system_error), ...
+    finish(StatusFromCurrentException("an allocation failed: the model, its KV cache of --parallel x --ctx-size "
+                                      "tokens and working memory need more than this process may use"));
   }
 }
 

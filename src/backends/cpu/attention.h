@@ -109,18 +109,22 @@ struct KvRun {
 };
 
 // Softmax weights exp(x), x = a score minus the running maximum (x <= 0), below exp(kWeightFloor)
-// = 1.6e-38 are 0 in the kernel, the split-K merge and every rescale (SoftmaxWeight; the SIMD
-// kernel clamps x before its Exp, so no subnormal float is ever made). Below that the exact weight
-// would be a subnormal float (under FLT_MIN = 1.18e-38, exp(-87.34)): next to the largest weight,
-// 1, it cannot change l or a finite acc except where acc itself is below FLT_MIN, and Intel cores
-// run each multiply or multiply-add that makes or takes a subnormal in a microcode assist of about
-// a hundred cycles (Intel's optimization manual: "floating-point assists"; AMD's Zen cores do not,
-// measured on the Zen 4 VM: the same 0.57 ns per FMA either way). With Gemma 4's scale of 1 on
-// RMS-normed q and k, scores spread by tens: on the synthetic E2B, 4.0% of the weights computed in
-// `gemma4rt bench -p 0 -n 4 -d 4000` fell in the subnormal band, each then an input to D / 16
-// multiply-adds of the V sum (twentieth session, docs/PERFORMANCE.md). NaN stays NaN; -inf
-// (padding) gives 0 as before.
-constexpr float kWeightFloor = -87.0f;
+// = exp(-64) = 1.6e-28 are 0: in the kernel's tiles, the rescale of its state when a tile raises
+// the maximum, and the split-K merge (SoftmaxWeight; the SIMD kernel clamps x before its Exp, whose
+// last multiply makes a subnormal float for x in [-104, -87.3]). Why: Intel cores run each
+// multiply or multiply-add that takes or makes a subnormal float (below FLT_MIN = 1.18e-38) in a
+// microcode assist of about a hundred cycles (Intel's optimization manual: "floating-point
+// assists"); AMD's Zen cores do not (measured on the Zen 4 VM: 0.57 ns per FMA either way). With
+// Gemma 4's scale of 1 on RMS-normed q and k, scores spread by tens: on the synthetic E2B, 4.0% of
+// the weights computed in `gemma4rt bench -p 0 -n 4 -d 4000` were subnormal before (twentieth
+// session, docs/PERFORMANCE.md), each then an input to D / 16 multiply-adds of the V sum. The
+// floor sits well above FLT_MIN so that a weight times a value, and the state times a rescale
+// factor, stay normal floats too unless the value or the state is below FLT_MIN / 1.6e-28 = 7e-11
+// in magnitude. The cost: a weight under 1.6e-28 next to the largest, 1, is 2^68 below f32's
+// resolution of l (>= 1), so it changes l and acc by nothing a float holds (short of a
+// cancellation in acc to below ~1e-20 of its terms). NaN: the scalar SoftmaxWeight keeps it, the
+// SIMD tile does not (Highway's Exp gives 0 for NaN, as before this floor); -inf (padding) gives 0.
+constexpr float kWeightFloor = -64.0f;
 inline float SoftmaxWeight(float x) { return x < kWeightFloor ? 0.0f : std::exp(x); }
 
 // SIMD kernel: G query heads q [G, D] (contiguous) over the keys of runs[0..num_runs) in order.
