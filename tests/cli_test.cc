@@ -1039,6 +1039,26 @@ TEST(CliTest, MemoryLimitsGiveAnErrorNotACrash) {
     EXPECT_EQ(r.out.find("DATA_LOSS"), std::string::npos) << limits << ":\n" << r.out;
     EXPECT_NE(r.out.find("failed: RESOURCE_EXHAUSTED: "), std::string::npos) << limits << ":\n" << r.out;
   }
+  // Threads that cannot start under a limit: a ThreadPool of 16 (`generate -t 16`: hung or
+  // aborted when its constructor threw with workers running) and serve's shutdown after a failed
+  // load (its thread to join the listener did not start: std::terminate). Found by a fresh user;
+  // the limits where each happened on this machine. Exit 0 or 1, never a hang (timeout: 124) or
+  // an abort.
+  std::vector<std::string> threads_cases;
+  for (int kib : {320000, 340000, 360000, 380000})
+    threads_cases.push_back("ulimit -v " + std::to_string(kib) + "; exec timeout 60 '" + std::string(GEMMA4RT_BINARY) +
+                            "' generate -m " + model + " -p hi -n 4 -t 16 --temp 0");
+  for (int kib : {50000, 400000, 450000})
+    threads_cases.push_back("ulimit -v " + std::to_string(kib) + "; exec timeout 60 '" + std::string(GEMMA4RT_BINARY) +
+                            "' serve -m " + model + " --port 0");
+  for (const std::string& c : threads_cases) {
+    CliResult r = RunSh(c);
+    EXPECT_TRUE(r.status == 0 || r.status == 1) << c << ": exit " << r.status << "\n" << r.out;
+    EXPECT_EQ(r.out.find("terminate called"), std::string::npos) << c << ":\n" << r.out;
+    if (r.status == 1) {
+      EXPECT_NE(r.out.find("RESOURCE_EXHAUSTED"), std::string::npos) << c << ":\n" << r.out;
+    }
+  }
 }
 
 // `gemma4rt --help` lists every subcommand, the two with their own flag sets (serve, bench) too.

@@ -248,6 +248,9 @@ TEST(ServerApiTest, OutOfRangeSamplingValues) {
   auto w = Chat({{"messages", UserMsg("x")}, {"repeat_last_n", -5.0}});
   ASSERT_FALSE(w.ok());
   EXPECT_EQ(w.error().message, "repeat_last_n must be an integer in [-1, 2147483647], got -5.0");
+  auto big = Chat({{"messages", UserMsg("x")}, {"top_k", 9223372036854775808ull}});
+  ASSERT_FALSE(big.ok());
+  EXPECT_EQ(big.error().message, "top_k must be an integer in [-1, 2147483647], got 9223372036854775808");
   // Boundaries that are allowed.
   for (const Case& c : std::vector<Case>{{"temperature", 0}, {"top_p", 1}, {"min_p", 1}, {"top_k", 0}, {"presence_penalty", -2}}) {
     auto r = Chat({{"messages", UserMsg("x")}, {c.field, c.value}});

@@ -20,7 +20,21 @@ int ResolveThreadCount(int requested) {
 }
 
 ThreadPool::ThreadPool(int threads) : slots_(new Slot[std::max(1, threads)]) {
-  for (int i = 1; i < std::max(1, threads); ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
+  try {
+    for (int i = 1; i < std::max(1, threads); ++i) workers_.emplace_back([this, i] { WorkerLoop(i); });
+  } catch (...) {
+    // A worker that cannot start (std::system_error: out of memory or threads, e.g. under
+    // `ulimit -v`): the ones started are stopped and joined before the exception leaves, since no
+    // destructor runs for a constructor that throws (found by a fresh user: `generate -t 16` under
+    // a tight limit hung or called std::terminate).
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_.store(true);
+    }
+    start_cv_.notify_all();
+    for (std::thread& t : workers_) t.join();
+    throw;
+  }
 }
 
 ThreadPool::~ThreadPool() {

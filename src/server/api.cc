@@ -78,7 +78,10 @@ MaybeError OptNumber(const json& o, const char* key, std::optional<double>* out)
 MaybeError IntValue(const json& v, const std::string& param, int64_t lo, int64_t hi, int64_t* out) {
   if (v.is_number_unsigned()) {
     const uint64_t u = v.get<uint64_t>();
-    if (u > static_cast<uint64_t>(hi)) return BadRequest(param + " is too large (" + std::to_string(u) + ")", param);
+    if (u > static_cast<uint64_t>(hi))
+      return BadRequest(param + " must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
+                            std::to_string(u),
+                        param);
     *out = static_cast<int64_t>(u);
   } else if (v.is_number_integer()) {
     *out = v.get<int64_t>();

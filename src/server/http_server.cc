@@ -1124,7 +1124,18 @@ void HttpServer::Stop() {
   // joined: a connection accepted just before the listening socket closed may reach
   // /proc/self/fd after a pass.
   if (!m.thread.joinable()) return;
-  std::future<void> joined = std::async(std::launch::async, [&m] { m.thread.join(); });
+  std::future<void> joined;
+  try {
+    joined = std::async(std::launch::async, [&m] { m.thread.join(); });
+  } catch (...) {
+    // No thread to join with (out of memory or threads: std::system_error; found by a fresh user
+    // under `ulimit -v`, where the listener thread was then destroyed unjoined: std::terminate).
+    // The same steps in line: half a second, the connections shut down, then the join.
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    ShutDownConnections(m.bound_addr, m.port);
+    m.thread.join();
+    return;
+  }
   if (joined.wait_for(std::chrono::milliseconds(500)) == std::future_status::ready) return;
   do {
     ShutDownConnections(m.bound_addr, m.port);
