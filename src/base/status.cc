@@ -23,19 +23,20 @@ std::string Status::ToString() const {
   return std::string(name) + ": " + message_;
 }
 
-Status StatusFromCurrentException(const std::string& what) {
+Status StatusFromCurrentException(const std::string& doing, const std::string& memory_hint) {
+  const std::string hint = memory_hint.empty() ? "" : " (" + memory_hint + ")";
   try {
     throw;
   } catch (const std::bad_alloc&) {
-    return ResourceExhausted("out of memory: " + what);
+    return ResourceExhausted("out of memory while " + doing + hint);
   } catch (const std::system_error& e) {
     if (e.code() == std::errc::not_enough_memory || e.code() == std::errc::resource_unavailable_try_again)
-      return ResourceExhausted("out of memory or threads: " + what + " (" + e.what() + ")");
-    return Internal(what + ": " + e.what());
+      return ResourceExhausted("out of memory or threads while " + doing + " (" + e.what() + ")" + hint);
+    return Internal(doing + ": " + e.what());
   } catch (const std::exception& e) {
-    return Internal(what + ": " + e.what());
+    return Internal(doing + ": " + e.what());
   } catch (...) {
-    return Internal(what + ": an unknown exception");
+    return Internal(doing + ": an unknown exception");
   }
 }
 

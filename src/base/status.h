@@ -50,12 +50,13 @@ inline Status ResourceExhausted(std::string m) { return {StatusCode::kResourceEx
 inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 inline Status Cancelled(std::string m) { return {StatusCode::kCancelled, std::move(m)}; }
 
-// The Status for an exception caught on a thread that must not end the process (the server's
-// loader, scheduler and HTTP threads; ThreadPool's workers rethrow to the caller): std::bad_alloc
-// and std::system_error with ENOMEM or EAGAIN (a thread that could not be started) are
-// RESOURCE_EXHAUSTED ("out of memory: " + `what`, what the caller was doing); any other exception
-// INTERNAL with its what(). Call it inside a catch block (it rethrows std::current_exception()).
-Status StatusFromCurrentException(const std::string& what);
+// The Status for an exception caught where it must not end the process (main, the server's loader
+// and scheduler; ThreadPool's workers rethrow to the caller). `doing`: what was under way ("loading
+// the model"). std::bad_alloc and std::system_error with ENOMEM or EAGAIN (a thread that could not
+// start) are RESOURCE_EXHAUSTED, "out of memory while DOING (HINT)" (`memory_hint`: what needs the
+// memory; none if empty); any other exception INTERNAL, "DOING: " + its what(). Call it inside a
+// catch block (it rethrows std::current_exception()).
+Status StatusFromCurrentException(const std::string& doing, const std::string& memory_hint = "");
 
 // Holds either a value or a non-OK Status.
 template <typename T>

@@ -551,7 +551,7 @@ int main(int argc, char** argv) {
     return Main(argc, argv);
   } catch (...) {
     const g4::Status st = g4::StatusFromCurrentException(
-        "an allocation failed: the model, its KV cache (-c) and working memory need more than this process may use");
+        "running the command", "the model, its KV cache (-c) and working memory need more than this process may use");
     std::fprintf(stderr, "gemma4rt: error: %s\n", st.ToString().c_str());
     return 1;
   }

@@ -76,12 +76,15 @@ MaybeError OptNumber(const json& o, const char* key, std::optional<double>* out)
 
 // Integers; a float with an integral value (5.0) is accepted, 5.5 is not.
 MaybeError IntValue(const json& v, const std::string& param, int64_t lo, int64_t hi, int64_t* out) {
+  // The range in the message (found by a fresh user: "top_k is out of range (-5)" did not say
+  // what is allowed; the CLI's flags do).
+  const auto out_of_range = [&](const std::string& got) {
+    return BadRequest(param + " must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + got,
+                      param);
+  };
   if (v.is_number_unsigned()) {
     const uint64_t u = v.get<uint64_t>();
-    if (u > static_cast<uint64_t>(hi))
-      return BadRequest(param + " must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
-                            std::to_string(u),
-                        param);
+    if (u > static_cast<uint64_t>(hi)) return out_of_range(std::to_string(u));
     *out = static_cast<int64_t>(u);
   } else if (v.is_number_integer()) {
     *out = v.get<int64_t>();
@@ -89,17 +92,12 @@ MaybeError IntValue(const json& v, const std::string& param, int64_t lo, int64_t
     const double d = v.get<double>();
     if (d != std::floor(d)) return BadRequest(param + " must be an integer, got " + Dump(v), param);
     if (d < static_cast<double>(lo) || d > static_cast<double>(hi))
-      return BadRequest(param + " must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + Dump(v), param);
+      return out_of_range(Dump(v));
     *out = static_cast<int64_t>(d);
   } else {
     return WrongType(param, "an integer", v);
   }
-  // The range in the message (found by a fresh user: "top_k is out of range (-5)" did not say
-  // what is allowed; the CLI's flags do).
-  if (*out < lo || *out > hi)
-    return BadRequest(param + " must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
-                          std::to_string(*out),
-                      param);
+  if (*out < lo || *out > hi) return out_of_range(std::to_string(*out));
   return std::nullopt;
 }
 

@@ -291,8 +291,8 @@ void ServeInstance::Load(std::function<void()> before_load) {
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), info.id.c_str());
     finish(OkStatus(), [&] { http_->SetReady(std::move(info), scheduler_.get()); });
   } catch (...) {  // std::bad_alloc, a thread that could not start (std::system_error), ...
-    finish(StatusFromCurrentException("an allocation failed: the model, its KV cache of --parallel x --ctx-size "
-                                      "tokens and working memory need more than this process may use"));
+    finish(StatusFromCurrentException("loading the model", "the model, its KV cache of --parallel x --ctx-size "
+                                                           "tokens and working memory need more than this process may use"));
   }
 }
 
