@@ -1,0 +1,132 @@
+// Experiment (not built by CMake; x86-64 with AVX-512): the arithmetic floor of decode attention
+// at depth against the time its K and V reads take, in one process. It backs "the depth target's
+// floor" in docs/PERFORMANCE.md (2026-12-03, twenty-first session).
+//
+// Build and run from the repository root (one command line):
+//   g++ -O3 -march=native bench/experiments/attention_floor.cc -lpthread -o /tmp/attention_floor && /tmp/attention_floor
+// (-O3: at -O2 GCC 12 keeps the 12 accumulators in memory and the rates come out ~3x too low.)
+// Options: /tmp/attention_floor [threads, default 2] [keys, default 4000] [read MiB per thread, default 512].
+//
+// What it measures, each on `threads` threads at once (best of 5 rounds):
+//   fma     512-bit vfmadd231ps, 12 independent accumulators per thread: f32 multiply-adds per
+//           second (16 per instruction). The f16 and f32 caches' attention runs on these.
+//   bf16    512-bit vdpbf16ps likewise (32 bf16 products summed in f32 per instruction), where the
+//           CPU has AVX512_BF16: the bf16 cache's kernels (src/backends/cpu/attention_bf16.cc).
+//   read    512-bit loads summed over a private buffer per thread (2 MiB pages where the kernel
+//           gives them), prefetcht1 8 KiB ahead as the weight kernels do: GB/s of bytes read.
+// Then, for one full layer of Gemma 4 E2B (8 query heads on one KV head, head_dim 512) over `keys`
+// cached keys: multiply-adds = keys x 8 x 512 x 2 (scores and the weighted V sum), bytes = keys x
+// 512 x 2 x 2 (K and V, 2-byte elements), and the time of each at the rates above. With 2-byte
+// elements that is G / 2 = 4 multiply-adds per byte: when 4 x the read rate exceeds the f32
+// multiply-add rate, no kernel computing in f32 can keep attention at its reads' time.
+#include <immintrin.h>
+#include <sys/mman.h>
+
+// GCC 12's _mm512_reduce_add_ps leaves an "undefined" operand that -Wuninitialized reports.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr long kInstructions = 200'000'000;  // per thread and round
+
+// Instructions per second of 12 independent chains on this thread (the asm keeps the compiler
+// from folding or reordering them away).
+template <bool kBf16>
+__attribute__((target("avx512f,avx512bf16"))) double ChainRate() {
+  __m512 a[12];
+  for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_ps(1e-3f * static_cast<float>(i));
+  const __m512 x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(1e-7f);
+  const __m512bh bx = (__m512bh)_mm512_set1_epi16(0x3f80), by = (__m512bh)_mm512_set1_epi16(0x3380);
+  const auto t0 = Clock::now();
+  for (long n = 0; n < kInstructions / 12; ++n) {
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) a[i] = kBf16 ? _mm512_dpbf16_ps(a[i], bx, by) : _mm512_fmadd_ps(a[i], x, y);
+    asm volatile("" : "+v"(a[0]), "+v"(a[1]), "+v"(a[2]), "+v"(a[3]), "+v"(a[4]), "+v"(a[5]), "+v"(a[6]),
+                 "+v"(a[7]), "+v"(a[8]), "+v"(a[9]), "+v"(a[10]), "+v"(a[11]));
+  }
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  return static_cast<double>(kInstructions / 12 * 12) / s;
+}
+
+// Bytes per second of reading buf[0, bytes) once (the sum is returned through sink).
+__attribute__((target("avx512f"))) double ReadRate(const char* buf, size_t bytes, float* sink) {
+  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+  const auto t0 = Clock::now();
+  for (size_t i = 0; i < bytes; i += 128) {
+    _mm_prefetch(buf + i + 8192, _MM_HINT_T1);
+    _mm_prefetch(buf + i + 8192 + 64, _MM_HINT_T1);
+    s0 = _mm512_add_ps(s0, _mm512_load_ps(reinterpret_cast<const float*>(buf + i)));
+    s1 = _mm512_add_ps(s1, _mm512_load_ps(reinterpret_cast<const float*>(buf + i + 64)));
+  }
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  *sink += _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+  return static_cast<double>(bytes) / s;
+}
+
+// The sum over `threads` threads of fn(thread)'s rate, all threads running at once.
+template <class Fn>
+double OnThreads(int threads, const Fn& fn) {
+  std::vector<double> rate(threads);
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back([&, t] { rate[t] = fn(t); });
+  rate[0] = fn(0);
+  for (auto& th : pool) th.join();
+  double sum = 0;
+  for (double r : rate) sum += r;
+  return sum;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
+  const long keys = argc > 2 ? std::atol(argv[2]) : 4000;
+  const size_t mib = argc > 3 ? std::strtoul(argv[3], nullptr, 10) : 512;
+  if (threads < 1 || keys < 1 || mib < 1) {
+    std::fprintf(stderr, "usage: %s [threads >= 1] [keys >= 1] [read MiB per thread >= 1]\n", argv[0]);
+    return 2;
+  }
+  const bool has_bf16 = __builtin_cpu_supports("avx512bf16");
+  const size_t bytes = mib << 20;
+  std::vector<char*> bufs(threads);
+  for (auto& b : bufs) {
+    void* p = std::aligned_alloc(2 << 20, bytes);
+    if (p == nullptr) {
+      std::fprintf(stderr, "attention_floor: cannot allocate %zu MiB per thread\n", mib);
+      return 1;
+    }
+    madvise(p, bytes, MADV_HUGEPAGE);
+    for (size_t i = 0; i < bytes; i += 4096) static_cast<char*>(p)[i] = 1;
+    b = static_cast<char*>(p);
+  }
+  double fma = 0, bf16 = 0, read = 0;
+  float sink = 0;
+  for (int round = 0; round < 5; ++round) {
+    fma = std::max(fma, OnThreads(threads, [](int) { return ChainRate<false>(); }) * 16);
+    if (has_bf16) bf16 = std::max(bf16, OnThreads(threads, [](int) { return ChainRate<true>(); }) * 32);
+    std::vector<float> sinks(threads);
+    read = std::max(read, OnThreads(threads, [&](int t) { return ReadRate(bufs[t], bytes, &sinks[t]); }));
+    for (float s : sinks) sink += s;
+  }
+  const double macs = static_cast<double>(keys) * 8 * 512 * 2, kv = static_cast<double>(keys) * 512 * 2 * 2;
+  std::printf("threads %d: f32 multiply-adds %.1f G/s, bf16 products %.1f G/s (0: no AVX512_BF16), reads %.1f GB/s%s\n",
+              threads, fma / 1e9, bf16 / 1e9, read / 1e9, sink == 42 ? " " : "");
+  std::printf("E2B full layer over %ld keys: %.1f M multiply-adds, %.2f MB of K and V\n", keys, macs / 1e6, kv / 1e6);
+  std::printf("  reads at %.1f GB/s: %.0f us\n", read / 1e9, kv / read * 1e6);
+  std::printf("  f32 arithmetic (f16/f32 cache) at peak: %.0f us (%.2fx the reads)\n", macs / fma * 1e6,
+              macs / fma / (kv / read));
+  if (has_bf16)
+    std::printf("  bf16 products (bf16 cache) at peak: %.0f us (%.2fx the reads)\n", macs / bf16 * 1e6,
+                macs / bf16 / (kv / read));
+  for (auto b : bufs) std::free(b);
+  return 0;
+}
