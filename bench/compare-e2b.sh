@@ -260,11 +260,13 @@ if [ -n "$DEPTHS" ] && [ -n "$DEPTH_FORMAT" ]; then
   # reach 1.0 whatever the kernel (the Targets table prints that floor).
   rm -f "$OUT/depth/floor.txt"
   if [ "$(uname -m)" = x86_64 ] && grep -qw avx512f /proc/cpuinfo && command -v g++ >/dev/null; then
-    g++ -O3 -march=native "$ROOT/bench/experiments/attention_floor.cc" -lpthread -o "$OUT/depth/attention_floor" \
+    g++ -std=c++20 -O3 -march=native "$ROOT/bench/experiments/attention_floor.cc" -lpthread -o "$OUT/depth/attention_floor" \
       && "$OUT/depth/attention_floor" "$THREADS" "$(tr , '\n' <<<"$DEPTHS" | sort -n | tail -1)" 64 >"$OUT/depth/floor.txt" \
       || { log "attention_floor failed: the Targets table goes without the arithmetic floor"; rm -f "$OUT/depth/floor.txt"; }
+  else
+    log "no x86-64 AVX-512 CPU or no g++: the Targets table goes without the arithmetic floor"
   fi
-  stage_end depth "$DEPTH_FORMAT tg$N at depths $DEPTHS, $REPS x $ROUNDS rounds, then once with --profile"
+  stage_end depth "$DEPTH_FORMAT tg$N at depths $DEPTHS, $REPS x $ROUNDS rounds, then once with --profile, then attention_floor"
 fi
 if ((WITH_270M)); then
   stage_start

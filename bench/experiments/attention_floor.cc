@@ -3,11 +3,12 @@
 // floor" in docs/PERFORMANCE.md (2026-12-03, twenty-first session).
 //
 // Build and run from the repository root (one command line):
-//   g++ -O3 -march=native bench/experiments/attention_floor.cc -lpthread -o /tmp/attention_floor && /tmp/attention_floor
+//   g++ -std=c++20 -O3 -march=native bench/experiments/attention_floor.cc -lpthread -o /tmp/attention_floor && /tmp/attention_floor
 // (-O3: at -O2 GCC 12 keeps the 12 accumulators in memory and the rates come out ~3x too low.)
-// Options: /tmp/attention_floor [threads, default 2] [keys, default 4000] [read MiB per thread, default 512].
+// Options: /tmp/attention_floor [threads 1-1024, default 2] [keys, default 4000] [read MiB per thread, default 512].
 //
-// What it measures, each on `threads` threads at once (best of 5 rounds):
+// What it measures, each on `threads` threads started together, as the work of all of them over
+// the time from the first start to the last end (best of 5 rounds):
 //   fma     512-bit vfmadd231ps, 12 independent accumulators per thread: f32 multiply-adds per
 //           second (16 per instruction). The f16 and f32 caches' attention runs on these.
 //   bf16    512-bit vdpbf16ps likewise (32 bf16 products summed in f32 per instruction), where the
@@ -24,12 +25,16 @@
 
 // GCC 12's _mm512_reduce_add_ps leaves an "undefined" operand that -Wuninitialized reports.
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 #include <algorithm>
+#include <barrier>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -38,61 +43,84 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr long kInstructions = 200'000'000;  // per thread and round
 
-// Instructions per second of 12 independent chains on this thread (the asm keeps the compiler
-// from folding or reordering them away).
+// Runs 12 independent chains of kInstructions / 12 instructions each on this thread (the asm
+// keeps the compiler from folding or reordering them away); returns the instructions run. Both
+// kinds are compiled with AVX512_BF16 allowed; main runs the bf16 one only where the CPU has it.
 template <bool kBf16>
-__attribute__((target("avx512f,avx512bf16"))) double ChainRate() {
+__attribute__((target("avx512f,avx512bf16"))) double Chains() {
   __m512 a[12];
   for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_ps(1e-3f * static_cast<float>(i));
   const __m512 x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(1e-7f);
   const __m512bh bx = (__m512bh)_mm512_set1_epi16(0x3f80), by = (__m512bh)_mm512_set1_epi16(0x3380);
-  const auto t0 = Clock::now();
   for (long n = 0; n < kInstructions / 12; ++n) {
 #pragma GCC unroll 12
     for (int i = 0; i < 12; ++i) a[i] = kBf16 ? _mm512_dpbf16_ps(a[i], bx, by) : _mm512_fmadd_ps(a[i], x, y);
     asm volatile("" : "+v"(a[0]), "+v"(a[1]), "+v"(a[2]), "+v"(a[3]), "+v"(a[4]), "+v"(a[5]), "+v"(a[6]),
                  "+v"(a[7]), "+v"(a[8]), "+v"(a[9]), "+v"(a[10]), "+v"(a[11]));
   }
-  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-  return static_cast<double>(kInstructions / 12 * 12) / s;
+  return static_cast<double>(kInstructions / 12 * 12);
 }
 
-// Bytes per second of reading buf[0, bytes) once (the sum is returned through sink).
-__attribute__((target("avx512f"))) double ReadRate(const char* buf, size_t bytes, float* sink) {
+// Reads buf[0, bytes) once (the sum goes to *sink); returns the bytes read. The prefetch address
+// is formed as an integer (it may lie past the buffer; a prefetch never faults).
+__attribute__((target("avx512f"))) double Read(const char* buf, size_t bytes, float* sink) {
   __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-  const auto t0 = Clock::now();
+  const uintptr_t base = reinterpret_cast<uintptr_t>(buf);
   for (size_t i = 0; i < bytes; i += 128) {
-    _mm_prefetch(buf + i + 8192, _MM_HINT_T1);
-    _mm_prefetch(buf + i + 8192 + 64, _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char*>(base + i + 8192), _MM_HINT_T1);
+    _mm_prefetch(reinterpret_cast<const char*>(base + i + 8192 + 64), _MM_HINT_T1);
     s0 = _mm512_add_ps(s0, _mm512_load_ps(reinterpret_cast<const float*>(buf + i)));
     s1 = _mm512_add_ps(s1, _mm512_load_ps(reinterpret_cast<const float*>(buf + i + 64)));
   }
-  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
   *sink += _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
-  return static_cast<double>(bytes) / s;
+  return static_cast<double>(bytes);
 }
 
-// The sum over `threads` threads of fn(thread)'s rate, all threads running at once.
+// fn(thread) on `threads` threads started together (a barrier): the work they did in all (fn's
+// return values) per second from the first start to the last end, so a thread that finishes
+// early and leaves the machine to the others does not count as running at its solo rate.
 template <class Fn>
 double OnThreads(int threads, const Fn& fn) {
-  std::vector<double> rate(threads);
+  std::vector<double> work(threads);
+  std::vector<Clock::time_point> start(threads), end(threads);
+  std::barrier sync(threads);
+  auto body = [&](int t) {
+    sync.arrive_and_wait();
+    start[t] = Clock::now();
+    work[t] = fn(t);
+    end[t] = Clock::now();
+  };
   std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back([&, t] { rate[t] = fn(t); });
-  rate[0] = fn(0);
+  for (int t = 1; t < threads; ++t) pool.emplace_back(body, t);
+  body(0);
   for (auto& th : pool) th.join();
   double sum = 0;
-  for (double r : rate) sum += r;
-  return sum;
+  for (double w : work) sum += w;
+  const auto first = *std::min_element(start.begin(), start.end());
+  const auto last = *std::max_element(end.begin(), end.end());
+  return sum / std::chrono::duration<double>(last - first).count();
+}
+
+// A decimal argument in [lo, hi], or exits with the usage.
+long Arg(const char* s, long lo, long hi, const char* argv0) {
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(s, &end, 10);
+  if (errno != 0 || end == s || *end != '\0' || v < lo || v > hi) {
+    std::fprintf(stderr, "usage: %s [threads 1-1024] [keys 1-16777216] [read MiB per thread 1-65536]; got '%s'\n", argv0, s);
+    std::exit(2);
+  }
+  return v;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
-  const long keys = argc > 2 ? std::atol(argv[2]) : 4000;
-  const size_t mib = argc > 3 ? std::strtoul(argv[3], nullptr, 10) : 512;
-  if (threads < 1 || keys < 1 || mib < 1) {
-    std::fprintf(stderr, "usage: %s [threads >= 1] [keys >= 1] [read MiB per thread >= 1]\n", argv[0]);
+  const int threads = argc > 1 ? static_cast<int>(Arg(argv[1], 1, 1024, argv[0])) : 2;
+  const long keys = argc > 2 ? Arg(argv[2], 1, 1 << 24, argv[0]) : 4000;
+  const size_t mib = argc > 3 ? static_cast<size_t>(Arg(argv[3], 1, 65536, argv[0])) : 512;
+  if (!__builtin_cpu_supports("avx512f")) {
+    std::fprintf(stderr, "attention_floor: this CPU has no AVX-512 (the experiment measures 512-bit instructions)\n");
     return 2;
   }
   const bool has_bf16 = __builtin_cpu_supports("avx512bf16");
@@ -105,16 +133,16 @@ int main(int argc, char** argv) {
       return 1;
     }
     madvise(p, bytes, MADV_HUGEPAGE);
-    for (size_t i = 0; i < bytes; i += 4096) static_cast<char*>(p)[i] = 1;
+    std::memset(p, 0, bytes);  // zeros: no subnormal sums
     b = static_cast<char*>(p);
   }
   double fma = 0, bf16 = 0, read = 0;
   float sink = 0;
   for (int round = 0; round < 5; ++round) {
-    fma = std::max(fma, OnThreads(threads, [](int) { return ChainRate<false>(); }) * 16);
-    if (has_bf16) bf16 = std::max(bf16, OnThreads(threads, [](int) { return ChainRate<true>(); }) * 32);
+    fma = std::max(fma, OnThreads(threads, [](int) { return Chains<false>(); }) * 16);
+    if (has_bf16) bf16 = std::max(bf16, OnThreads(threads, [](int) { return Chains<true>(); }) * 32);
     std::vector<float> sinks(threads);
-    read = std::max(read, OnThreads(threads, [&](int t) { return ReadRate(bufs[t], bytes, &sinks[t]); }));
+    read = std::max(read, OnThreads(threads, [&](int t) { return Read(bufs[t], bytes, &sinks[t]); }));
     for (float s : sinks) sink += s;
   }
   const double macs = static_cast<double>(keys) * 8 * 512 * 2, kv = static_cast<double>(keys) * 512 * 2 * 2;
