@@ -57,6 +57,61 @@ SamplingParams Greedy() {
   return p;
 }
 
+TEST(SamplerTest, LogprobsAreTheLogSoftmaxOfTheRawLogits) {
+  // logits 1, 2, 3, 2, -inf: the sum of exponentials e + 2e^2 + e^3.
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> logits = {1.0f, 2.0f, 3.0f, 2.0f, -inf};
+  const double lse = std::log(std::exp(1.0) + 2 * std::exp(2.0) + std::exp(3.0));
+  auto lp = ComputeLogprobs(logits, 1, 3);
+  ASSERT_TRUE(lp.ok()) << lp.status().ToString();
+  EXPECT_EQ(lp->id, 1);
+  EXPECT_NEAR(lp->logprob, 2.0 - lse, 1e-6);
+  // The best three: id 2, then the tie at 2.0 with the lower id first (1 before 3).
+  ASSERT_EQ(lp->top.size(), 3u);
+  EXPECT_EQ(lp->top[0].first, 2);
+  EXPECT_EQ(lp->top[1].first, 1);
+  EXPECT_EQ(lp->top[2].first, 3);
+  EXPECT_NEAR(lp->top[0].second, 3.0 - lse, 1e-6);
+  EXPECT_EQ(lp->top[1].second, lp->logprob);
+  EXPECT_EQ(lp->top[2].second, lp->logprob);
+  // More than the finite logits: the -inf one last, at -inf; none asked: no list.
+  auto all = ComputeLogprobs(logits, 4, 5);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->logprob, -inf);
+  ASSERT_EQ(all->top.size(), 5u);
+  EXPECT_EQ(all->top[4].first, 4);
+  EXPECT_EQ(all->top[3].first, 0);
+  EXPECT_TRUE(ComputeLogprobs(logits, 0, 0)->top.empty());
+  // Probabilities sum to 1; a large vocabulary of large logits stays exact (the max shift).
+  double mass = 0;
+  for (int32_t i = 0; i < 5; ++i) mass += std::exp(static_cast<double>(ComputeLogprobs(logits, i, 0)->logprob));
+  EXPECT_NEAR(mass, 1.0, 1e-6);
+  std::vector<float> big(262144);
+  double big_sum = 0;
+  for (size_t i = 0; i < big.size(); ++i) {
+    big[i] = 80.0f + static_cast<float>(i % 97) * 0.25f;
+    big_sum += std::exp(static_cast<double>(big[i]) - 104.0);
+  }
+  auto b = ComputeLogprobs(big, 96, 20);
+  ASSERT_TRUE(b.ok());
+  EXPECT_NEAR(b->logprob, -std::log(big_sum), 1e-5);
+  EXPECT_EQ(b->top[0].first, 96);  // the first id at the highest logit, 80 + 96 * 0.25
+  EXPECT_EQ(b->top[1].first, 96 + 97);
+  EXPECT_EQ(b->top[0].second, b->logprob);
+  // Errors: empty row, id or count out of range, NaN and +inf logits.
+  EXPECT_EQ(ComputeLogprobs({}, 0, 0).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ComputeLogprobs(logits, 5, 0).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ComputeLogprobs(logits, -1, 0).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ComputeLogprobs(logits, 0, kMaxTopLogprobs + 1).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ComputeLogprobs(logits, 0, -1).status().code(), StatusCode::kInvalidArgument);
+  std::vector<float> bad = logits;
+  bad[1] = std::nanf("");
+  EXPECT_EQ(ComputeLogprobs(bad, 0, 0).status().code(), StatusCode::kInternal);
+  bad[1] = inf;
+  EXPECT_EQ(ComputeLogprobs(bad, 0, 0).status().code(), StatusCode::kInternal);
+  EXPECT_EQ(ComputeLogprobs(std::vector<float>{-inf, -inf}, 0, 1).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(SamplerTest, GreedyIsArgmaxWithTiesToLowestId) {
   EXPECT_EQ(SampleOnce(Greedy(), {1.0f, 3.0f, 2.0f}), 1);
   EXPECT_EQ(SampleOnce(Greedy(), {1.0f, 3.0f, 2.0f, 3.0f}), 1);

@@ -289,11 +289,6 @@ TEST(ServerApiTest, MaxTokensAndContextLength) {
 TEST(ServerApiTest, UnsupportedFieldsAreRefusedByName) {
   EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"n", 2}}), 400, "n");
   EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"n", 0}}), 400, "n");
-  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"logprobs", true}}), 400, "logprobs");
-  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"logprobs", 3}}), 400, "logprobs");
-  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"top_logprobs", 5}}), 400, "top_logprobs");
-  EXPECT_API_ERROR(Compl({{"prompt", "x"}, {"logprobs", 2}}), 400, "logprobs");
-  EXPECT_TRUE(Compl({{"prompt", "x"}, {"logprobs", 0}}).ok());
   EXPECT_API_ERROR(Compl({{"prompt", "x"}, {"echo", true}}), 400, "echo");
   EXPECT_API_ERROR(Compl({{"prompt", "x"}, {"suffix", "y"}}), 400, "suffix");
   EXPECT_API_ERROR(Compl({{"prompt", "x"}, {"best_of", 3}}), 400, "best_of");
@@ -307,6 +302,31 @@ TEST(ServerApiTest, UnsupportedFieldsAreRefusedByName) {
   auto r = Chat({{"messages", UserMsg("x")}, {"temperature", nullptr}, {"stop", nullptr}, {"stream_options", nullptr},
                  {"max_tokens", nullptr}, {"n", nullptr}, {"seed", nullptr}, {"tools", json::array()}});
   EXPECT_TRUE(r.ok()) << r.error().message;
+}
+
+TEST(ServerApiTest, LogprobsAreReadAsTheirTopCount) {
+  auto top = [](const ApiOr<ParsedRequest>& r) { return r.ok() ? r->completion.logprobs : -100; };
+  // Not asked for: -1, also with logprobs false, top_logprobs 0 or nulls.
+  EXPECT_EQ(top(Chat({{"messages", UserMsg("x")}})), -1);
+  EXPECT_EQ(top(Chat({{"messages", UserMsg("x")}, {"logprobs", false}, {"top_logprobs", 0}})), -1);
+  EXPECT_EQ(top(Chat({{"messages", UserMsg("x")}, {"logprobs", nullptr}, {"top_logprobs", nullptr}})), -1);
+  // Chat: logprobs true, top_logprobs 0..20.
+  EXPECT_EQ(top(Chat({{"messages", UserMsg("x")}, {"logprobs", true}})), 0);
+  EXPECT_EQ(top(Chat({{"messages", UserMsg("x")}, {"logprobs", true}, {"top_logprobs", 20}})), 20);
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"logprobs", true}, {"top_logprobs", 21}}), 400, "top_logprobs");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"logprobs", true}, {"top_logprobs", -1}}), 400, "top_logprobs");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"top_logprobs", 5}}), 400, "top_logprobs");  // needs logprobs true
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"logprobs", false}, {"top_logprobs", 5}}), 400, "top_logprobs");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"logprobs", 3}}), 400, "logprobs");  // chat's is a boolean
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"logprobs", "yes"}}), 400, "logprobs");
+  // Completions: the legacy integer, or a boolean as chat.
+  EXPECT_EQ(top(Compl({{"prompt", "x"}, {"logprobs", 0}})), 0);
+  EXPECT_EQ(top(Compl({{"prompt", "x"}, {"logprobs", 5}})), 5);
+  EXPECT_EQ(top(Compl({{"prompt", "x"}, {"logprobs", true}, {"top_logprobs", 2}})), 2);
+  EXPECT_EQ(top(Compl({{"prompt", "x"}, {"logprobs", 3}, {"top_logprobs", 3}})), 3);
+  EXPECT_API_ERROR(Compl({{"prompt", "x"}, {"logprobs", 3}, {"top_logprobs", 2}}), 400, "top_logprobs");
+  EXPECT_API_ERROR(Compl({{"prompt", "x"}, {"logprobs", 21}}), 400, "logprobs");
+  EXPECT_API_ERROR(Compl({{"prompt", "x"}, {"logprobs", 1.5}}), 400, "logprobs");
 }
 
 TEST(ServerApiTest, UnknownModelIs404AndKnownNamesAreAccepted) {
@@ -365,7 +385,7 @@ TEST(ServerApiTest, NonStreamedResponses) {
   EXPECT_EQ(meta.id.rfind("chatcmpl-", 0), 0u);
   EXPECT_NE(meta.id, NewResponseId(Endpoint::kChat));
   EXPECT_EQ(NewResponseId(Endpoint::kCompletion).rfind("cmpl-", 0), 0u);
-  CompletionResult res{"Hello", {5, 6}, Final("length")};
+  CompletionResult res{"Hello", {5, 6}, {}, Final("length")};
   json j = CompletionResponseJson(meta, res);
   EXPECT_EQ(j["object"], "chat.completion");
   EXPECT_EQ(j["model"], "tiny");
@@ -385,7 +405,7 @@ TEST(ServerApiTest, NonStreamedResponses) {
   meta.endpoint = Endpoint::kCompletion;
   meta.return_token_ids = true;
   meta.prompt_token_ids = {2, 3};
-  CompletionResult deg{"la la", {7, 7}, Final("stop", "token 7 repeated 32 times")};
+  CompletionResult deg{"la la", {7, 7}, {}, Final("stop", "token 7 repeated 32 times")};
   json d = CompletionResponseJson(meta, deg);
   EXPECT_EQ(d["object"], "text_completion");
   EXPECT_EQ(d["choices"][0]["text"], "la la");
@@ -413,9 +433,16 @@ std::vector<std::string> SseData(const std::string& stream) {
   return out;
 }
 
+// A content event of `text` (no token ids).
+CompletionEvent Delta(const std::string& text) {
+  CompletionEvent e;
+  e.text = text;
+  return e;
+}
+
 TEST(ServerApiTest, StreamChunks) {
   ResponseMeta meta = Meta("chatcmpl-x", 1, Endpoint::kChat, /*include_usage=*/true);
-  std::string all = FirstChunk(meta) + DeltaChunk(meta, "Hel", {}) + DeltaChunk(meta, "lo", {});
+  std::string all = FirstChunk(meta) + DeltaChunk(meta, Delta("Hel")) + DeltaChunk(meta, Delta("lo"));
   CompletionEvent fin = Final("stop", "a 2-token pattern repeated 8 times");
   fin.text = "!";
   all += FinalChunks(meta, fin);
@@ -454,7 +481,7 @@ TEST(ServerApiTest, StreamChunks) {
   // Completions: no role chunk; text in choices[].text; no usage chunk without include_usage.
   ResponseMeta cm = Meta("cmpl-y", 1, Endpoint::kCompletion);
   EXPECT_EQ(FirstChunk(cm), "");
-  std::vector<std::string> d2 = SseData(DeltaChunk(cm, "a", {}) + FinalChunks(cm, Final("length")));
+  std::vector<std::string> d2 = SseData(DeltaChunk(cm, Delta("a")) + FinalChunks(cm, Final("length")));
   ASSERT_EQ(d2.size(), 3u);
   json c0 = json::parse(d2[0]);
   EXPECT_EQ(c0["object"], "text_completion");

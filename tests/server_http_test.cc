@@ -184,6 +184,16 @@ class Reference {
     EXPECT_TRUE(st.ok()) << st.ToString();
     return out;
   }
+  // The raw logits of every position of `ids` (one prefill from an empty sequence): [n, V].
+  std::vector<float> Logits(const std::vector<int32_t>& ids) {
+    engine_->ResetSequence(0);
+    std::vector<float> logits;
+    Status st = engine_->Prefill(0, ids, /*all_logits=*/true, &logits);
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    engine_->ResetSequence(0);
+    return logits;
+  }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
   std::vector<int32_t> Completion(const std::string& text) const {
     std::vector<int32_t> ids = tokenizer_->Encode(text, false, true);
     ids.insert(ids.begin(), tokenizer_->bos_id());
@@ -1275,6 +1285,129 @@ TEST_F(ServerHttpRealTest, CompletionGreedyParisStreamedEqualsNonStreamed) {
   const json& usage = s.chunks.back();
   EXPECT_TRUE(usage["choices"].empty());
   EXPECT_EQ(usage["usage"], r.body["usage"]);
+}
+
+// Log-probabilities against the model itself: each generated token's logprob and the top
+// alternatives' are the log-softmax of the raw logits at its position (the reference engine's
+// prefill of prompt + output, in double here), in both OpenAI shapes, streamed and not.
+TEST_F(ServerHttpRealTest, LogprobsAreTheModelsLogSoftmaxInBothShapes) {
+  const std::string question = "Name three colors.";
+  const std::vector<int32_t> prompt = ref_->Chat(question);
+  json req = {{"messages", {{{"role", "user"}, {"content", question}}}}, {"max_tokens", 6}, {"temperature", 0},
+              {"logprobs", true}, {"top_logprobs", 3}, {"return_token_ids", true}};
+  Reply r = Post(port(), "/v1/chat/completions", req.dump());
+  ASSERT_EQ(r.status, 200) << r.raw;
+  const json& choice = r.body["choices"][0];
+  const std::vector<int32_t> out = choice["token_ids"];
+  const json& content = choice["logprobs"]["content"];
+  ASSERT_EQ(static_cast<int>(out.size()), r.body["usage"]["completion_tokens"].get<int>());
+  ASSERT_EQ(content.size(), out.size());  // one entry per generated token
+  EXPECT_TRUE(choice["logprobs"]["refusal"].is_null());
+  std::vector<int32_t> all = prompt;
+  all.insert(all.end(), out.begin(), out.end());
+  const std::vector<float> logits = ref_->Logits(all);
+  const size_t V = logits.size() / all.size();
+  for (size_t i = 0; i < out.size(); ++i) {
+    const float* row = logits.data() + (prompt.size() - 1 + i) * V;
+    double mx = row[0], sum = 0;
+    for (size_t j = 0; j < V; ++j) mx = std::max(mx, static_cast<double>(row[j]));
+    for (size_t j = 0; j < V; ++j) sum += std::exp(row[j] - mx);
+    const double lse = mx + std::log(sum);
+    std::vector<int32_t> order(V);
+    for (size_t j = 0; j < V; ++j) order[j] = static_cast<int32_t>(j);
+    std::partial_sort(order.begin(), order.begin() + 3, order.end(),
+                      [&](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
+    const json& e = content[i];
+    const std::string text = ref_->tokenizer().TokenText(out[i]);
+    EXPECT_EQ(e["token"], text) << i;
+    EXPECT_EQ(e["bytes"], json(std::vector<int>(text.begin(), text.end()))) << i;
+    EXPECT_NEAR(e["logprob"].get<double>(), row[out[i]] - lse, 2e-3) << i;
+    EXPECT_LE(e["logprob"].get<double>(), 0.0);
+    ASSERT_EQ(e["top_logprobs"].size(), 3u) << i;
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_NEAR(e["top_logprobs"][k]["logprob"].get<double>(), row[order[k]] - lse, 2e-3) << i << " " << k;
+      if (k == 0 || row[order[k - 1]] - row[order[k]] > 1e-2)  // not a near-tie the two paths may order apart
+        EXPECT_EQ(e["top_logprobs"][k]["token"], ref_->tokenizer().TokenText(order[k])) << i << " " << k;
+    }
+    // Greedy: the chosen token is the most likely one.
+    EXPECT_EQ(e["top_logprobs"][0]["token"], e["token"]) << i;
+    EXPECT_EQ(e["top_logprobs"][0]["logprob"], e["logprob"]) << i;
+  }
+  // Streamed: the chunks' entries are the same, in order.
+  req["stream"] = true;
+  auto [status, body] = PostStream(port(), "/v1/chat/completions", req.dump());
+  ASSERT_EQ(status, 200);
+  Sse s = ParseSse(body);
+  ASSERT_TRUE(s.done);
+  json streamed = json::array();
+  for (const json& c : s.chunks)
+    if (!c["choices"].empty() && c["choices"][0]["logprobs"].is_object())
+      for (const json& e : c["choices"][0]["logprobs"]["content"]) streamed.push_back(e);
+  EXPECT_EQ(streamed, content);
+  EXPECT_EQ(s.token_ids, out);
+  // Completions: the legacy shape; top_logprobs maps each alternative's text to its logprob and
+  // text_offset counts the characters before each token in the returned text.
+  json creq = {{"prompt", kCapitals}, {"max_tokens", 4}, {"temperature", 0}, {"logprobs", 2}, {"return_token_ids", true}};
+  Reply c = Post(port(), "/v1/completions", creq.dump());
+  ASSERT_EQ(c.status, 200) << c.raw;
+  const json& lp = c.body["choices"][0]["logprobs"];
+  const std::vector<int32_t> cout = c.body["choices"][0]["token_ids"];
+  ASSERT_EQ(cout.size(), 4u);
+  ASSERT_EQ(lp["tokens"].size(), 4u);
+  std::vector<int32_t> call = ref_->Completion(kCapitals);
+  const size_t cprompt = call.size();
+  call.insert(call.end(), cout.begin(), cout.end());
+  const std::vector<float> clogits = ref_->Logits(call);
+  std::string joined;
+  for (size_t i = 0; i < 4; ++i) {
+    const float* row = clogits.data() + (cprompt - 1 + i) * V;
+    double mx = row[0], sum = 0;
+    for (size_t j = 0; j < V; ++j) mx = std::max(mx, static_cast<double>(row[j]));
+    for (size_t j = 0; j < V; ++j) sum += std::exp(row[j] - mx);
+    EXPECT_NEAR(lp["token_logprobs"][i].get<double>(), row[cout[i]] - mx - std::log(sum), 2e-3) << i;
+    EXPECT_EQ(lp["tokens"][i], ref_->tokenizer().TokenText(cout[i]));
+    EXPECT_EQ(lp["top_logprobs"][i].size(), 2u);
+    EXPECT_EQ(lp["top_logprobs"][i][lp["tokens"][i].get<std::string>()], lp["token_logprobs"][i]);
+    EXPECT_EQ(lp["text_offset"][i], static_cast<int64_t>(joined.size()));  // ASCII text here
+    joined += lp["tokens"][i].get<std::string>();
+  }
+  EXPECT_EQ(joined, c.body["choices"][0]["text"]);
+  // Not asked for: null, as before.
+  Reply plain = Post(port(), "/v1/completions", json({{"prompt", kCapitals}, {"max_tokens", 2}, {"temperature", 0}}).dump());
+  ASSERT_EQ(plain.status, 200);
+  EXPECT_TRUE(plain.body["choices"][0]["logprobs"].is_null());
+}
+
+// Token ids whose text the server holds back (here all of " Paris", the start of the stop string
+// " Paris!") still reach the client, with the next text or the final chunk: every generated id
+// once, as many as completion_tokens (before, a held-back token's id was never sent).
+TEST_F(ServerHttpRealTest, HeldBackTokensStillComeWithTheirIds) {
+  GenerateResult want = ref_->Run(ref_->Completion(kCapitals), 4);
+  ASSERT_EQ(want.text.rfind(" Paris\n", 0), 0u) << want.text;
+  for (bool stream : {false, true}) {
+    json req = {{"prompt", kCapitals}, {"max_tokens", 4}, {"temperature", 0}, {"stop", {" Paris!"}},
+                {"return_token_ids", true}, {"logprobs", 0}, {"stream", stream}};
+    std::vector<int32_t> ids;
+    size_t entries = 0;
+    if (!stream) {
+      Reply r = Post(port(), "/v1/completions", req.dump());
+      ASSERT_EQ(r.status, 200) << r.raw;
+      EXPECT_EQ(r.body["choices"][0]["text"], want.text);
+      ids = r.body["choices"][0]["token_ids"].get<std::vector<int32_t>>();
+      entries = r.body["choices"][0]["logprobs"]["tokens"].size();
+    } else {
+      auto [status, body] = PostStream(port(), "/v1/completions", req.dump());
+      ASSERT_EQ(status, 200);
+      Sse s = ParseSse(body);
+      ASSERT_TRUE(s.done);
+      EXPECT_EQ(s.text, want.text);
+      ids = s.token_ids;
+      for (const json& c : s.chunks)
+        if (!c["choices"].empty() && c["choices"][0]["logprobs"].is_object()) entries += c["choices"][0]["logprobs"]["tokens"].size();
+    }
+    EXPECT_EQ(ids, want.tokens) << "stream " << stream;
+    EXPECT_EQ(entries, want.tokens.size()) << "stream " << stream;
+  }
 }
 
 TEST_F(ServerHttpRealTest, ChatGreedyStreamedEqualsNonStreamed) {

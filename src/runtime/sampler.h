@@ -75,6 +75,27 @@ struct SamplingParams {
   Status ValidateForVocab(int vocab_size) const;
 };
 
+// Log-probabilities of one generated token for the API's logprobs (OpenAI chat `logprobs` /
+// `top_logprobs`, completions `logprobs`): natural logs under the softmax of the raw logits, the
+// model's own distribution before penalties, suppress_tokens, logit_bias, temperature and the
+// top-k/top-p/min-p filters (vLLM's default, logprobs_mode "raw_logprobs"), so the figures do
+// not depend on how the token was chosen.
+struct TokenLogprobs {
+  int32_t id = 0;         // the generated token
+  float logprob = 0.0f;   // log p(id) <= 0
+  // The `top_n` most likely tokens, most likely first (equal logits: lower id first); the
+  // generated token is among them only if it ranks there.
+  std::vector<std::pair<int32_t, float>> top;
+};
+inline constexpr int kMaxTopLogprobs = 20;  // OpenAI's and vLLM's default limit of top_logprobs
+
+// logprob = logits[id] - log(sum_j exp(logits[j])) (max-shifted, the sum in double); top: the
+// top_n best by logit. O(V * top_n) at worst, ~O(V) on real logits (a bounded, sorted list that
+// most logits do not enter). logits: [V] f32, V >= 1; id in [0, V); top_n in [0, kMaxTopLogprobs].
+// Errors: InvalidArgument for an empty row, id or top_n out of range; Internal for a NaN or +inf
+// logit (a bug upstream, as in Sampler::Sample). -inf logits have probability 0 (logprob -inf).
+StatusOr<TokenLogprobs> ComputeLogprobs(std::span<const float> logits, int32_t id, int top_n);
+
 class Sampler {
  public:
   // Validates `params` (SamplingParams::Validate) and seeds the RNG.

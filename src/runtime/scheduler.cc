@@ -58,6 +58,10 @@ struct Scheduler::Slot {
   int prefilled = 0;                     // prompt tokens already in the cache
   bool has_token = false;                // generated.back() is sampled and waits for a decode step
   std::vector<int32_t> generated;
+  // Generated ids (and their log-probabilities, when asked) not yet sent: their text is held back
+  // (CompletionEvent); the next event with text, or the final one, carries them.
+  std::vector<int32_t> unsent;
+  std::vector<TokenLogprobs> unsent_logprobs;
   std::string degenerate;
   Clock::time_point admitted, first_token, last_token;
 };
@@ -102,6 +106,9 @@ StatusOr<std::shared_ptr<RequestHandle>> Scheduler::Submit(CompletionRequest req
     if (req.stop_token_ids[i] < 0 || req.stop_token_ids[i] >= c.vocab)
       return InvalidArgument("stop_token_ids[" + std::to_string(i) + "]: token id " + std::to_string(req.stop_token_ids[i]) +
                              " is outside the vocabulary [0, " + std::to_string(c.vocab) + ")");
+  if (req.logprobs < -1 || req.logprobs > kMaxTopLogprobs)
+    return InvalidArgument("logprobs: " + std::to_string(req.logprobs) + " top tokens asked, at most " +
+                           std::to_string(kMaxTopLogprobs));
   G4_RETURN_IF_ERROR(req.sampling.ValidateForVocab(c.vocab));
   if (tokenizer_ == nullptr && !req.stop.empty()) return InvalidArgument("stop: stop strings need a tokenizer");
   G4_RETURN_IF_ERROR(StopMatcher::Create(req.stop).status());
@@ -152,6 +159,8 @@ void Scheduler::Finish(Slot& s, const std::string& reason, const Status& error) 
   ev.finish_reason = reason;
   ev.error = error;
   ev.degenerate = s.degenerate;
+  ev.tokens = std::move(s.unsent);
+  ev.logprobs = std::move(s.unsent_logprobs);
   if (error.ok() && reason != "cancelled" && s.stops && !s.stops->stopped()) {
     StopMatcher::Result r = s.stops->Feed(s.detok ? s.detok->Flush() : std::string());
     ev.text = r.text;
@@ -183,16 +192,30 @@ void Scheduler::Finish(Slot& s, const std::string& reason, const Status& error) 
   s.stops.reset();
   s.detok.reset();
   s.generated.clear();
+  s.unsent.clear();
+  s.unsent_logprobs.clear();
   s.degenerate.clear();
   s.has_token = false;
   s.prefilled = 0;
 }
 
 bool Scheduler::SampleNext(Slot& s, std::span<float> logits) {
-  StatusOr<int32_t> next = s.sampler->SampleInPlace(logits, s.p->req.prompt, s.generated);
+  const int top_n = s.p->req.logprobs;
+  // With logprobs the row must stay raw for ComputeLogprobs: Sample adjusts a copy (1 MiB at V =
+  // 262144, only for such requests).
+  StatusOr<int32_t> next = top_n >= 0 ? s.sampler->Sample(logits, s.p->req.prompt, s.generated)
+                                      : s.sampler->SampleInPlace(logits, s.p->req.prompt, s.generated);
   if (!next.ok()) {
     Finish(s, "stop", next.status());
     return false;
+  }
+  if (top_n >= 0) {
+    StatusOr<TokenLogprobs> lp = ComputeLogprobs(logits, *next, top_n);
+    if (!lp.ok()) {
+      Finish(s, "stop", lp.status());
+      return false;
+    }
+    s.unsent_logprobs.push_back(std::move(lp).value());
   }
   const auto now = Clock::now();
   {
@@ -207,6 +230,7 @@ bool Scheduler::SampleNext(Slot& s, std::span<float> logits) {
   s.last_token = now;
   const int32_t tok = *next;
   s.generated.push_back(tok);
+  s.unsent.push_back(tok);
   const CompletionRequest& r = s.p->req;
   const bool stop_token = !r.ignore_eos && ((tokenizer_ && tokenizer_->IsEndOfGeneration(tok)) ||
                                             std::find(r.stop_ids.begin(), r.stop_ids.end(), tok) != r.stop_ids.end());
@@ -214,11 +238,16 @@ bool Scheduler::SampleNext(Slot& s, std::span<float> logits) {
     Finish(s, "stop");
     return false;
   }
-  CompletionEvent ev;
-  ev.tokens = {tok};
   StopMatcher::Result sr = s.stops->Feed(s.detok ? s.detok->Push(tok) : std::string());
-  ev.text = std::move(sr.text);
-  if (s.p->cb && (!ev.text.empty() || !tokenizer_)) s.p->cb(ev);
+  if (!sr.text.empty() || !tokenizer_) {  // else the ids wait for text (CompletionEvent)
+    CompletionEvent ev;
+    ev.text = std::move(sr.text);
+    ev.tokens = std::move(s.unsent);
+    ev.logprobs = std::move(s.unsent_logprobs);
+    s.unsent.clear();
+    s.unsent_logprobs.clear();
+    if (s.p->cb) s.p->cb(ev);
+  }
   if (sr.stopped) {
     Finish(s, "stop");
     return false;

@@ -56,13 +56,22 @@ struct CompletionRequest {
   // with "stop" even with ignore_eos; the token is part of the output (its text too, unless it is
   // a special token, which the text never shows), as in vLLM. Each in [0, vocab).
   std::vector<int32_t> stop_token_ids;
+  // -1: no log-probabilities; N in [0, kMaxTopLogprobs]: each generated token's log-probability
+  // and the N most likely tokens' (ComputeLogprobs: the raw logits' softmax), in the events.
+  int logprobs = -1;
 };
 
 // One event per call of the request's callback, on the scheduler thread. Text deltas come in
 // order; exactly one final event (done == true) ends every accepted request.
+// Every generated token id comes exactly once in `tokens` over the request's events, in order,
+// the final event's included (completion_tokens = their count): an id whose text is still held
+// back (part of a UTF-8 character, or of what may become a stop string) comes with the next event
+// that has text, or with the final event, as does a token that ended the generation (an
+// end-of-generation id or one of stop_ids: no text).
 struct CompletionEvent {
   std::string text;                    // new text (UTF-8 complete), may be empty
-  std::vector<int32_t> tokens;         // token ids behind this delta
+  std::vector<int32_t> tokens;         // token ids behind this delta (see above)
+  std::vector<TokenLogprobs> logprobs; // with CompletionRequest::logprobs >= 0: one per id of `tokens`, same order
   bool done = false;
   std::string finish_reason;           // final: "stop", "length", or "cancelled"
   std::string degenerate;              // final: non-empty if the degeneracy guard ended it (why)

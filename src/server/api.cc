@@ -504,6 +504,39 @@ MaybeError ParseInert(const json& o, SamplingParams& sampling) {
   return std::nullopt;
 }
 
+// logprobs / top_logprobs -> *top_n (CompletionRequest::logprobs): -1 when not asked for.
+//   chat: logprobs true|false (OpenAI), top_logprobs 0..20 (needs logprobs true when above 0, as
+//         OpenAI and vLLM say).
+//   completions: logprobs N in 0..20 (OpenAI's legacy integer: the N most likely tokens besides
+//         the chosen one's; vLLM's range) or a boolean (true: as chat, with top_logprobs).
+MaybeError ParseLogprobs(const json& o, Endpoint ep, int* top_n) {
+  *top_n = -1;
+  int64_t top = 0;
+  const json* t = Field(o, "top_logprobs");
+  if (t != nullptr) API_RETURN_IF_ERROR(IntValue(*t, "top_logprobs", 0, kMaxTopLogprobs, &top));
+  bool wants = false;
+  if (const json* lp = Field(o, "logprobs")) {
+    if (lp->is_boolean()) {
+      wants = lp->get<bool>();
+    } else if (ep == Endpoint::kCompletion && lp->is_number()) {
+      int64_t k = 0;
+      API_RETURN_IF_ERROR(IntValue(*lp, "logprobs", 0, kMaxTopLogprobs, &k));
+      if (t != nullptr && top != k)
+        return BadRequest("top_logprobs (" + std::to_string(top) + ") and an integer logprobs (" + std::to_string(k) +
+                              ") disagree: give one of them",
+                          "top_logprobs");
+      *top_n = static_cast<int>(k);
+      return std::nullopt;
+    } else {
+      return WrongType("logprobs", ep == Endpoint::kChat ? "a boolean" : "an integer", *lp);
+    }
+  }
+  if (!wants && top > 0)
+    return BadRequest("top_logprobs needs \"logprobs\": true", "top_logprobs");
+  if (wants) *top_n = static_cast<int>(top);
+  return std::nullopt;
+}
+
 // Fields we validate and refuse when they ask for something not supported.
 MaybeError ParseUnsupported(const json& o, Endpoint ep) {
   std::optional<int64_t> n;
@@ -513,24 +546,6 @@ MaybeError ParseUnsupported(const json& o, Endpoint ep) {
   std::optional<int64_t> best_of;
   API_RETURN_IF_ERROR(OptInt(o, "best_of", &best_of));
   if (best_of && *best_of != 1) return BadRequest("best_of must be 1 (got " + std::to_string(*best_of) + ")", "best_of", "unsupported_value");
-  if (const json* lp = Field(o, "logprobs")) {
-    bool wants = false;
-    if (lp->is_boolean()) {
-      wants = lp->get<bool>();
-    } else if (ep == Endpoint::kCompletion && lp->is_number()) {
-      int64_t k = 0;
-      API_RETURN_IF_ERROR(IntValue(*lp, "logprobs", 0, 20, &k));
-      wants = k > 0;
-    } else {
-      return WrongType("logprobs", ep == Endpoint::kChat ? "a boolean" : "an integer", *lp);
-    }
-    if (wants) return BadRequest("logprobs are not supported by this server", "logprobs", "unsupported_parameter");
-  }
-  if (const json* t = Field(o, "top_logprobs")) {
-    int64_t k = 0;
-    API_RETURN_IF_ERROR(IntValue(*t, "top_logprobs", 0, 20, &k));
-    if (k > 0) return BadRequest("top_logprobs are not supported by this server", "top_logprobs", "unsupported_parameter");
-  }
   std::optional<bool> echo;
   API_RETURN_IF_ERROR(OptBool(o, "echo", &echo));
   if (echo.value_or(false)) return BadRequest("echo is not supported", "echo", "unsupported_parameter");
@@ -657,6 +672,7 @@ ApiOr<ParsedRequest> ParseRequestJson(const json& o, Endpoint ep, const ModelInf
     if (!name.empty()) API_RETURN_IF_ERROR(CheckModelId(name, model));
   }
   API_RETURN_IF_ERROR(ParseUnsupported(o, ep));
+  API_RETURN_IF_ERROR(ParseLogprobs(o, ep, &r.completion.logprobs));
   std::optional<bool> stream, ignore_eos, return_ids;
   API_RETURN_IF_ERROR(OptBool(o, "stream", &stream));
   API_RETURN_IF_ERROR(OptBool(o, "ignore_eos", &ignore_eos));
@@ -881,6 +897,56 @@ json ChunkChoice(const ResponseMeta& meta, const json& delta, const std::string&
   return c;
 }
 
+// One token's text for logprobs: `token` with invalid UTF-8 (part of a character) replaced,
+// `bytes` exact.
+void TokenFields(const ResponseMeta& meta, int32_t id, std::string* text, json* bytes) {
+  const std::string raw = meta.tokenizer ? meta.tokenizer->TokenText(id) : std::string();
+  *text = utf8::Sanitize(raw);
+  *bytes = json::array();
+  for (const char c : raw) bytes->push_back(static_cast<int>(static_cast<unsigned char>(c)));
+}
+
+// choice.logprobs for `lps` (OpenAI's shapes, api.h), or null when not asked for. Completions'
+// text_offset starts at meta.text_offset, which moves past these tokens.
+json LogprobsJson(ResponseMeta& meta, const std::vector<TokenLogprobs>& lps) {
+  if (meta.logprobs < 0) return nullptr;
+  std::string text;
+  json bytes;
+  if (meta.endpoint == Endpoint::kChat) {
+    json content = json::array();
+    for (const TokenLogprobs& lp : lps) {
+      TokenFields(meta, lp.id, &text, &bytes);
+      json top = json::array();
+      for (const auto& [id, logprob] : lp.top) {
+        std::string t;
+        json b;
+        TokenFields(meta, id, &t, &b);
+        top.push_back(json{{"token", t}, {"logprob", logprob}, {"bytes", b}});
+      }
+      content.push_back(json{{"token", text}, {"logprob", lp.logprob}, {"bytes", bytes}, {"top_logprobs", top}});
+    }
+    return json{{"content", content}, {"refusal", nullptr}};
+  }
+  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), offsets = json::array();
+  for (const TokenLogprobs& lp : lps) {
+    TokenFields(meta, lp.id, &text, &bytes);
+    tokens.push_back(text);
+    token_logprobs.push_back(lp.logprob);
+    json top = json::object();
+    for (const auto& [id, logprob] : lp.top) {
+      std::string t;
+      json b;
+      TokenFields(meta, id, &t, &b);
+      top[t] = logprob;  // tokens with the same text share a key, as in OpenAI's shape
+    }
+    top_logprobs.push_back(top);
+    offsets.push_back(meta.text_offset);
+    // Code points of the (valid, sanitized) text: its bytes that do not continue a sequence.
+    meta.text_offset += std::count_if(text.begin(), text.end(), [](char ch) { return (static_cast<unsigned char>(ch) & 0xC0) != 0x80; });
+  }
+  return json{{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs}, {"text_offset", offsets}};
+}
+
 std::string Chunk(const ResponseMeta& meta, json choice) {
   json j = Envelope(meta, true);
   j["choices"] = json::array({std::move(choice)});
@@ -890,12 +956,12 @@ std::string Chunk(const ResponseMeta& meta, json choice) {
 
 }  // namespace
 
-json CompletionResponseJson(const ResponseMeta& meta, const CompletionResult& r) {
+json CompletionResponseJson(ResponseMeta& meta, const CompletionResult& r) {
   json j = Envelope(meta, false);
   json c = {{"index", 0}};
   if (meta.endpoint == Endpoint::kChat) c["message"] = json{{"role", "assistant"}, {"content", r.text}};
   else c["text"] = r.text;
-  c["logprobs"] = nullptr;
+  c["logprobs"] = LogprobsJson(meta, r.logprobs);
   c["finish_reason"] = FinishReason(r.final_event);
   if (!r.final_event.degenerate.empty()) c["degenerate"] = r.final_event.degenerate;
   if (meta.return_token_ids) c["token_ids"] = r.tokens;
@@ -915,16 +981,18 @@ std::string FirstChunk(const ResponseMeta& meta) {
   return Chunk(meta, std::move(choice));
 }
 
-std::string DeltaChunk(const ResponseMeta& meta, const std::string& text, const std::vector<int32_t>& tokens) {
-  json choice = ChunkChoice(meta, json{{"content", text}}, text);
-  if (meta.return_token_ids) choice["token_ids"] = tokens;
+std::string DeltaChunk(ResponseMeta& meta, const CompletionEvent& e) {
+  json choice = ChunkChoice(meta, json{{"content", e.text}}, e.text);
+  choice["logprobs"] = LogprobsJson(meta, e.logprobs);
+  if (meta.return_token_ids) choice["token_ids"] = e.tokens;
   return Chunk(meta, std::move(choice));
 }
 
-std::string FinalChunks(const ResponseMeta& meta, const CompletionEvent& e) {
+std::string FinalChunks(ResponseMeta& meta, const CompletionEvent& e) {
   json delta = json::object();
   if (!e.text.empty()) delta["content"] = e.text;
   json choice = ChunkChoice(meta, delta, e.text);
+  choice["logprobs"] = LogprobsJson(meta, e.logprobs);
   choice["finish_reason"] = FinishReason(e);
   if (!e.degenerate.empty()) choice["degenerate"] = e.degenerate;
   if (meta.return_token_ids) choice["token_ids"] = e.tokens;

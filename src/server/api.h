@@ -23,7 +23,19 @@
 //                      fresh random one per request; other negative values: 400.
 //   stop               string | [string] (empty strings ignored, at most 16)
 //   n                  int; only 1 is supported (n > 1: 400 naming `n`)
-//   logprobs / top_logprobs   validated; asking for log-probabilities is refused (400)
+//   logprobs / top_logprobs   chat: logprobs bool, top_logprobs 0..20 (above 0 only with logprobs
+//                      true); completions: logprobs 0..20 (or a bool, as chat). Each generated
+//                      token's log-probability and the top_logprobs most likely tokens', under the
+//                      raw logits' softmax (ComputeLogprobs, runtime/sampler.h: before penalties,
+//                      biases, temperature and filters, as vLLM's default), in OpenAI's shapes:
+//                      chat choice.logprobs {content: [{token, logprob, bytes, top_logprobs:
+//                      [{token, logprob, bytes}]}], refusal: null}; completions choice.logprobs
+//                      {tokens, token_logprobs, top_logprobs: [{token: logprob}], text_offset}.
+//                      One entry per generated token (completion_tokens of them), the token that
+//                      ended the generation (end of turn) included; streamed with the chunk that
+//                      carries the token's text (or the final chunk). `token` is the token's text
+//                      (invalid UTF-8 of a partial character replaced by U+FFFD), `bytes` its
+//                      exact bytes; text_offset counts code points of the tokens' texts before it.
 //   stream, stream_options.include_usage   (stream_options without stream: 400)
 //   chat_template_kwargs.enable_thinking   Gemma 4 thinking switch
 //   add_generation_prompt (top level, llama-server/vLLM) or chat_template_kwargs.add_generation_prompt
@@ -176,6 +188,9 @@ struct ResponseMeta {
   bool include_usage = false;
   bool return_token_ids = false;
   std::vector<int32_t> prompt_token_ids;  // echoed with return_token_ids
+  int logprobs = -1;                      // CompletionRequest::logprobs: -1 = choice.logprobs null
+  const Tokenizer* tokenizer = nullptr;   // the tokens' texts in logprobs (null: "")
+  int64_t text_offset = 0;                // completions' logprobs: code points of tokens already sent
 };
 // A fresh id with the endpoint's prefix and 24 random hex digits.
 std::string NewResponseId(Endpoint endpoint);
@@ -185,6 +200,7 @@ int64_t UnixNow();
 struct CompletionResult {
   std::string text;
   std::vector<int32_t> tokens;
+  std::vector<TokenLogprobs> logprobs;  // one per token when asked for (ResponseMeta::logprobs >= 0)
   CompletionEvent final_event;  // done == true
 };
 
@@ -198,19 +214,20 @@ nlohmann::json TimingsJson(const CompletionEvent& final_event);
 
 // The non-streamed response: chat.completion or text_completion. The choice carries
 // "degenerate": "<why>" when the degeneracy guard ended the generation (finish_reason stays
-// "stop"), and "token_ids" with return_token_ids.
-nlohmann::json CompletionResponseJson(const ResponseMeta& meta, const CompletionResult& result);
+// "stop"), "token_ids" with return_token_ids, and "logprobs" (else null) when asked for.
+nlohmann::json CompletionResponseJson(ResponseMeta& meta, const CompletionResult& result);
 
 // Streaming (SSE). One `data: <json>\n\n` event per call.
 std::string SseEvent(const nlohmann::json& j);
 inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
 // The first chunk: chat: delta {role: "assistant", content: ""}; completions: nothing (returns "").
 std::string FirstChunk(const ResponseMeta& meta);
-// A content chunk for `text` (and `tokens` with return_token_ids).
-std::string DeltaChunk(const ResponseMeta& meta, const std::string& text, const std::vector<int32_t>& tokens);
-// The last content chunk: the final event's text, finish_reason, timings, degenerate; then (with
-// include_usage) the usage chunk with empty choices; then [DONE].
-std::string FinalChunks(const ResponseMeta& meta, const CompletionEvent& final_event);
+// A content chunk for an event's text (and its tokens with return_token_ids, their logprobs when
+// asked for; meta.text_offset moves past them).
+std::string DeltaChunk(ResponseMeta& meta, const CompletionEvent& event);
+// The last content chunk: the final event's text, finish_reason, timings, degenerate (token ids and
+// logprobs as DeltaChunk); then (with include_usage) the usage chunk with empty choices; then [DONE].
+std::string FinalChunks(ResponseMeta& meta, const CompletionEvent& final_event);
 // An error inside a stream (after the 200 went out): `data: {"error": ...}` then [DONE].
 std::string ErrorChunks(const ApiError& e);
 

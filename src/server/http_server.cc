@@ -526,7 +526,7 @@ bool StreamState::ProvideChunks(httplib::DataSink& sink) {
   std::string out;
   for (const CompletionEvent& e : events) {
     if (!e.done) {
-      if (!e.text.empty() || (meta.return_token_ids && !e.tokens.empty())) out += DeltaChunk(meta, e.text, e.tokens);
+      if (!e.text.empty() || ((meta.return_token_ids || meta.logprobs >= 0) && !e.tokens.empty())) out += DeltaChunk(meta, e);
       continue;
     }
     finished = true;
@@ -558,6 +558,8 @@ void HttpServer::Impl::Completion(const httplib::Request& req, httplib::Response
   meta.include_usage = p.include_usage;
   meta.return_token_ids = p.return_token_ids;
   if (p.return_token_ids) meta.prompt_token_ids = p.completion.prompt;
+  meta.logprobs = p.completion.logprobs;
+  meta.tokenizer = info.tokenizer;
   auto queue = std::make_shared<EventQueue>();
   auto stream_log = std::make_shared<StreamLog>();
   stream_log->impl = this;
@@ -628,6 +630,7 @@ void HttpServer::Impl::Completion(const httplib::Request& req, httplib::Response
     for (CompletionEvent& e : events) {
       result.text += e.text;
       result.tokens.insert(result.tokens.end(), e.tokens.begin(), e.tokens.end());
+      result.logprobs.insert(result.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
       if (e.done) {
         result.final_event = std::move(e);
         done = true;

@@ -129,6 +129,36 @@ def test_seed_reproducibility(client, model):
     assert c == d
 
 
+def test_logprobs(client, model):
+    kwargs = dict(model=model, messages=[{"role": "user", "content": "Name three colours."}], max_tokens=5, temperature=0)
+    whole = client.chat.completions.create(**kwargs, logprobs=True, top_logprobs=2)
+    content = whole.choices[0].logprobs.content
+    assert len(content) == whole.usage.completion_tokens
+    assert "".join(e.token for e in content) == whole.choices[0].message.content
+    for e in content:
+        assert e.logprob <= 0
+        assert len(e.top_logprobs) == 2
+        assert e.top_logprobs[0].token == e.token  # greedy: the most likely one
+        assert e.top_logprobs[0].logprob == e.logprob >= e.top_logprobs[1].logprob
+        assert bytes(e.bytes).decode() == e.token
+    streamed = [
+        e
+        for c in client.chat.completions.create(**kwargs, logprobs=True, top_logprobs=2, stream=True)
+        if c.choices and c.choices[0].logprobs
+        for e in c.choices[0].logprobs.content
+    ]
+    assert [(e.token, e.logprob) for e in streamed] == [(e.token, e.logprob) for e in content]
+    assert client.chat.completions.create(**kwargs).choices[0].logprobs is None
+    r = client.completions.create(model=model, prompt=CAPITALS, max_tokens=2, temperature=0, logprobs=3)
+    lp = r.choices[0].logprobs
+    assert lp.tokens == [" Paris", "\n"]
+    assert lp.text_offset == [0, 6]
+    assert all(len(t) == 3 and max(t.values()) == x for t, x in zip(lp.top_logprobs, lp.token_logprobs))
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(**kwargs, top_logprobs=2)
+    assert e.value.param == "top_logprobs"
+
+
 @pytest.mark.parametrize(
     "kwargs,param",
     [
