@@ -555,6 +555,18 @@ TEST(ServerApiTest, SeedMinusOneIsRandom) {
                                      std::to_string(bad.get<int64_t>()));
   }
   EXPECT_API_ERROR(Chat({{"messages", UserMsg("Hi")}, {"seed", -1.5}}), 400, "seed");
+  // Floats beyond the range get the same message (1e30 named int64's range before); an integral
+  // float inside it is that integer.
+  for (const auto& [bad, shown] : std::vector<std::pair<json, std::string>>{
+           {json(1e30), "1e+30"}, {json(18446744073709551616.0), "1.8446744073709552e+19"}, {json(-3.0), "-3"}}) {
+    auto r = Chat({{"messages", UserMsg("Hi")}, {"seed", bad}});
+    EXPECT_API_ERROR(r, 400, "seed");
+    EXPECT_EQ(r.error().message, "seed must be an integer in [0, 2^64), or -1 for a random seed; got " + shown);
+  }
+  auto big = Chat({{"messages", UserMsg("Hi")}, {"seed", 9223372036854775808.0}});  // 2^63
+  ASSERT_TRUE(big.ok()) << big.error().message;
+  EXPECT_EQ(big->completion.sampling.seed, uint64_t{1} << 63);
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("Hi")}, {"seed", "7"}}), 400, "seed");
 }
 
 // repeat_penalty is llama-server's name for repetition_penalty: same field, same validation (named

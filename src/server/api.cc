@@ -370,16 +370,28 @@ MaybeError ParseSampling(const json& o, const ModelInfo& model, SamplingParams* 
   }
   // seed: [0, 2^64) fixes the RNG; -1 is llama.cpp's "random seed", the same as no seed (a fresh
   // one per request); other negative values are a 400 (they used to wrap around to 2^64 - n).
+  // One message for every out-of-range value, integer or float (1e30 and 2^64 used to name
+  // int64's range instead).
   if (const json* v = Field(o, "seed")) {
+    auto out_of_range = [](const std::string& got) {
+      return BadRequest("seed must be an integer in [0, 2^64), or -1 for a random seed; got " + got, "seed");
+    };
     if (v->is_number_unsigned()) {
       s->seed = v->get<uint64_t>();
-    } else {
-      int64_t seed = 0;
-      API_RETURN_IF_ERROR(IntValue(*v, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max(), &seed));
-      if (seed < -1)
-        return BadRequest("seed must be an integer in [0, 2^64), or -1 for a random seed; got " + std::to_string(seed), "seed");
+    } else if (v->is_number_integer()) {
+      const int64_t seed = v->get<int64_t>();
+      if (seed < -1) return out_of_range(std::to_string(seed));
       if (seed == -1) s->seed = std::nullopt;
       else s->seed = static_cast<uint64_t>(seed);
+    } else if (v->is_number_float()) {
+      const double d = v->get<double>();
+      if (d != std::floor(d)) return BadRequest("seed must be an integer, got " + Dump(*v), "seed");
+      if (d == -1) s->seed = std::nullopt;
+      else if (d < 0 || d >= 18446744073709551616.0)  // 2^64; an integral value shown as one
+        return out_of_range(std::fabs(d) < 9.2e18 ? std::to_string(static_cast<int64_t>(d)) : Dump(*v));
+      else s->seed = static_cast<uint64_t>(d);
+    } else {
+      return WrongType("seed", "an integer", *v);
     }
   }
   if (const json* v = Field(o, "logit_bias")) {
