@@ -323,6 +323,7 @@ TEST(ServerApiTest, LogprobsAreReadAsTheirTopCount) {
   EXPECT_EQ(top(Compl({{"prompt", "x"}, {"logprobs", 0}})), 0);
   EXPECT_EQ(top(Compl({{"prompt", "x"}, {"logprobs", 5}})), 5);
   EXPECT_EQ(top(Compl({{"prompt", "x"}, {"logprobs", true}, {"top_logprobs", 2}})), 2);
+  EXPECT_EQ(top(Compl({{"prompt", "x"}, {"logprobs", true}})), 1);  // vLLM reads a Python true as 1
   EXPECT_EQ(top(Compl({{"prompt", "x"}, {"logprobs", 3}, {"top_logprobs", 3}})), 3);
   EXPECT_API_ERROR(Compl({{"prompt", "x"}, {"logprobs", 3}, {"top_logprobs", 2}}), 400, "top_logprobs");
   EXPECT_API_ERROR(Compl({{"prompt", "x"}, {"logprobs", 21}}), 400, "logprobs");
@@ -569,6 +570,75 @@ TEST(ServerApiTest, SeedMinusOneIsRandom) {
   EXPECT_API_ERROR(Chat({{"messages", UserMsg("Hi")}, {"seed", "7"}}), 400, "seed");
 }
 
+// The logprobs shapes without a model: a byte token (part of a character) is named
+// "bytes:\\xNN" and counts one character in text_offset only where it starts one; a control
+// token counts none; -inf is -9999.0; completions' top_logprobs always hold the sampled token.
+TEST(ServerApiTest, LogprobsShapes) {
+  const int32_t hello = *Tok().Find("Hello"), world = *Tok().Find("\u2581world"), f0 = *Tok().Find("<0xF0>"),
+                b93 = *Tok().Find("<0x93>"), eos = *Tok().Find("<eos>");
+  const float inf = std::numeric_limits<float>::infinity();
+  CompletionResult res;
+  res.text = "Hello world\xF0\x93";
+  res.tokens = {hello, world, f0, b93, eos};
+  res.logprobs = {{hello, -0.25f, {{hello, -0.25f}, {world, -2.0f}}},
+                  {world, -3.0f, {{hello, -1.0f}, {f0, -1.5f}}},  // the sampled token not in the top 2
+                  {f0, -0.5f, {{f0, -0.5f}, {b93, -1.25f}}},      // two byte tokens: two names
+                  {b93, -inf, {{f0, -0.75f}, {hello, -inf}}},
+                  {eos, -0.125f, {{eos, -0.125f}, {hello, -4.0f}}}};
+  res.final_event = Final("stop");
+  ResponseMeta chat = Meta("chatcmpl-x", 1, Endpoint::kChat);
+  chat.tokenizer = &Tok();
+  chat.logprobs = 2;
+  json c = CompletionResponseJson(chat, res)["choices"][0]["logprobs"];
+  ASSERT_EQ(c["content"].size(), 5u);
+  EXPECT_TRUE(c["refusal"].is_null());
+  EXPECT_EQ(c["content"][0], json({{"token", "Hello"}, {"logprob", -0.25}, {"bytes", {72, 101, 108, 108, 111}},
+                                   {"top_logprobs", {{{"token", "Hello"}, {"logprob", -0.25}, {"bytes", {72, 101, 108, 108, 111}}},
+                                                     {{"token", " world"}, {"logprob", -2.0}, {"bytes", {32, 119, 111, 114, 108, 100}}}}}}));
+  EXPECT_EQ(c["content"][2]["token"], "bytes:\\xf0");
+  EXPECT_EQ(c["content"][2]["bytes"], json({240}));
+  EXPECT_EQ(c["content"][2]["top_logprobs"][1]["token"], "bytes:\\x93");
+  EXPECT_EQ(c["content"][3]["logprob"], -9999.0);
+  EXPECT_EQ(c["content"][3]["top_logprobs"][1]["logprob"], -9999.0);
+  EXPECT_EQ(c["content"][4]["token"], "<eos>");
+  ResponseMeta compl_meta = Meta("cmpl-x", 1, Endpoint::kCompletion);
+  compl_meta.tokenizer = &Tok();
+  compl_meta.logprobs = 2;
+  json l = CompletionResponseJson(compl_meta, res)["choices"][0]["logprobs"];
+  EXPECT_EQ(l["tokens"], json({"Hello", " world", "bytes:\\xf0", "bytes:\\x93", "<eos>"}));
+  EXPECT_EQ(l["token_logprobs"], json({-0.25, -3.0, -0.5, -9999.0, -0.125}));
+  EXPECT_EQ(l["top_logprobs"][0], json({{"Hello", -0.25}, {" world", -2.0}}));
+  EXPECT_EQ(l["top_logprobs"][1], json({{"Hello", -1.0}, {"bytes:\\xf0", -1.5}, {" world", -3.0}}));  // + the sampled one
+  EXPECT_EQ(l["top_logprobs"][2], json({{"bytes:\\xf0", -0.5}, {"bytes:\\x93", -1.25}}));
+  // "Hello" 5 characters, " world" 6, the two bytes of one (incomplete) character 1, <eos> none.
+  EXPECT_EQ(l["text_offset"], json({0, 5, 11, 12, 12}));
+  // Not asked for: null; without a tokenizer the tokens are named by id.
+  ResponseMeta none = Meta("cmpl-y", 1, Endpoint::kCompletion);
+  EXPECT_TRUE(CompletionResponseJson(none, res)["choices"][0]["logprobs"].is_null());
+  none.logprobs = 0;
+  json ids = CompletionResponseJson(none, res)["choices"][0]["logprobs"];
+  EXPECT_EQ(ids["tokens"][0], "token_id:" + std::to_string(hello));
+  EXPECT_EQ(ids["top_logprobs"][0], json({{"token_id:" + std::to_string(hello), -0.25}, {"token_id:" + std::to_string(world), -2.0}}));
+  // Streamed, text_offset goes on from chunk to chunk.
+  ResponseMeta stream = compl_meta;
+  CompletionEvent first, last = Final("stop");
+  first.text = "Hello";
+  first.tokens = {hello};
+  first.logprobs = {res.logprobs[0]};
+  last.tokens = {world};
+  last.logprobs = {res.logprobs[1]};
+  last.text = " world";
+  std::string sse = DeltaChunk(stream, first);  // in this order: the offset is the stream's state
+  sse += FinalChunks(stream, last);
+  std::vector<json> chunks;
+  std::stringstream ss(sse);
+  for (std::string line; std::getline(ss, line);)
+    if (line.rfind("data: {", 0) == 0) chunks.push_back(json::parse(line.substr(6)));
+  ASSERT_EQ(chunks.size(), 2u);
+  EXPECT_EQ(chunks[0]["choices"][0]["logprobs"]["text_offset"], json({0}));
+  EXPECT_EQ(chunks[1]["choices"][0]["logprobs"]["text_offset"], json({5}));
+}
+
 // repeat_penalty is llama-server's name for repetition_penalty: same field, same validation (named
 // as the request named it); both together must agree.
 TEST(ServerApiTest, RepeatPenaltyIsRepetitionPenalty) {
@@ -651,6 +721,9 @@ TEST(ServerApiTest, OtherServersGenerationFieldsAreOffOrRefused) {
       {"guided_choice", {{json::array(), true}, {json::array({"a", "b"}), false}}},
       {"guided_grammar", {{"", true}, {"root ::= x", false}}},
       {"structured_outputs", {{json::object(), true}, {{{"regex", "a"}}, false}}},
+      {"post_sampling_probs", {{false, true}, {true, false}}},
+      {"prompt_logprobs", {{nullptr, true}, {0, false}, {1, false}}},
+      {"return_tokens_as_token_ids", {{false, true}, {true, false}}},
   };
   for (const auto& [key, values] : cases) {
     for (const auto& [value, accepted] : values) {

@@ -1320,14 +1320,17 @@ TEST_F(ServerHttpRealTest, LogprobsAreTheModelsLogSoftmaxInBothShapes) {
     const json& e = content[i];
     const std::string text = ref_->tokenizer().TokenText(out[i]);
     EXPECT_EQ(e["token"], text) << i;
-    EXPECT_EQ(e["bytes"], json(std::vector<int>(text.begin(), text.end()))) << i;
+    std::vector<int> bytes;
+    for (const char ch : text) bytes.push_back(static_cast<unsigned char>(ch));
+    EXPECT_EQ(e["bytes"], json(bytes)) << i;
     EXPECT_NEAR(e["logprob"].get<double>(), row[out[i]] - lse, 2e-3) << i;
     EXPECT_LE(e["logprob"].get<double>(), 0.0);
     ASSERT_EQ(e["top_logprobs"].size(), 3u) << i;
     for (int k = 0; k < 3; ++k) {
       EXPECT_NEAR(e["top_logprobs"][k]["logprob"].get<double>(), row[order[k]] - lse, 2e-3) << i << " " << k;
-      if (k == 0 || row[order[k - 1]] - row[order[k]] > 1e-2)  // not a near-tie the two paths may order apart
+      if (k == 0 || row[order[k - 1]] - row[order[k]] > 1e-2) {  // not a near-tie the two paths may order apart
         EXPECT_EQ(e["top_logprobs"][k]["token"], ref_->tokenizer().TokenText(order[k])) << i << " " << k;
+      }
     }
     // Greedy: the chosen token is the most likely one.
     EXPECT_EQ(e["top_logprobs"][0]["token"], e["token"]) << i;
@@ -1376,6 +1379,78 @@ TEST_F(ServerHttpRealTest, LogprobsAreTheModelsLogSoftmaxInBothShapes) {
   Reply plain = Post(port(), "/v1/completions", json({{"prompt", kCapitals}, {"max_tokens", 2}, {"temperature", 0}}).dump());
   ASSERT_EQ(plain.status, 200);
   EXPECT_TRUE(plain.body["choices"][0]["logprobs"].is_null());
+}
+
+// Logprobs are the raw logits' (before logit_bias, penalties and temperature): with " Paris"
+// biased away the server generates another token, and the logprobs still rank " Paris" first at
+// its unbiased value. A forced end of turn is one token with its own entry; byte tokens of a
+// character split over tokens have distinct names, and text_offset counts the returned text's
+// characters.
+TEST_F(ServerHttpRealTest, LogprobsAreRawAndCoverEveryKindOfToken) {
+  const std::vector<int32_t> prompt = ref_->Completion(kCapitals);
+  const std::vector<float> logits = ref_->Logits(prompt);
+  const size_t V = logits.size() / prompt.size();
+  const float* row = logits.data() + (prompt.size() - 1) * V;
+  double mx = row[0], sum = 0;
+  for (size_t j = 0; j < V; ++j) mx = std::max(mx, static_cast<double>(row[j]));
+  for (size_t j = 0; j < V; ++j) sum += std::exp(row[j] - mx);
+  const double lse = mx + std::log(sum);
+  const int32_t paris = ref_->tokenizer().Encode(" Paris", false, false).at(0);
+  json req = {{"prompt", kCapitals}, {"max_tokens", 1}, {"temperature", 0}, {"logprobs", 1},
+              {"logit_bias", {{std::to_string(paris), -100}}}, {"return_token_ids", true}};
+  Reply r = Post(port(), "/v1/completions", req.dump());
+  ASSERT_EQ(r.status, 200) << r.raw;
+  const int32_t chosen = r.body["choices"][0]["token_ids"][0];
+  ASSERT_NE(chosen, paris);
+  const json& lp = r.body["choices"][0]["logprobs"];
+  EXPECT_NEAR(lp["token_logprobs"][0].get<double>(), row[chosen] - lse, 2e-3);
+  ASSERT_TRUE(lp["top_logprobs"][0].contains(" Paris")) << lp.dump();
+  EXPECT_NEAR(lp["top_logprobs"][0][" Paris"].get<double>(), row[paris] - lse, 2e-3);
+  EXPECT_EQ(lp["top_logprobs"][0].size(), 2u);  // the top 1 and the sampled token
+  // A forced end of turn: the only token, with its entry, streamed or not.
+  const int32_t eot = ref_->tokenizer().Encode("<end_of_turn>", false, true).at(0);
+  json chat = {{"messages", {{{"role", "user"}, {"content", "Hi"}}}}, {"max_tokens", 5}, {"logprobs", true},
+               {"logit_bias", {{std::to_string(eot), 100}}}, {"return_token_ids", true}};
+  Reply c = Post(port(), "/v1/chat/completions", chat.dump());
+  ASSERT_EQ(c.status, 200) << c.raw;
+  EXPECT_EQ(c.body["choices"][0]["message"]["content"], "");
+  EXPECT_EQ(c.body["choices"][0]["token_ids"], json({eot}));
+  EXPECT_EQ(c.body["usage"]["completion_tokens"], 1);
+  ASSERT_EQ(c.body["choices"][0]["logprobs"]["content"].size(), 1u);
+  EXPECT_EQ(c.body["choices"][0]["logprobs"]["content"][0]["token"], "<end_of_turn>");
+  chat["stream"] = true;
+  auto [status, body] = PostStream(port(), "/v1/chat/completions", chat.dump());
+  ASSERT_EQ(status, 200);
+  Sse s = ParseSse(body);
+  ASSERT_TRUE(s.done);
+  EXPECT_EQ(s.token_ids, std::vector<int32_t>({eot}));
+  json streamed = json::array();
+  for (const json& ch : s.chunks)
+    if (!ch["choices"].empty() && ch["choices"][0]["logprobs"].is_object())
+      for (const json& e : ch["choices"][0]["logprobs"]["content"]) streamed.push_back(e);
+  EXPECT_EQ(streamed, c.body["choices"][0]["logprobs"]["content"]);
+  // Characters the vocabulary spells in bytes: each byte token its own name, every top list its
+  // own entries, and the offsets those of the returned text's characters.
+  json bytes_req = {{"prompt", "\xF0\x93\x80\x80 \xF0\x93\x80\x80 \xF0\x93\x80\x80"}, {"max_tokens", 12},
+                    {"temperature", 0}, {"logprobs", 2}, {"ignore_eos", true}};
+  Reply b = Post(port(), "/v1/completions", bytes_req.dump());
+  ASSERT_EQ(b.status, 200) << b.raw;
+  const json& bl = b.body["choices"][0]["logprobs"];
+  const std::string text = b.body["choices"][0]["text"];
+  int byte_tokens = 0;
+  int64_t chars = 0;  // characters of the text (U+FFFD for a character left incomplete)
+  for (const char ch : text) chars += (static_cast<unsigned char>(ch) & 0xC0) != 0x80;
+  for (size_t i = 0; i < bl["tokens"].size(); ++i) {
+    const std::string t = bl["tokens"][i];
+    byte_tokens += t.rfind("bytes:\\x", 0) == 0;
+    EXPECT_GE(bl["top_logprobs"][i].size(), 2u) << i << ": " << bl["top_logprobs"][i].dump();
+    EXPECT_EQ(bl["top_logprobs"][i][t], bl["token_logprobs"][i]) << i;
+    if (i > 0) {
+      EXPECT_GE(bl["text_offset"][i].get<int64_t>(), bl["text_offset"][i - 1].get<int64_t>());
+    }
+    EXPECT_LE(bl["text_offset"][i].get<int64_t>(), chars) << i;
+  }
+  EXPECT_GT(byte_tokens, 0) << bl.dump() << " (the prompt no longer leads the model to byte tokens: pick another)";
 }
 
 // Token ids whose text the server holds back (here all of " Paris", the start of the stop string

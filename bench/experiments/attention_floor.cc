@@ -22,6 +22,7 @@
 // multiply-add rate, no kernel computing in f32 can keep attention at its reads' time.
 #include <immintrin.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 // GCC 12's _mm512_reduce_add_ps leaves an "undefined" operand that -Wuninitialized reports.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -125,6 +126,12 @@ int main(int argc, char** argv) {
   }
   const bool has_bf16 = __builtin_cpu_supports("avx512bf16");
   const size_t bytes = mib << 20;
+  const double phys = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  if (static_cast<double>(bytes) * threads > phys / 2) {
+    std::fprintf(stderr, "attention_floor: %d threads x %zu MiB is more than half of this machine's %.0f MiB\n", threads, mib,
+                 phys / (1 << 20));
+    return 2;
+  }
   std::vector<char*> bufs(threads);
   for (auto& b : bufs) {
     void* p = std::aligned_alloc(2 << 20, bytes);
@@ -146,8 +153,10 @@ int main(int argc, char** argv) {
     for (float s : sinks) sink += s;
   }
   const double macs = static_cast<double>(keys) * 8 * 512 * 2, kv = static_cast<double>(keys) * 512 * 2 * 2;
-  std::printf("threads %d: f32 multiply-adds %.1f G/s, bf16 products %.1f G/s (0: no AVX512_BF16), reads %.1f GB/s%s\n",
-              threads, fma / 1e9, bf16 / 1e9, read / 1e9, sink == 42 ? " " : "");
+  char bf16_text[64] = "none (no AVX512_BF16)";
+  if (has_bf16) std::snprintf(bf16_text, sizeof bf16_text, "%.1f G/s", bf16 / 1e9);
+  std::printf("threads %d: f32 multiply-adds %.1f G/s, bf16 products %s, reads %.1f GB/s%s\n", threads, fma / 1e9,
+              bf16_text, read / 1e9, sink == 42 ? " " : "");
   std::printf("E2B full layer over %ld keys: %.1f M multiply-adds, %.2f MB of K and V\n", keys, macs / 1e6, kv / 1e6);
   std::printf("  reads at %.1f GB/s: %.0f us\n", read / 1e9, kv / read * 1e6);
   std::printf("  f32 arithmetic (f16/f32 cache) at peak: %.0f us (%.2fx the reads)\n", macs / fma * 1e6,
@@ -155,6 +164,11 @@ int main(int argc, char** argv) {
   if (has_bf16)
     std::printf("  bf16 products (bf16 cache) at peak: %.0f us (%.2fx the reads)\n", macs / bf16 * 1e6,
                 macs / bf16 / (kv / read));
+  // The op profile's excess (bench/compare-e2b.sh) compares attention's growth with its KV bytes
+  // at the rate decode reads its weights, R: the f16 cache's floor is 4 x R / (f32 rate).
+  std::printf("floor of the f16 cache's attention excess = 4 x R / %.1f, R = the weights' read rate in GB/s "
+              "(%.2f at this run's %.1f GB/s of reads; only an idle machine gives the cores' own figures)\n",
+              fma / 1e9, 4 * read / fma, read / 1e9);
   for (auto b : bufs) std::free(b);
   return 0;
 }

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "base/check.h"
+#include "runtime/logprobs_simd.h"
 
 namespace g4 {
 namespace {
@@ -339,35 +340,22 @@ StatusOr<TokenLogprobs> ComputeLogprobs(std::span<const float> logits, int32_t i
   if (top_n < 0 || top_n > kMaxTopLogprobs)
     return InvalidArgument("top_logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "], got " +
                            std::to_string(top_n));
-  float mx = -std::numeric_limits<float>::infinity();
-  for (size_t j = 0; j < logits.size(); ++j) {
-    const float x = logits[j];
-    if (std::isnan(x) || x == std::numeric_limits<float>::infinity())
-      return Internal("logits: token " + std::to_string(j) + " has a " + (std::isnan(x) ? "NaN" : "+inf") + " logit");
-    mx = std::max(mx, x);
+  float mx = 0.0f;
+  if (!LogitsMax(logits.data(), logits.size(), &mx)) {
+    for (size_t j = 0; j < logits.size(); ++j)
+      if (std::isnan(logits[j]) || logits[j] == std::numeric_limits<float>::infinity())
+        return Internal("logits: token " + std::to_string(j) + " has a " + (std::isnan(logits[j]) ? "NaN" : "+inf") +
+                        " logit");
   }
   if (mx == -std::numeric_limits<float>::infinity()) return InvalidArgument("logits: every logit is -inf");
-  double sum = 0.0;
-  for (const float x : logits) sum += std::exp(static_cast<double>(x) - mx);  // >= 1: the maximum's term
-  const double lse = mx + std::log(sum);
+  // >= 1: the maximum's own term.
+  const double lse = mx + std::log(SumExpShifted(logits.data(), logits.size(), mx));
   auto logprob = [&](int32_t j) { return static_cast<float>(static_cast<double>(logits[j]) - lse); };
   TokenLogprobs out;
   out.id = id;
   out.logprob = logprob(id);
-  // The top_n best (logit descending, id ascending), kept sorted; a logit that does not beat the
-  // last of a full list is skipped with one compare (ids arrive ascending, so an equal logit never
-  // displaces an earlier id).
-  std::vector<std::pair<float, int32_t>> best;
-  best.reserve(static_cast<size_t>(top_n) + 1);
-  for (size_t j = 0; j < logits.size() && top_n > 0; ++j) {
-    const float x = logits[j];
-    if (best.size() == static_cast<size_t>(top_n) && !(x > best.back().first)) continue;
-    auto at = std::find_if(best.begin(), best.end(), [x](const auto& b) { return x > b.first; });
-    best.insert(at, {x, static_cast<int32_t>(j)});
-    if (best.size() > static_cast<size_t>(top_n)) best.pop_back();
-  }
-  out.top.reserve(best.size());
-  for (const auto& b : best) out.top.emplace_back(b.second, logprob(b.second));
+  const size_t k = std::min(static_cast<size_t>(top_n), logits.size());
+  for (const auto& b : TopLogits(logits.data(), logits.size(), k)) out.top.emplace_back(b.second, logprob(b.second));
   return out;
 }
 

@@ -209,13 +209,14 @@ bool Scheduler::SampleNext(Slot& s, std::span<float> logits) {
     Finish(s, "stop", next.status());
     return false;
   }
+  std::optional<TokenLogprobs> lp_next;
   if (top_n >= 0) {
     StatusOr<TokenLogprobs> lp = ComputeLogprobs(logits, *next, top_n);
     if (!lp.ok()) {
       Finish(s, "stop", lp.status());
       return false;
     }
-    s.unsent_logprobs.push_back(std::move(lp).value());
+    lp_next = std::move(lp).value();
   }
   const auto now = Clock::now();
   {
@@ -231,6 +232,7 @@ bool Scheduler::SampleNext(Slot& s, std::span<float> logits) {
   const int32_t tok = *next;
   s.generated.push_back(tok);
   s.unsent.push_back(tok);
+  if (lp_next) s.unsent_logprobs.push_back(std::move(*lp_next));
   const CompletionRequest& r = s.p->req;
   const bool stop_token = !r.ignore_eos && ((tokenizer_ && tokenizer_->IsEndOfGeneration(tok)) ||
                                             std::find(r.stop_ids.begin(), r.stop_ids.end(), tok) != r.stop_ids.end());

@@ -432,7 +432,7 @@ MaybeError ParseSampling(const json& o, const ModelInfo& model, SamplingParams* 
 // Fields of llama-server and vLLM that would change generation and that this server does not
 // implement: accepted at the value that switches them off, else 400 unsupported_parameter. The
 // policy is in api.h ("Field names from other servers").
-enum class OffWhen { kZero, kAtMostZero, kAtMostOne, kAtLeastOne, kFalse, kEmpty };
+enum class OffWhen { kZero, kAtMostZero, kAtMostOne, kAtLeastOne, kFalse, kEmpty, kNull };
 struct Inert {
   const char* key;
   const char* what;  // what it asks for, for the message
@@ -447,7 +447,8 @@ constexpr Inert kInert[] = {
     {"mirostat", "Mirostat sampling", OffWhen::kZero},
     {"dry_multiplier", "the DRY repetition penalty", OffWhen::kZero},
     {"min_keep", "a minimum number of candidates kept by the filters", OffWhen::kAtMostOne},
-    {"n_probs", "token probabilities", OffWhen::kAtMostZero},
+    {"n_probs", "llama-server's token probabilities; OpenAI's logprobs and top_logprobs are", OffWhen::kAtMostZero},
+    {"post_sampling_probs", "probabilities after the samplers; logprobs here are the raw logits'", OffWhen::kFalse},
     {"t_max_predict_ms", "a time limit on generation", OffWhen::kAtMostZero},
     {"n_indent", "an indentation stop", OffWhen::kAtMostZero},
     {"grammar", "grammar-constrained generation", OffWhen::kEmpty},
@@ -464,6 +465,8 @@ constexpr Inert kInert[] = {
     {"guided_choice", "guided decoding", OffWhen::kEmpty},
     {"guided_grammar", "guided decoding", OffWhen::kEmpty},
     {"structured_outputs", "structured outputs", OffWhen::kEmpty},
+    {"prompt_logprobs", "log-probabilities of the prompt's tokens", OffWhen::kNull},
+    {"return_tokens_as_token_ids", "token ids in place of the tokens' texts in logprobs", OffWhen::kFalse},
 };
 
 // The kInert fields (refused unless off) and repeat_last_n (into sampling.repetition_window).
@@ -495,6 +498,9 @@ MaybeError ParseInert(const json& o, SamplingParams& sampling) {
         off = v->is_string() ? v->get_ref<const std::string&>().empty() : (v->is_array() || v->is_object()) && v->empty();
         off_text = "null or empty";
         break;
+      case OffWhen::kNull:  // any value but null (which Field skips) asks for it
+        off_text = "null";
+        break;
     }
     if (!off)
       return BadRequest(std::string(f.key) + " (" + f.what + ") is not supported by this server; leave it out or send " + off_text +
@@ -520,7 +526,8 @@ MaybeError ParseInert(const json& o, SamplingParams& sampling) {
 //   chat: logprobs true|false (OpenAI), top_logprobs 0..20 (needs logprobs true when above 0, as
 //         OpenAI and vLLM say).
 //   completions: logprobs N in 0..20 (OpenAI's legacy integer: the N most likely tokens besides
-//         the chosen one's; vLLM's range) or a boolean (true: as chat, with top_logprobs).
+//         the chosen one's; vLLM's range) or a boolean (true: top_logprobs if given, else 1, as
+//         vLLM reads a Python true).
 MaybeError ParseLogprobs(const json& o, Endpoint ep, int* top_n) {
   *top_n = -1;
   int64_t top = 0;
@@ -545,7 +552,7 @@ MaybeError ParseLogprobs(const json& o, Endpoint ep, int* top_n) {
   }
   if (!wants && top > 0)
     return BadRequest("top_logprobs needs \"logprobs\": true", "top_logprobs");
-  if (wants) *top_n = static_cast<int>(top);
+  if (wants) *top_n = ep == Endpoint::kCompletion && t == nullptr ? 1 : static_cast<int>(top);
   return std::nullopt;
 }
 
@@ -909,18 +916,37 @@ json ChunkChoice(const ResponseMeta& meta, const json& delta, const std::string&
   return c;
 }
 
-// One token's text for logprobs: `token` with invalid UTF-8 (part of a character) replaced,
-// `bytes` exact.
+// One token as logprobs name it: its text, or, where that text is not valid UTF-8 on its own
+// (a byte token of a character split over several), "bytes:\\xNN..." as OpenAI names such tokens,
+// so that no two byte tokens share a name (completions' top_logprobs are keyed by it); `bytes`
+// exact. Without a tokenizer: "token_id:N" (vLLM's form).
 void TokenFields(const ResponseMeta& meta, int32_t id, std::string* text, json* bytes) {
   const std::string raw = meta.tokenizer ? meta.tokenizer->TokenText(id) : std::string();
-  *text = utf8::Sanitize(raw);
   *bytes = json::array();
   for (const char c : raw) bytes->push_back(static_cast<int>(static_cast<unsigned char>(c)));
+  if (meta.tokenizer == nullptr) {
+    *text = "token_id:" + std::to_string(id);
+  } else if (utf8::IsValid(raw)) {
+    *text = raw;
+  } else {
+    static constexpr char kHex[] = "0123456789abcdef";
+    *text = "bytes:";
+    for (const char c : raw) {
+      const auto b = static_cast<unsigned char>(c);
+      *text += std::string("\\x") + kHex[b >> 4] + kHex[b & 15];
+    }
+  }
 }
 
+// A logprob as JSON: -inf (a token the model gives no probability) as -9999.0, as vLLM and OpenAI
+// write it (JSON has no infinity; nlohmann would write null).
+json LogprobValue(float x) { return std::isinf(x) ? json(-9999.0) : json(x); }
+
 // choice.logprobs for `lps` (OpenAI's shapes, api.h), or null when not asked for. Completions'
-// text_offset starts at meta.text_offset, which moves past these tokens.
-json LogprobsJson(ResponseMeta& meta, const std::vector<TokenLogprobs>& lps) {
+// text_offset starts at *text_offset, which moves past these tokens by the characters each adds
+// to the returned text (the lead bytes of its text: none for a control token, which the text
+// does not show; one for the first byte token of a character, none for the others).
+json LogprobsJson(const ResponseMeta& meta, const std::vector<TokenLogprobs>& lps, int64_t* text_offset) {
   if (meta.logprobs < 0) return nullptr;
   std::string text;
   json bytes;
@@ -933,9 +959,10 @@ json LogprobsJson(ResponseMeta& meta, const std::vector<TokenLogprobs>& lps) {
         std::string t;
         json b;
         TokenFields(meta, id, &t, &b);
-        top.push_back(json{{"token", t}, {"logprob", logprob}, {"bytes", b}});
+        top.push_back(json{{"token", t}, {"logprob", LogprobValue(logprob)}, {"bytes", b}});
       }
-      content.push_back(json{{"token", text}, {"logprob", lp.logprob}, {"bytes", bytes}, {"top_logprobs", top}});
+      content.push_back(
+          json{{"token", text}, {"logprob", LogprobValue(lp.logprob)}, {"bytes", bytes}, {"top_logprobs", top}});
     }
     return json{{"content", content}, {"refusal", nullptr}};
   }
@@ -943,18 +970,24 @@ json LogprobsJson(ResponseMeta& meta, const std::vector<TokenLogprobs>& lps) {
   for (const TokenLogprobs& lp : lps) {
     TokenFields(meta, lp.id, &text, &bytes);
     tokens.push_back(text);
-    token_logprobs.push_back(lp.logprob);
+    token_logprobs.push_back(LogprobValue(lp.logprob));
     json top = json::object();
     for (const auto& [id, logprob] : lp.top) {
       std::string t;
       json b;
       TokenFields(meta, id, &t, &b);
-      top[t] = logprob;  // tokens with the same text share a key, as in OpenAI's shape
+      if (!top.contains(t)) top[t] = LogprobValue(logprob);
     }
+    // The sampled token always (OpenAI's legacy completions: up to logprobs + 1 entries).
+    if (!top.contains(text)) top[text] = LogprobValue(lp.logprob);
     top_logprobs.push_back(top);
-    offsets.push_back(meta.text_offset);
-    // Code points of the (valid, sanitized) text: its bytes that do not continue a sequence.
-    meta.text_offset += std::count_if(text.begin(), text.end(), [](char ch) { return (static_cast<unsigned char>(ch) & 0xC0) != 0x80; });
+    offsets.push_back(*text_offset);
+    const int32_t one[] = {lp.id};
+    if (meta.tokenizer != nullptr && !meta.tokenizer->Decode(one, /*skip_special=*/true).empty()) {
+      const std::string raw = meta.tokenizer->TokenText(lp.id);
+      *text_offset += std::count_if(raw.begin(), raw.end(),
+                                    [](char ch) { return (static_cast<unsigned char>(ch) & 0xC0) != 0x80; });
+    }
   }
   return json{{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs}, {"text_offset", offsets}};
 }
@@ -968,12 +1001,13 @@ std::string Chunk(const ResponseMeta& meta, json choice) {
 
 }  // namespace
 
-json CompletionResponseJson(ResponseMeta& meta, const CompletionResult& r) {
+json CompletionResponseJson(const ResponseMeta& meta, const CompletionResult& r) {
   json j = Envelope(meta, false);
   json c = {{"index", 0}};
   if (meta.endpoint == Endpoint::kChat) c["message"] = json{{"role", "assistant"}, {"content", r.text}};
   else c["text"] = r.text;
-  c["logprobs"] = LogprobsJson(meta, r.logprobs);
+  int64_t text_offset = 0;
+  c["logprobs"] = LogprobsJson(meta, r.logprobs, &text_offset);
   c["finish_reason"] = FinishReason(r.final_event);
   if (!r.final_event.degenerate.empty()) c["degenerate"] = r.final_event.degenerate;
   if (meta.return_token_ids) c["token_ids"] = r.tokens;
@@ -995,7 +1029,7 @@ std::string FirstChunk(const ResponseMeta& meta) {
 
 std::string DeltaChunk(ResponseMeta& meta, const CompletionEvent& e) {
   json choice = ChunkChoice(meta, json{{"content", e.text}}, e.text);
-  choice["logprobs"] = LogprobsJson(meta, e.logprobs);
+  choice["logprobs"] = LogprobsJson(meta, e.logprobs, &meta.text_offset);
   if (meta.return_token_ids) choice["token_ids"] = e.tokens;
   return Chunk(meta, std::move(choice));
 }
@@ -1004,7 +1038,7 @@ std::string FinalChunks(ResponseMeta& meta, const CompletionEvent& e) {
   json delta = json::object();
   if (!e.text.empty()) delta["content"] = e.text;
   json choice = ChunkChoice(meta, delta, e.text);
-  choice["logprobs"] = LogprobsJson(meta, e.logprobs);
+  choice["logprobs"] = LogprobsJson(meta, e.logprobs, &meta.text_offset);
   choice["finish_reason"] = FinishReason(e);
   if (!e.degenerate.empty()) choice["degenerate"] = e.degenerate;
   if (meta.return_token_ids) choice["token_ids"] = e.tokens;

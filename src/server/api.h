@@ -34,8 +34,10 @@
 //                      One entry per generated token (completion_tokens of them), the token that
 //                      ended the generation (end of turn) included; streamed with the chunk that
 //                      carries the token's text (or the final chunk). `token` is the token's text
-//                      (invalid UTF-8 of a partial character replaced by U+FFFD), `bytes` its
-//                      exact bytes; text_offset counts code points of the tokens' texts before it.
+//                      ("bytes:\\xNN..." where that is not valid UTF-8 on its own: a byte of a
+//                      character split over tokens), `bytes` its exact bytes; completions'
+//                      top_logprobs also hold the sampled token; text_offset counts the characters
+//                      of the returned text before the token; -inf is written -9999.0.
 //   stream, stream_options.include_usage   (stream_options without stream: 400)
 //   chat_template_kwargs.enable_thinking   Gemma 4 thinking switch
 //   add_generation_prompt (top level, llama-server/vLLM) or chat_template_kwargs.add_generation_prompt
@@ -190,7 +192,7 @@ struct ResponseMeta {
   std::vector<int32_t> prompt_token_ids;  // echoed with return_token_ids
   int logprobs = -1;                      // CompletionRequest::logprobs: -1 = choice.logprobs null
   const Tokenizer* tokenizer = nullptr;   // the tokens' texts in logprobs (null: "")
-  int64_t text_offset = 0;                // completions' logprobs: code points of tokens already sent
+  int64_t text_offset = 0;                // a stream's completions logprobs: characters of the tokens already sent
 };
 // A fresh id with the endpoint's prefix and 24 random hex digits.
 std::string NewResponseId(Endpoint endpoint);
@@ -215,7 +217,7 @@ nlohmann::json TimingsJson(const CompletionEvent& final_event);
 // The non-streamed response: chat.completion or text_completion. The choice carries
 // "degenerate": "<why>" when the degeneracy guard ended the generation (finish_reason stays
 // "stop"), "token_ids" with return_token_ids, and "logprobs" (else null) when asked for.
-nlohmann::json CompletionResponseJson(ResponseMeta& meta, const CompletionResult& result);
+nlohmann::json CompletionResponseJson(const ResponseMeta& meta, const CompletionResult& result);
 
 // Streaming (SSE). One `data: <json>\n\n` event per call.
 std::string SseEvent(const nlohmann::json& j);
@@ -223,7 +225,7 @@ inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
 // The first chunk: chat: delta {role: "assistant", content: ""}; completions: nothing (returns "").
 std::string FirstChunk(const ResponseMeta& meta);
 // A content chunk for an event's text (and its tokens with return_token_ids, their logprobs when
-// asked for; meta.text_offset moves past them).
+// asked for; the stream's meta.text_offset moves past them: one meta per stream).
 std::string DeltaChunk(ResponseMeta& meta, const CompletionEvent& event);
 // The last content chunk: the final event's text, finish_reason, timings, degenerate (token ids and
 // logprobs as DeltaChunk); then (with include_usage) the usage chunk with empty choices; then [DONE].
