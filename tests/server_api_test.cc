@@ -289,7 +289,8 @@ TEST(ServerApiTest, MaxTokensAndContextLength) {
 TEST(ServerApiTest, UnsupportedFieldsAreRefusedByName) {
   EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"n", 2}}), 400, "n");
   EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"n", 0}}), 400, "n");
-  EXPECT_API_ERROR(Compl({{"prompt", "x"}, {"echo", true}}), 400, "echo");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"echo", true}}), 400, "echo");  // completions only
+  EXPECT_API_ERROR(Compl({{"prompt", "x"}, {"echo", "yes"}}), 400, "echo");
   EXPECT_API_ERROR(Compl({{"prompt", "x"}, {"suffix", "y"}}), 400, "suffix");
   EXPECT_API_ERROR(Compl({{"prompt", "x"}, {"best_of", 3}}), 400, "best_of");
   EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"tools", {{{"type", "function"}}}}}), 400, "tools");
@@ -327,6 +328,16 @@ TEST(ServerApiTest, LogprobsAreReadAsTheirTopCount) {
   EXPECT_EQ(top(Compl({{"prompt", "x"}, {"logprobs", 3}, {"top_logprobs", 3}})), 3);
   EXPECT_API_ERROR(Compl({{"prompt", "x"}, {"logprobs", 3}, {"top_logprobs", 2}}), 400, "top_logprobs");
   EXPECT_API_ERROR(Compl({{"prompt", "x"}, {"logprobs", 21}}), 400, "logprobs");
+  // echo: the prompt's log-probabilities too, when logprobs are asked for.
+  auto echo = Compl({{"prompt", "x"}, {"logprobs", 2}, {"echo", true}});
+  ASSERT_TRUE(echo.ok());
+  EXPECT_TRUE(echo->echo);
+  EXPECT_TRUE(echo->completion.prompt_logprobs);
+  auto echo_text = Compl({{"prompt", "x"}, {"echo", true}});
+  ASSERT_TRUE(echo_text.ok());
+  EXPECT_TRUE(echo_text->echo);
+  EXPECT_FALSE(echo_text->completion.prompt_logprobs);
+  EXPECT_FALSE(Compl({{"prompt", "x"}, {"logprobs", 2}})->completion.prompt_logprobs);
   EXPECT_API_ERROR(Compl({{"prompt", "x"}, {"logprobs", 1.5}}), 400, "logprobs");
 }
 
@@ -386,7 +397,7 @@ TEST(ServerApiTest, NonStreamedResponses) {
   EXPECT_EQ(meta.id.rfind("chatcmpl-", 0), 0u);
   EXPECT_NE(meta.id, NewResponseId(Endpoint::kChat));
   EXPECT_EQ(NewResponseId(Endpoint::kCompletion).rfind("cmpl-", 0), 0u);
-  CompletionResult res{"Hello", {5, 6}, {}, Final("length")};
+  CompletionResult res{"Hello", {5, 6}, {}, {}, Final("length")};
   json j = CompletionResponseJson(meta, res);
   EXPECT_EQ(j["object"], "chat.completion");
   EXPECT_EQ(j["model"], "tiny");
@@ -406,7 +417,7 @@ TEST(ServerApiTest, NonStreamedResponses) {
   meta.endpoint = Endpoint::kCompletion;
   meta.return_token_ids = true;
   meta.prompt_token_ids = {2, 3};
-  CompletionResult deg{"la la", {7, 7}, {}, Final("stop", "token 7 repeated 32 times")};
+  CompletionResult deg{"la la", {7, 7}, {}, {}, Final("stop", "token 7 repeated 32 times")};
   json d = CompletionResponseJson(meta, deg);
   EXPECT_EQ(d["object"], "text_completion");
   EXPECT_EQ(d["choices"][0]["text"], "la la");

@@ -1453,6 +1453,67 @@ TEST_F(ServerHttpRealTest, LogprobsAreRawAndCoverEveryKindOfToken) {
   EXPECT_GT(byte_tokens, 0) << bl.dump() << " (the prompt no longer leads the model to byte tokens: pick another)";
 }
 
+// echo (lm-evaluation-harness scores a text this way: echo, logprobs 1, max_tokens 1): the
+// prompt's text first, and its tokens' log-probabilities, each given the tokens before it, equal
+// to the reference engine's log-softmax over a prompt of several prefill chunks; streamed the
+// same.
+TEST_F(ServerHttpRealTest, EchoGivesThePromptsLogprobs) {
+  const std::vector<int32_t> prompt = ref_->Completion(kCapitals);
+  ASSERT_GT(prompt.size(), static_cast<size_t>(kPromptLogprobsChunk)) << "the prompt should span several chunks";
+  json req = {{"prompt", kCapitals}, {"max_tokens", 2}, {"temperature", 0}, {"logprobs", 1}, {"echo", true},
+              {"return_token_ids", true}};
+  Reply r = Post(port(), "/v1/completions", req.dump());
+  ASSERT_EQ(r.status, 200) << r.raw;
+  const json& choice = r.body["choices"][0];
+  const std::vector<int32_t> out = choice["token_ids"];
+  GenerateResult want = ref_->Run(prompt, 2);
+  EXPECT_EQ(choice["text"], std::string(kCapitals) + want.text);
+  const json& lp = choice["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), prompt.size() + out.size());
+  EXPECT_EQ(lp["tokens"][0], "<bos>");
+  EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+  EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+  std::vector<int32_t> all = prompt;
+  all.insert(all.end(), out.begin(), out.end());
+  const std::vector<float> logits = ref_->Logits(all);
+  const size_t V = logits.size() / all.size();
+  for (size_t i = 1; i < all.size(); ++i) {
+    const float* row = logits.data() + (i - 1) * V;
+    double mx = row[0], sum = 0;
+    for (size_t j = 0; j < V; ++j) mx = std::max(mx, static_cast<double>(row[j]));
+    for (size_t j = 0; j < V; ++j) sum += std::exp(row[j] - mx);
+    EXPECT_NEAR(lp["token_logprobs"][i].get<double>(), row[all[i]] - mx - std::log(sum), 2e-3) << i;
+    EXPECT_EQ(lp["tokens"][i], ref_->tokenizer().TokenText(all[i])) << i;
+    EXPECT_GE(lp["top_logprobs"][i].size(), 1u) << i;
+  }
+  // text_offset indexes the returned text (prompt included): each token's text starts there.
+  const std::string text = choice["text"];
+  for (size_t i = 1; i < all.size(); ++i) {
+    const size_t at = lp["text_offset"][i].get<size_t>();
+    const std::string t = lp["tokens"][i];
+    EXPECT_EQ(text.substr(at, t.size()), t) << i;  // ASCII text: characters are bytes
+  }
+  // Streamed: the prompt's chunk first, then the tokens'; the same entries in order.
+  req["stream"] = true;
+  auto [status, body] = PostStream(port(), "/v1/completions", req.dump());
+  ASSERT_EQ(status, 200);
+  Sse s = ParseSse(body);
+  ASSERT_TRUE(s.done);
+  EXPECT_EQ(s.text, choice["text"]);
+  json joined = {{"tokens", json::array()}, {"token_logprobs", json::array()}, {"top_logprobs", json::array()},
+                 {"text_offset", json::array()}};
+  for (const json& c : s.chunks)
+    if (!c["choices"].empty() && c["choices"][0]["logprobs"].is_object())
+      for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+        for (const json& e : c["choices"][0]["logprobs"][k]) joined[k].push_back(e);
+  EXPECT_EQ(joined, lp);
+  // echo without logprobs: the text only.
+  Reply t = Post(port(), "/v1/completions", json({{"prompt", "Hi"}, {"max_tokens", 2}, {"temperature", 0}, {"echo", true}}).dump());
+  ASSERT_EQ(t.status, 200) << t.raw;
+  EXPECT_EQ(t.body["choices"][0]["text"].get<std::string>().rfind("Hi", 0), 0u);
+  EXPECT_TRUE(t.body["choices"][0]["logprobs"].is_null());
+}
+
 // Token ids whose text the server holds back (here all of " Paris", the start of the stop string
 // " Paris!") still reach the client, with the next text or the final chunk: every generated id
 // once, as many as completion_tokens (before, a held-back token's id was never sent).

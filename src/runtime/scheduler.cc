@@ -62,6 +62,7 @@ struct Scheduler::Slot {
   // (CompletionEvent); the next event with text, or the final one, carries them.
   std::vector<int32_t> unsent;
   std::vector<TokenLogprobs> unsent_logprobs;
+  std::vector<TokenLogprobs> prompt_logprobs;  // with prompt_logprobs: filled chunk by chunk during the prefill
   std::string degenerate;
   Clock::time_point admitted, first_token, last_token;
 };
@@ -106,6 +107,7 @@ StatusOr<std::shared_ptr<RequestHandle>> Scheduler::Submit(CompletionRequest req
     if (req.stop_token_ids[i] < 0 || req.stop_token_ids[i] >= c.vocab)
       return InvalidArgument("stop_token_ids[" + std::to_string(i) + "]: token id " + std::to_string(req.stop_token_ids[i]) +
                              " is outside the vocabulary [0, " + std::to_string(c.vocab) + ")");
+  if (req.prompt_logprobs && req.logprobs < 0) return InvalidArgument("logprobs: prompt log-probabilities need logprobs >= 0");
   if (req.logprobs < -1 || req.logprobs > kMaxTopLogprobs)
     return InvalidArgument("logprobs: " + std::to_string(req.logprobs) + " top tokens asked, at most " +
                            std::to_string(kMaxTopLogprobs));
@@ -194,6 +196,7 @@ void Scheduler::Finish(Slot& s, const std::string& reason, const Status& error) 
   s.generated.clear();
   s.unsent.clear();
   s.unsent_logprobs.clear();
+  s.prompt_logprobs.clear();
   s.degenerate.clear();
   s.has_token = false;
   s.prefilled = 0;
@@ -401,14 +404,35 @@ void Scheduler::RunSteps() {
       if (sp->p && sp->prefilled < static_cast<int>(sp->p->req.prompt.size()) && (!pre || sp->admitted < pre->admitted))
         pre = sp.get();
     if (pre) {
-      const auto& prompt = pre->p->req.prompt;
-      const int n = std::min<int>(options_.prefill_chunk, static_cast<int>(prompt.size()) - pre->prefilled);
-      Status st = engine_.Prefill(pre->seq, std::span<const int32_t>(prompt).subspan(pre->prefilled, n), false, nullptr);
+      const CompletionRequest& r = pre->p->req;
+      const auto& prompt = r.prompt;
+      const int size = static_cast<int>(prompt.size());
+      const int n = std::min<int>(r.prompt_logprobs ? std::min(options_.prefill_chunk, kPromptLogprobsChunk) : options_.prefill_chunk,
+                                  size - pre->prefilled);
+      Status st = engine_.Prefill(pre->seq, std::span<const int32_t>(prompt).subspan(pre->prefilled, n), r.prompt_logprobs,
+                                  nullptr);
+      const std::span<float> rows = engine_.StepLogits();  // [n, V] with prompt_logprobs, else [1, V]
+      const size_t V = static_cast<size_t>(engine_.config().vocab);
+      // Row i (position prefilled + i) predicts the prompt's next token, where there is one.
+      for (int i = 0; st.ok() && r.prompt_logprobs && i < n && pre->prefilled + i + 1 < size; ++i) {
+        StatusOr<TokenLogprobs> lp = ComputeLogprobs(rows.subspan(i * V, V), prompt[pre->prefilled + i + 1], r.logprobs);
+        if (!lp.ok()) st = lp.status();
+        else pre->prompt_logprobs.push_back(std::move(lp).value());
+      }
       if (!st.ok()) {
         Finish(*pre, "stop", st);
       } else {
         pre->prefilled += n;
-        if (pre->prefilled == static_cast<int>(prompt.size())) pre->has_token = SampleNext(*pre, engine_.StepLogits());
+        if (pre->prefilled == size) {
+          if (r.prompt_logprobs && pre->p->cb) {
+            CompletionEvent ev;
+            ev.prompt = true;
+            ev.prompt_logprobs = std::move(pre->prompt_logprobs);
+            pre->prompt_logprobs.clear();
+            pre->p->cb(ev);
+          }
+          pre->has_token = SampleNext(*pre, rows.subspan(rows.size() - V, V));
+        }
       }
     }
     {

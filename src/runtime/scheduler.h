@@ -59,7 +59,13 @@ struct CompletionRequest {
   // -1: no log-probabilities; N in [0, kMaxTopLogprobs]: each generated token's log-probability
   // and the N most likely tokens' (ComputeLogprobs: the raw logits' softmax), in the events.
   int logprobs = -1;
+  // With logprobs >= 0: also each prompt token's log-probability given the tokens before it (and
+  // the logprobs most likely tokens' there), for prompt[1..]: the prefill then runs in chunks of
+  // at most kPromptLogprobsChunk tokens with every row's logits (16 MiB of step memory at V =
+  // 262144). Sent in one event (prompt_logprobs) after the prompt's prefill, before any token.
+  bool prompt_logprobs = false;
 };
+inline constexpr int kPromptLogprobsChunk = 16;
 
 // One event per call of the request's callback, on the scheduler thread. Text deltas come in
 // order; exactly one final event (done == true) ends every accepted request.
@@ -72,6 +78,10 @@ struct CompletionEvent {
   std::string text;                    // new text (UTF-8 complete), may be empty
   std::vector<int32_t> tokens;         // token ids behind this delta (see above)
   std::vector<TokenLogprobs> logprobs; // with CompletionRequest::logprobs >= 0: one per id of `tokens`, same order
+  // With CompletionRequest::prompt_logprobs: prompt[1..]'s entries (prompt.size() - 1 of them),
+  // in the one event that carries them (no text, no tokens), sent before any token's.
+  std::vector<TokenLogprobs> prompt_logprobs;
+  bool prompt = false;                 // this is that event (prompt_logprobs may be empty: a 1-token prompt)
   bool done = false;
   std::string finish_reason;           // final: "stop", "length", or "cancelled"
   std::string degenerate;              // final: non-empty if the degeneracy guard ended it (why)

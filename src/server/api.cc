@@ -567,7 +567,8 @@ MaybeError ParseUnsupported(const json& o, Endpoint ep) {
   if (best_of && *best_of != 1) return BadRequest("best_of must be 1 (got " + std::to_string(*best_of) + ")", "best_of", "unsupported_value");
   std::optional<bool> echo;
   API_RETURN_IF_ERROR(OptBool(o, "echo", &echo));
-  if (echo.value_or(false)) return BadRequest("echo is not supported", "echo", "unsupported_parameter");
+  if (echo.value_or(false) && ep == Endpoint::kChat)
+    return BadRequest("echo is a completions field (chat has no prompt text to echo)", "echo", "unsupported_parameter");
   if (const json* s = Field(o, "suffix")) {
     if (!s->is_string()) return WrongType("suffix", "a string", *s);
     if (!s->get_ref<const std::string&>().empty())
@@ -692,6 +693,12 @@ ApiOr<ParsedRequest> ParseRequestJson(const json& o, Endpoint ep, const ModelInf
   }
   API_RETURN_IF_ERROR(ParseUnsupported(o, ep));
   API_RETURN_IF_ERROR(ParseLogprobs(o, ep, &r.completion.logprobs));
+  if (ep == Endpoint::kCompletion) {
+    std::optional<bool> echo;
+    API_RETURN_IF_ERROR(OptBool(o, "echo", &echo));
+    r.echo = echo.value_or(false);
+    r.completion.prompt_logprobs = r.echo && r.completion.logprobs >= 0;
+  }
   std::optional<bool> stream, ignore_eos, return_ids;
   API_RETURN_IF_ERROR(OptBool(o, "stream", &stream));
   API_RETURN_IF_ERROR(OptBool(o, "ignore_eos", &ignore_eos));
@@ -942,11 +949,13 @@ void TokenFields(const ResponseMeta& meta, int32_t id, std::string* text, json* 
 // write it (JSON has no infinity; nlohmann would write null).
 json LogprobValue(float x) { return std::isinf(x) ? json(-9999.0) : json(x); }
 
-// choice.logprobs for `lps` (OpenAI's shapes, api.h), or null when not asked for. Completions'
-// text_offset starts at *text_offset, which moves past these tokens by the characters each adds
+// choice.logprobs for `lps` (OpenAI's shapes, api.h), or null when not asked for; with `prompt`
+// (completions' echo), the prompt's tokens first (meta.prompt_token_ids[0] with null, then
+// `prompt`'s entries for the rest). Completions' text_offset starts at *text_offset, which moves past these tokens by the characters each adds
 // to the returned text (the lead bytes of its text: none for a control token, which the text
 // does not show; one for the first byte token of a character, none for the others).
-json LogprobsJson(const ResponseMeta& meta, const std::vector<TokenLogprobs>& lps, int64_t* text_offset) {
+json LogprobsJson(const ResponseMeta& meta, const std::vector<TokenLogprobs>& lps, int64_t* text_offset,
+                  const std::vector<TokenLogprobs>* prompt = nullptr) {
   if (meta.logprobs < 0) return nullptr;
   std::string text;
   json bytes;
@@ -967,7 +976,30 @@ json LogprobsJson(const ResponseMeta& meta, const std::vector<TokenLogprobs>& lp
     return json{{"content", content}, {"refusal", nullptr}};
   }
   json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), offsets = json::array();
-  for (const TokenLogprobs& lp : lps) {
+  auto advance = [&](int32_t id) {  // text_offset past token id's characters in the returned text
+    const int32_t one[] = {id};
+    if (meta.tokenizer != nullptr && !meta.tokenizer->Decode(one, /*skip_special=*/true).empty()) {
+      const std::string raw = meta.tokenizer->TokenText(id);
+      *text_offset += std::count_if(raw.begin(), raw.end(),
+                                    [](char ch) { return (static_cast<unsigned char>(ch) & 0xC0) != 0x80; });
+    }
+  };
+  if (prompt != nullptr && !meta.prompt_token_ids.empty()) {
+    // echo: the prompt's first token has no log-probability (nothing precedes it): null, as
+    // OpenAI and vLLM write it; then prompt[1..]'s entries.
+    TokenFields(meta, meta.prompt_token_ids[0], &text, &bytes);
+    tokens.push_back(text);
+    token_logprobs.push_back(nullptr);
+    top_logprobs.push_back(nullptr);
+    offsets.push_back(*text_offset);
+    advance(meta.prompt_token_ids[0]);
+  }
+  std::vector<const TokenLogprobs*> all;
+  if (prompt != nullptr)
+    for (const TokenLogprobs& lp : *prompt) all.push_back(&lp);
+  for (const TokenLogprobs& lp : lps) all.push_back(&lp);
+  for (const TokenLogprobs* lpp : all) {
+    const TokenLogprobs& lp = *lpp;
     TokenFields(meta, lp.id, &text, &bytes);
     tokens.push_back(text);
     token_logprobs.push_back(LogprobValue(lp.logprob));
@@ -982,12 +1014,7 @@ json LogprobsJson(const ResponseMeta& meta, const std::vector<TokenLogprobs>& lp
     if (!top.contains(text)) top[text] = LogprobValue(lp.logprob);
     top_logprobs.push_back(top);
     offsets.push_back(*text_offset);
-    const int32_t one[] = {lp.id};
-    if (meta.tokenizer != nullptr && !meta.tokenizer->Decode(one, /*skip_special=*/true).empty()) {
-      const std::string raw = meta.tokenizer->TokenText(lp.id);
-      *text_offset += std::count_if(raw.begin(), raw.end(),
-                                    [](char ch) { return (static_cast<unsigned char>(ch) & 0xC0) != 0x80; });
-    }
+    advance(lp.id);
   }
   return json{{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs}, {"text_offset", offsets}};
 }
@@ -1005,9 +1032,9 @@ json CompletionResponseJson(const ResponseMeta& meta, const CompletionResult& r)
   json j = Envelope(meta, false);
   json c = {{"index", 0}};
   if (meta.endpoint == Endpoint::kChat) c["message"] = json{{"role", "assistant"}, {"content", r.text}};
-  else c["text"] = r.text;
+  else c["text"] = meta.echo ? meta.echo_text + r.text : r.text;
   int64_t text_offset = 0;
-  c["logprobs"] = LogprobsJson(meta, r.logprobs, &text_offset);
+  c["logprobs"] = LogprobsJson(meta, r.logprobs, &text_offset, meta.echo ? &r.prompt_logprobs : nullptr);
   c["finish_reason"] = FinishReason(r.final_event);
   if (!r.final_event.degenerate.empty()) c["degenerate"] = r.final_event.degenerate;
   if (meta.return_token_ids) c["token_ids"] = r.tokens;
@@ -1020,8 +1047,14 @@ json CompletionResponseJson(const ResponseMeta& meta, const CompletionResult& r)
 
 std::string SseEvent(const json& j) { return "data: " + Dump(j) + "\n\n"; }
 
-std::string FirstChunk(const ResponseMeta& meta) {
-  if (meta.endpoint != Endpoint::kChat) return "";
+std::string EchoChunk(ResponseMeta& meta, const std::vector<TokenLogprobs>& prompt_logprobs) {
+  json choice = ChunkChoice(meta, json::object(), meta.echo_text);
+  choice["logprobs"] = LogprobsJson(meta, {}, &meta.text_offset, &prompt_logprobs);
+  return Chunk(meta, std::move(choice));
+}
+
+std::string FirstChunk(ResponseMeta& meta) {
+  if (meta.endpoint != Endpoint::kChat) return meta.echo && meta.logprobs < 0 ? EchoChunk(meta, {}) : "";
   json choice = ChunkChoice(meta, json{{"role", "assistant"}, {"content", ""}}, "");
   if (meta.return_token_ids) choice["prompt_token_ids"] = meta.prompt_token_ids;
   return Chunk(meta, std::move(choice));

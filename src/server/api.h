@@ -44,7 +44,11 @@
 //                      bool, default true: end the prompt with the model turn's header. The two
 //                      places disagreeing: 400. continue_final_message true (vLLM): 400.
 //   ignore_eos (vLLM), return_token_ids (vLLM: choice.token_ids + prompt_token_ids)
-//   echo / suffix / best_of > 1 / tools / non-text response_format: 400 (not supported)
+//   echo (completions)  bool: the prompt's text before the completion's, and with logprobs the
+//                      prompt's tokens first in choice.logprobs (the first with null logprob and
+//                      top_logprobs, then each given the tokens before it: CompletionRequest::
+//                      prompt_logprobs); streamed as the first chunk. Chat: 400.
+//   suffix / best_of > 1 / tools / non-text response_format: 400 (not supported)
 //
 // Field names from other servers (users arrive with llama-server's and vLLM's request bodies). A
 // field that would change what is generated is never silently ignored: it is either
@@ -150,6 +154,7 @@ struct ParsedRequest {
   bool stream = false;
   bool include_usage = false;
   bool return_token_ids = false;
+  bool echo = false;            // completions' echo (CompletionRequest::prompt_logprobs with logprobs)
 };
 
 // Parses the raw body (must be a JSON object) of POST /v1/chat/completions or /v1/completions.
@@ -189,10 +194,12 @@ struct ResponseMeta {
   Endpoint endpoint = Endpoint::kChat;
   bool include_usage = false;
   bool return_token_ids = false;
-  std::vector<int32_t> prompt_token_ids;  // echoed with return_token_ids
+  std::vector<int32_t> prompt_token_ids;  // echoed with return_token_ids; the first token's name with echo
   int logprobs = -1;                      // CompletionRequest::logprobs: -1 = choice.logprobs null
   const Tokenizer* tokenizer = nullptr;   // the tokens' texts in logprobs (null: "")
   int64_t text_offset = 0;                // a stream's completions logprobs: characters of the tokens already sent
+  bool echo = false;                      // completions: the prompt's text (echo_text) comes first
+  std::string echo_text;
 };
 // A fresh id with the endpoint's prefix and 24 random hex digits.
 std::string NewResponseId(Endpoint endpoint);
@@ -203,6 +210,7 @@ struct CompletionResult {
   std::string text;
   std::vector<int32_t> tokens;
   std::vector<TokenLogprobs> logprobs;  // one per token when asked for (ResponseMeta::logprobs >= 0)
+  std::vector<TokenLogprobs> prompt_logprobs;  // echo with logprobs: the prompt's (CompletionEvent)
   CompletionEvent final_event;  // done == true
 };
 
@@ -222,8 +230,12 @@ nlohmann::json CompletionResponseJson(const ResponseMeta& meta, const Completion
 // Streaming (SSE). One `data: <json>\n\n` event per call.
 std::string SseEvent(const nlohmann::json& j);
 inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
-// The first chunk: chat: delta {role: "assistant", content: ""}; completions: nothing (returns "").
-std::string FirstChunk(const ResponseMeta& meta);
+// The first chunk: chat: delta {role: "assistant", content: ""}; completions: nothing (returns ""),
+// or with echo and no logprobs the EchoChunk.
+std::string FirstChunk(ResponseMeta& meta);
+// Completions' echo: a chunk of the prompt's text (meta.echo_text) and, with logprobs, its tokens'
+// entries (the event that carries prompt_logprobs).
+std::string EchoChunk(ResponseMeta& meta, const std::vector<TokenLogprobs>& prompt_logprobs);
 // A content chunk for an event's text (and its tokens with return_token_ids, their logprobs when
 // asked for; the stream's meta.text_offset moves past them: one meta per stream).
 std::string DeltaChunk(ResponseMeta& meta, const CompletionEvent& event);

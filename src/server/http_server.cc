@@ -526,7 +526,8 @@ bool StreamState::ProvideChunks(httplib::DataSink& sink) {
   std::string out;
   for (const CompletionEvent& e : events) {
     if (!e.done) {
-      if (!e.text.empty() || ((meta.return_token_ids || meta.logprobs >= 0) && !e.tokens.empty())) out += DeltaChunk(meta, e);
+      if (e.prompt) out += EchoChunk(meta, e.prompt_logprobs);  // only echo asks for the prompt's
+      else if (!e.text.empty() || ((meta.return_token_ids || meta.logprobs >= 0) && !e.tokens.empty())) out += DeltaChunk(meta, e);
       continue;
     }
     finished = true;
@@ -560,6 +561,14 @@ void HttpServer::Impl::Completion(const httplib::Request& req, httplib::Response
   if (p.return_token_ids) meta.prompt_token_ids = p.completion.prompt;
   meta.logprobs = p.completion.logprobs;
   meta.tokenizer = info.tokenizer;
+  if (p.echo) {
+    meta.echo = true;
+    meta.prompt_token_ids = p.completion.prompt;
+    // The prompt as given; a prompt of ids as its text (the BOS this server added shows nothing).
+    meta.echo_text = !p.prompt_text.empty() || info.tokenizer == nullptr
+                         ? p.prompt_text
+                         : info.tokenizer->Decode(p.completion.prompt, /*skip_special=*/true);
+  }
   auto queue = std::make_shared<EventQueue>();
   auto stream_log = std::make_shared<StreamLog>();
   stream_log->impl = this;
@@ -631,6 +640,7 @@ void HttpServer::Impl::Completion(const httplib::Request& req, httplib::Response
       result.text += e.text;
       result.tokens.insert(result.tokens.end(), e.tokens.begin(), e.tokens.end());
       result.logprobs.insert(result.logprobs.end(), e.logprobs.begin(), e.logprobs.end());
+      result.prompt_logprobs.insert(result.prompt_logprobs.end(), e.prompt_logprobs.begin(), e.prompt_logprobs.end());
       if (e.done) {
         result.final_event = std::move(e);
         done = true;

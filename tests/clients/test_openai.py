@@ -161,6 +161,19 @@ def test_logprobs(client, model):
     assert e.value.param == "top_logprobs"
 
 
+def test_echo_scores_a_text_as_lm_eval_does(client, model):
+    # lm-evaluation-harness's loglikelihood request: the prompt echoed with its tokens' logprobs.
+    r = client.completions.create(model=model, prompt=CAPITALS + " Paris", max_tokens=1, temperature=0, echo=True, logprobs=1)
+    lp = r.choices[0].logprobs
+    assert r.choices[0].text.startswith(CAPITALS + " Paris")
+    assert lp.tokens[0] == "<bos>" and lp.token_logprobs[0] is None and lp.top_logprobs[0] is None
+    assert len(lp.tokens) == r.usage.prompt_tokens + r.usage.completion_tokens
+    paris = lp.tokens.index(" Paris")
+    assert lp.text_offset[paris] == len(CAPITALS)
+    assert -1.0 < lp.token_logprobs[paris] < 0  # the model expects Paris here
+    assert all(x <= 0 for x in lp.token_logprobs[1:])
+
+
 @pytest.mark.parametrize(
     "kwargs,param",
     [
