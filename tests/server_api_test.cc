@@ -621,8 +621,9 @@ TEST(ServerApiTest, LogprobsShapes) {
   EXPECT_EQ(l["top_logprobs"][0], json({{"Hello", -0.25}, {" world", -2.0}}));
   EXPECT_EQ(l["top_logprobs"][1], json({{"Hello", -1.0}, {"bytes:\\xf0", -1.5}, {" world", -3.0}}));  // + the sampled one
   EXPECT_EQ(l["top_logprobs"][2], json({{"bytes:\\xf0", -0.5}, {"bytes:\\x93", -1.25}}));
-  // "Hello" 5 characters, " world" 6, the two bytes of one (incomplete) character 1, <eos> none.
-  EXPECT_EQ(l["text_offset"], json({0, 5, 11, 12, 12}));
+  // "Hello" 5 characters, " world" 6, the two bytes of one (incomplete) character 1, both at its
+  // start, <eos> none.
+  EXPECT_EQ(l["text_offset"], json({0, 5, 11, 11, 12}));
   // Not asked for: null; without a tokenizer the tokens are named by id.
   ResponseMeta none = Meta("cmpl-y", 1, Endpoint::kCompletion);
   EXPECT_TRUE(CompletionResponseJson(none, res)["choices"][0]["logprobs"].is_null());

@@ -1507,6 +1507,34 @@ TEST_F(ServerHttpRealTest, EchoGivesThePromptsLogprobs) {
       for (const char* k : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
         for (const json& e : c["choices"][0]["logprobs"][k]) joined[k].push_back(e);
   EXPECT_EQ(joined, lp);
+  // Special tokens typed in the prompt show in the echoed text as written, and so count in
+  // text_offset; the bytes of a character the vocabulary spells in bytes all sit at its start.
+  for (const std::string& p : {std::string("<start_of_turn>user\nRare: \xEA\x99\xAE\xEA\x99\xAE and<end_of_turn>\n"),
+                              std::string("<bos>The capital of France is")}) {
+    Reply e = Post(port(), "/v1/completions",
+                   json({{"prompt", p}, {"max_tokens", 1}, {"temperature", 0}, {"logprobs", 1}, {"echo", true}}).dump());
+    ASSERT_EQ(e.status, 200) << e.raw;
+    const std::string etext = e.body["choices"][0]["text"];
+    ASSERT_EQ(etext.rfind(p, 0), 0u);
+    const json& el = e.body["choices"][0]["logprobs"];
+    int byte_tokens = 0;
+    for (size_t i = 0; i < el["tokens"].size(); ++i) {
+      const int64_t offset = el["text_offset"][i];
+      size_t at = 0;  // the byte where character `offset` starts
+      for (int64_t c = 0; c < offset && at < etext.size(); ++c)
+        do ++at; while (at < etext.size() && (static_cast<unsigned char>(etext[at]) & 0xC0) == 0x80);
+      const std::string t = el["tokens"][i];
+      if (t.rfind("bytes:", 0) == 0) {
+        ++byte_tokens;
+        EXPECT_GE(static_cast<unsigned char>(etext[at]), 0xC0) << i << " at " << offset;  // a multi-byte character's start
+      } else if (!(i == 0 && p.rfind("<bos>", 0) != 0)) {  // not a BOS the server added
+        EXPECT_EQ(etext.compare(at, t.size(), t), 0) << i << ": '" << t << "' at " << offset << " of '" << etext << "'";
+      }
+    }
+    if (p[0] == '<' && p[1] == 's') {
+      EXPECT_GT(byte_tokens, 0) << el.dump();
+    }
+  }
   // echo without logprobs: the text only.
   Reply t = Post(port(), "/v1/completions", json({{"prompt", "Hi"}, {"max_tokens", 2}, {"temperature", 0}, {"echo", true}}).dump());
   ASSERT_EQ(t.status, 200) << t.raw;

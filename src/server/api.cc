@@ -976,45 +976,58 @@ json LogprobsJson(const ResponseMeta& meta, const std::vector<TokenLogprobs>& lp
     return json{{"content", content}, {"refusal", nullptr}};
   }
   json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(), offsets = json::array();
-  auto advance = [&](int32_t id) {  // text_offset past token id's characters in the returned text
-    const int32_t one[] = {id};
-    if (meta.tokenizer != nullptr && !meta.tokenizer->Decode(one, /*skip_special=*/true).empty()) {
-      const std::string raw = meta.tokenizer->TokenText(id);
-      *text_offset += std::count_if(raw.begin(), raw.end(),
-                                    [](char ch) { return (static_cast<unsigned char>(ch) & 0xC0) != 0x80; });
+  // text_offset: characters (code points) of the returned text before the token. A token whose
+  // text starts inside a character (a byte token after the first of a split character) is at that
+  // character's start. Generated tokens: each adds the lead bytes of its text, control tokens
+  // (which the text does not show) none. Echoed prompt tokens are found in the prompt's text as
+  // sent, where special tokens typed in a string prompt show as written and a BOS the server added
+  // does not.
+  auto is_lead = [](char ch) { return (static_cast<unsigned char>(ch) & 0xC0) != 0x80; };
+  auto entry = [&](const TokenLogprobs* lp, int32_t id, int64_t offset) {
+    TokenFields(meta, id, &text, &bytes);
+    tokens.push_back(text);
+    offsets.push_back(offset);
+    if (lp == nullptr) {  // echo: the prompt's first token has no log-probability (nothing precedes it)
+      token_logprobs.push_back(nullptr);
+      top_logprobs.push_back(nullptr);
+      return;
     }
-  };
-  if (prompt != nullptr && !meta.prompt_token_ids.empty()) {
-    // echo: the prompt's first token has no log-probability (nothing precedes it): null, as
-    // OpenAI and vLLM write it; then prompt[1..]'s entries.
-    TokenFields(meta, meta.prompt_token_ids[0], &text, &bytes);
-    tokens.push_back(text);
-    token_logprobs.push_back(nullptr);
-    top_logprobs.push_back(nullptr);
-    offsets.push_back(*text_offset);
-    advance(meta.prompt_token_ids[0]);
-  }
-  std::vector<const TokenLogprobs*> all;
-  if (prompt != nullptr)
-    for (const TokenLogprobs& lp : *prompt) all.push_back(&lp);
-  for (const TokenLogprobs& lp : lps) all.push_back(&lp);
-  for (const TokenLogprobs* lpp : all) {
-    const TokenLogprobs& lp = *lpp;
-    TokenFields(meta, lp.id, &text, &bytes);
-    tokens.push_back(text);
-    token_logprobs.push_back(LogprobValue(lp.logprob));
+    token_logprobs.push_back(LogprobValue(lp->logprob));
     json top = json::object();
-    for (const auto& [id, logprob] : lp.top) {
+    for (const auto& [tid, logprob] : lp->top) {
       std::string t;
       json b;
-      TokenFields(meta, id, &t, &b);
+      TokenFields(meta, tid, &t, &b);
       if (!top.contains(t)) top[t] = LogprobValue(logprob);
     }
     // The sampled token always (OpenAI's legacy completions: up to logprobs + 1 entries).
-    if (!top.contains(text)) top[text] = LogprobValue(lp.logprob);
+    if (!top.contains(text)) top[text] = LogprobValue(lp->logprob);
     top_logprobs.push_back(top);
-    offsets.push_back(*text_offset);
-    advance(lp.id);
+  };
+  if (prompt != nullptr && !meta.prompt_token_ids.empty()) {
+    const std::string& echoed = meta.echo_text;
+    size_t at = 0;  // bytes of echoed matched so far
+    int64_t chars = 0;  // code points of echoed[0, start of the character holding `at`)
+    size_t counted = 0;  // bytes of echoed that `chars` covers
+    for (size_t i = 0; i < meta.prompt_token_ids.size(); ++i) {
+      const int32_t id = meta.prompt_token_ids[i];
+      const std::string raw = meta.tokenizer ? meta.tokenizer->TokenText(id) : std::string();
+      size_t start = std::min(at, echoed.size());
+      while (start > 0 && start < echoed.size() && !is_lead(echoed[start])) --start;  // inside a character
+      for (; counted < start; ++counted) chars += is_lead(echoed[counted]);
+      entry(i == 0 ? nullptr : (i - 1 < prompt->size() ? &(*prompt)[i - 1] : nullptr), id, chars);
+      if (!raw.empty() && echoed.compare(at, raw.size(), raw) == 0) at += raw.size();
+    }
+    *text_offset = 0;
+    for (const char ch : echoed) *text_offset += is_lead(ch);
+  }
+  for (const TokenLogprobs& lp : lps) {
+    const std::string raw = meta.tokenizer ? meta.tokenizer->TokenText(lp.id) : std::string();
+    const int32_t one[] = {lp.id};
+    const bool shown = meta.tokenizer != nullptr && !meta.tokenizer->Decode(one, /*skip_special=*/true).empty();
+    const bool continues = shown && !raw.empty() && !is_lead(raw[0]) && *text_offset > 0;
+    entry(&lp, lp.id, *text_offset - (continues ? 1 : 0));
+    if (shown) *text_offset += std::count_if(raw.begin(), raw.end(), is_lead);
   }
   return json{{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs}, {"text_offset", offsets}};
 }

@@ -37,7 +37,10 @@
 //                      ("bytes:\\xNN..." where that is not valid UTF-8 on its own: a byte of a
 //                      character split over tokens), `bytes` its exact bytes; completions'
 //                      top_logprobs also hold the sampled token; text_offset counts the characters
-//                      of the returned text before the token; -inf is written -9999.0.
+//                      (code points) of the returned text before the token (the bytes of a
+//                      character split over tokens all at its start; control tokens the text does
+//                      not show take none; echoed special tokens typed in a string prompt count as
+//                      written); -inf is written -9999.0.
 //   stream, stream_options.include_usage   (stream_options without stream: 400)
 //   chat_template_kwargs.enable_thinking   Gemma 4 thinking switch
 //   add_generation_prompt (top level, llama-server/vLLM) or chat_template_kwargs.add_generation_prompt
