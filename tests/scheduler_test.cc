@@ -172,6 +172,60 @@ TEST(SchedulerTest, StopTokenIdsEndTheRequestAfterTheirToken) {
                                             " is outside the vocabulary [0, " + std::to_string(engine->config().vocab) + ")");
 }
 
+// Prompt log-probabilities (completions' echo) without a model file: each prompt token's entry
+// is the log-softmax of the logits at the position before it, as one Prefill with every row's
+// logits gives them, across the engine's prefill chunks (5 here: the scheduler's steps must not
+// span two, or StepLogits would hold only the last one's rows); one event before any token's,
+// with prompt.size() - 1 entries (none for a 1-token prompt).
+TEST(SchedulerTest, PromptLogprobsAreTheLogSoftmaxOfEachPrefix) {
+  auto engine = TinyEngine(2);
+  const std::vector<int32_t> prompt = {2, 5, 9, 13, 17, 21, 25, 29, 33, 37, 41, 45, 49};
+  std::vector<float> logits;
+  ASSERT_TRUE(engine->Prefill(1, prompt, /*all_logits=*/true, &logits).ok());
+  engine->ResetSequence(1);
+  const size_t V = static_cast<size_t>(engine->config().vocab);
+  ASSERT_EQ(logits.size(), prompt.size() * V);
+  Scheduler s(*engine, nullptr, SchedulerOptions{});
+  for (size_t len : {prompt.size(), size_t{1}}) {
+    CompletionRequest r = Greedy(std::vector<int32_t>(prompt.begin(), prompt.begin() + len), 3);
+    r.logprobs = 2;
+    r.prompt_logprobs = true;
+    auto events = std::make_shared<std::vector<CompletionEvent>>();
+    auto done = std::make_shared<std::promise<void>>();
+    auto fut = done->get_future();
+    ASSERT_TRUE(s.Submit(r, [events, done](const CompletionEvent& ev) {
+                   events->push_back(ev);
+                   if (ev.done) done->set_value();
+                 }).ok());
+    fut.get();
+    ASSERT_GE(events->size(), 2u);
+    const CompletionEvent& first = events->front();
+    ASSERT_TRUE(first.prompt);
+    EXPECT_TRUE(first.tokens.empty());
+    ASSERT_EQ(first.prompt_logprobs.size(), len - 1);
+    for (size_t i = 0; i + 1 < len; ++i) {
+      const float* row = logits.data() + i * V;
+      double mx = row[0], sum = 0;
+      for (size_t j = 0; j < V; ++j) mx = std::max(mx, static_cast<double>(row[j]));
+      for (size_t j = 0; j < V; ++j) sum += std::exp(row[j] - mx);
+      EXPECT_EQ(first.prompt_logprobs[i].id, prompt[i + 1]) << i;
+      EXPECT_NEAR(first.prompt_logprobs[i].logprob, row[prompt[i + 1]] - mx - std::log(sum), 1e-4) << i;
+      EXPECT_EQ(first.prompt_logprobs[i].top.size(), 2u);
+    }
+    size_t generated = 0;
+    for (size_t e = 1; e < events->size(); ++e) {
+      EXPECT_FALSE((*events)[e].prompt);
+      generated += (*events)[e].tokens.size();
+      EXPECT_EQ((*events)[e].logprobs.size(), (*events)[e].tokens.size());
+    }
+    EXPECT_EQ(generated, 3u);
+  }
+  // Without logprobs the prompt's are refused (nothing to say how many top tokens).
+  CompletionRequest bad = Greedy(prompt, 2);
+  bad.prompt_logprobs = true;
+  EXPECT_EQ(s.Submit(bad, nullptr).status().code(), StatusCode::kInvalidArgument);
+}
+
 TEST(SchedulerTest, CancelFreesTheSlotAtOnce) {
   auto engine = TinyEngine(1);
   Scheduler s(*engine, nullptr, SchedulerOptions{});

@@ -1535,6 +1535,27 @@ TEST_F(ServerHttpRealTest, EchoGivesThePromptsLogprobs) {
       EXPECT_GT(byte_tokens, 0) << el.dump();
     }
   }
+  // A token-id prompt without a BOS is echoed as sent (the BOS the server adds is not an entry):
+  // lm-evaluation-harness slices the entries by its own token count. Its first id has the
+  // log-probability given that BOS.
+  std::vector<int32_t> ids(prompt.begin() + 1, prompt.end());
+  Reply idr = Post(port(), "/v1/completions",
+                   json({{"prompt", ids}, {"max_tokens", 1}, {"temperature", 0}, {"logprobs", 1}, {"echo", true}}).dump());
+  ASSERT_EQ(idr.status, 200) << idr.raw;
+  const json& il = idr.body["choices"][0]["logprobs"];
+  ASSERT_EQ(il["tokens"].size(), ids.size() + 1);
+  EXPECT_EQ(il["tokens"][0], ref_->tokenizer().TokenText(ids[0]));
+  EXPECT_EQ(il["token_logprobs"][0], lp["token_logprobs"][1]);  // the text prompt's, given <bos>
+  EXPECT_EQ(idr.body["choices"][0]["text"].get<std::string>().rfind(kCapitals, 0), 0u);  // the ids' text, then the token's
+  // Streamed echo without logprobs: the prompt's text is the first chunk.
+  auto [tstatus, tbody] = PostStream(port(), "/v1/completions",
+                                     json({{"prompt", "Hi"}, {"max_tokens", 2}, {"temperature", 0}, {"echo", true}, {"stream", true}}).dump());
+  ASSERT_EQ(tstatus, 200);
+  Sse ts = ParseSse(tbody);
+  ASSERT_TRUE(ts.done);
+  ASSERT_GE(ts.chunks.size(), 2u);
+  EXPECT_EQ(ts.chunks[0]["choices"][0]["text"], "Hi");
+  EXPECT_EQ(ts.text.rfind("Hi", 0), 0u);
   // echo without logprobs: the text only.
   Reply t = Post(port(), "/v1/completions", json({{"prompt", "Hi"}, {"max_tokens", 2}, {"temperature", 0}, {"echo", true}}).dump());
   ASSERT_EQ(t.status, 200) << t.raw;

@@ -17,7 +17,7 @@ bool LogitsMax(const float* x, size_t n, float* max);
 
 // sum_i exp(x[i] - shift) for x[i] <= shift, each term as f32 (Highway's Exp, ~1 ulp; a
 // difference below -87 counts as exp(-87) = 1.6e-38, so -inf adds nothing a sum >= 1 holds),
-// summed in f32 vectors over blocks of 4096 and the blocks in double.
+// summed in f32 vectors over blocks of 256 vectors and the blocks in double.
 double SumExpShifted(const float* x, size_t n, float shift);
 
 // The k best of x[0, n) as (value, index), value descending, equal values by index ascending;

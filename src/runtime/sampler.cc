@@ -346,6 +346,7 @@ StatusOr<TokenLogprobs> ComputeLogprobs(std::span<const float> logits, int32_t i
       if (std::isnan(logits[j]) || logits[j] == std::numeric_limits<float>::infinity())
         return Internal("logits: token " + std::to_string(j) + " has a " + (std::isnan(logits[j]) ? "NaN" : "+inf") +
                         " logit");
+    return Internal("logits: the SIMD maximum saw a NaN or +inf that a scalar pass does not");
   }
   if (mx == -std::numeric_limits<float>::infinity()) return InvalidArgument("logits: every logit is -inf");
   // >= 1: the maximum's own term.

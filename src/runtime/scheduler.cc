@@ -407,12 +407,19 @@ void Scheduler::RunSteps() {
       const CompletionRequest& r = pre->p->req;
       const auto& prompt = r.prompt;
       const int size = static_cast<int>(prompt.size());
-      const int n = std::min<int>(r.prompt_logprobs ? std::min(options_.prefill_chunk, kPromptLogprobsChunk) : options_.prefill_chunk,
+      // With prompt_logprobs, one engine chunk at most (Engine::Prefill splits longer steps, and
+      // StepLogits then holds only the last piece's rows).
+      const int n = std::min<int>(r.prompt_logprobs ? std::min({options_.prefill_chunk, kPromptLogprobsChunk,
+                                                                engine_.options().prefill_chunk})
+                                                    : options_.prefill_chunk,
                                   size - pre->prefilled);
       Status st = engine_.Prefill(pre->seq, std::span<const int32_t>(prompt).subspan(pre->prefilled, n), r.prompt_logprobs,
                                   nullptr);
       const std::span<float> rows = engine_.StepLogits();  // [n, V] with prompt_logprobs, else [1, V]
       const size_t V = static_cast<size_t>(engine_.config().vocab);
+      if (st.ok() && rows.size() != (r.prompt_logprobs ? static_cast<size_t>(n) : 1) * V)
+        st = Internal("prefill returned " + std::to_string(rows.size() / V) + " rows of logits for a chunk of " +
+                      std::to_string(n) + " tokens");
       // Row i (position prefilled + i) predicts the prompt's next token, where there is one.
       for (int i = 0; st.ok() && r.prompt_logprobs && i < n && pre->prefilled + i + 1 < size; ++i) {
         StatusOr<TokenLogprobs> lp = ComputeLogprobs(rows.subspan(i * V, V), prompt[pre->prefilled + i + 1], r.logprobs);

@@ -328,7 +328,10 @@ MaybeError ParsePrompt(const json& o, const ModelInfo& model, ParsedRequest* r) 
   } else {
     return WrongType("prompt", "a string, an array of strings or an array of token ids", *v);
   }
-  if (model.bos_id >= 0 && (ids.empty() || ids.front() != model.bos_id)) ids.insert(ids.begin(), model.bos_id);
+  if (model.bos_id >= 0 && (ids.empty() || ids.front() != model.bos_id)) {
+    ids.insert(ids.begin(), model.bos_id);
+    r->ids_bos_added = !p->is_string();
+  }
   return std::nullopt;
 }
 
@@ -1015,7 +1018,8 @@ json LogprobsJson(const ResponseMeta& meta, const std::vector<TokenLogprobs>& lp
       size_t start = std::min(at, echoed.size());
       while (start > 0 && start < echoed.size() && !is_lead(echoed[start])) --start;  // inside a character
       for (; counted < start; ++counted) chars += is_lead(echoed[counted]);
-      entry(i == 0 ? nullptr : (i - 1 < prompt->size() ? &(*prompt)[i - 1] : nullptr), id, chars);
+      const size_t k = meta.echo_without_bos ? i : i - 1;  // prompt_logprobs[k]: the full prompt's token k + 1
+      entry(!meta.echo_without_bos && i == 0 ? nullptr : (k < prompt->size() ? &(*prompt)[k] : nullptr), id, chars);
       if (!raw.empty() && echoed.compare(at, raw.size(), raw) == 0) at += raw.size();
     }
     *text_offset = 0;

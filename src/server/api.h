@@ -50,7 +50,9 @@
 //   echo (completions)  bool: the prompt's text before the completion's, and with logprobs the
 //                      prompt's tokens first in choice.logprobs (the first with null logprob and
 //                      top_logprobs, then each given the tokens before it: CompletionRequest::
-//                      prompt_logprobs); streamed as the first chunk. Chat: 400.
+//                      prompt_logprobs; a token-id prompt as sent, without the BOS the server
+//                      added, its first id then given that BOS); streamed as the first chunk.
+//                      Chat: 400.
 //   suffix / best_of > 1 / tools / non-text response_format: 400 (not supported)
 //
 // Field names from other servers (users arrive with llama-server's and vLLM's request bodies). A
@@ -158,6 +160,7 @@ struct ParsedRequest {
   bool include_usage = false;
   bool return_token_ids = false;
   bool echo = false;            // completions' echo (CompletionRequest::prompt_logprobs with logprobs)
+  bool ids_bos_added = false;   // completions: a token-id prompt to which the server added the BOS
 };
 
 // Parses the raw body (must be a JSON object) of POST /v1/chat/completions or /v1/completions.
@@ -203,6 +206,10 @@ struct ResponseMeta {
   int64_t text_offset = 0;                // a stream's completions logprobs: characters of the tokens already sent
   bool echo = false;                      // completions: the prompt's text (echo_text) comes first
   std::string echo_text;
+  // echo of a token-id prompt the server put a BOS in front of: prompt_token_ids are the ids as
+  // sent, and their entries are prompt_logprobs[0..] (the first id's given that BOS), as vLLM
+  // echoes id prompts as given (lm-evaluation-harness slices the entries by its own token count).
+  bool echo_without_bos = false;
 };
 // A fresh id with the endpoint's prefix and 24 random hex digits.
 std::string NewResponseId(Endpoint endpoint);

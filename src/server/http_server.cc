@@ -564,6 +564,10 @@ void HttpServer::Impl::Completion(const httplib::Request& req, httplib::Response
   if (p.echo) {
     meta.echo = true;
     meta.prompt_token_ids = p.completion.prompt;
+    if (p.ids_bos_added) {  // echo the ids as sent (api.h)
+      meta.echo_without_bos = true;
+      meta.prompt_token_ids.erase(meta.prompt_token_ids.begin());
+    }
     // The prompt as given; a prompt of ids as its text (the BOS this server added shows nothing).
     meta.echo_text = !p.prompt_text.empty() || info.tokenizer == nullptr
                          ? p.prompt_text
