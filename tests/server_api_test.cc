@@ -262,6 +262,13 @@ TEST(ServerApiTest, MaxTokensAndContextLength) {
   EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"max_tokens", 0}}), 400, "max_tokens");
   EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"max_tokens", -1}}), 400, "max_tokens");
   EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"max_completion_tokens", 0}}), 400, "max_completion_tokens");
+  // 0 with echo: the prompt alone (OpenAI's legacy completions, vLLM); without echo, or below 0, no.
+  EXPECT_API_ERROR(Compl({{"prompt", "x"}, {"max_tokens", 0}}), 400, "max_tokens");
+  EXPECT_API_ERROR(Compl({{"prompt", "x"}, {"max_tokens", -1}, {"echo", true}}), 400, "max_tokens");
+  auto zero = Compl({{"prompt", "x"}, {"max_tokens", 0}, {"echo", true}});
+  ASSERT_TRUE(zero.ok()) << zero.error().message;
+  EXPECT_EQ(zero->completion.max_tokens, 0);
+  EXPECT_TRUE(zero->completion.echo_only);
   EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"max_tokens", 1e15}}), 400, "max_tokens");
   EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"max_tokens", 1000000000000}}), 400, "max_tokens");
   // Prompt + max_tokens beyond the 64-token context.

@@ -1556,6 +1556,33 @@ TEST_F(ServerHttpRealTest, EchoGivesThePromptsLogprobs) {
   ASSERT_GE(ts.chunks.size(), 2u);
   EXPECT_EQ(ts.chunks[0]["choices"][0]["text"], "Hi");
   EXPECT_EQ(ts.text.rfind("Hi", 0), 0u);
+  // max_tokens 0 with echo: the prompt alone, scored; streamed the same.
+  for (bool stream : {false, true}) {
+    json zreq = {{"prompt", kCapitals}, {"max_tokens", 0}, {"logprobs", 1}, {"echo", true}, {"stream", stream}};
+    json zl;
+    std::string ztext;
+    if (!stream) {
+      Reply z = Post(port(), "/v1/completions", zreq.dump());
+      ASSERT_EQ(z.status, 200) << z.raw;
+      EXPECT_EQ(z.body["choices"][0]["finish_reason"], "length");
+      EXPECT_EQ(z.body["usage"]["completion_tokens"], 0);
+      ztext = z.body["choices"][0]["text"];
+      zl = z.body["choices"][0]["logprobs"];
+    } else {
+      auto [zstatus, zbody] = PostStream(port(), "/v1/completions", zreq.dump());
+      ASSERT_EQ(zstatus, 200);
+      Sse zs = ParseSse(zbody);
+      ASSERT_TRUE(zs.done);
+      ztext = zs.text;
+      zl = zs.chunks[0]["choices"][0]["logprobs"];
+    }
+    EXPECT_EQ(ztext, kCapitals) << stream;
+    ASSERT_EQ(zl["tokens"].size(), prompt.size()) << stream;
+    for (size_t i = 1; i < prompt.size(); ++i) EXPECT_EQ(zl["token_logprobs"][i], lp["token_logprobs"][i]) << i;
+  }
+  Reply zt = Post(port(), "/v1/completions", json({{"prompt", "Hi"}, {"max_tokens", 0}, {"echo", true}}).dump());
+  ASSERT_EQ(zt.status, 200) << zt.raw;
+  EXPECT_EQ(zt.body["choices"][0]["text"], "Hi");
   // echo without logprobs: the text only.
   Reply t = Post(port(), "/v1/completions", json({{"prompt", "Hi"}, {"max_tokens", 2}, {"temperature", 0}, {"echo", true}}).dump());
   ASSERT_EQ(t.status, 200) << t.raw;

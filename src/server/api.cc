@@ -701,6 +701,7 @@ ApiOr<ParsedRequest> ParseRequestJson(const json& o, Endpoint ep, const ModelInf
     API_RETURN_IF_ERROR(OptBool(o, "echo", &echo));
     r.echo = echo.value_or(false);
     r.completion.prompt_logprobs = r.echo && r.completion.logprobs >= 0;
+    r.completion.echo_only = r.echo && r.completion.logprobs < 0;
   }
   std::optional<bool> stream, ignore_eos, return_ids;
   API_RETURN_IF_ERROR(OptBool(o, "stream", &stream));
@@ -756,8 +757,11 @@ ApiOr<ParsedRequest> ParseRequestJson(const json& o, Endpoint ep, const ModelInf
     if (*n_predict == -1) until_full = true;
     else if (!max_tokens) max_tokens = n_predict, mt_param = "n_predict";
   }
-  if (max_tokens && *max_tokens < 1)
-    return BadRequest(std::string(mt_param) + " must be at least 1, got " + std::to_string(*max_tokens), mt_param);
+  // 0 with echo: the prompt alone, scored (OpenAI's legacy completions and vLLM take it so).
+  if (max_tokens && *max_tokens < (r.echo ? 0 : 1))
+    return BadRequest(std::string(mt_param) + " must be at least " + (r.echo ? "0 with echo" : "1") + ", got " +
+                          std::to_string(*max_tokens),
+                      mt_param);
   if (max_tokens && *max_tokens > model.context_size)
     return BadRequest(std::string(mt_param) + " is too large: " + std::to_string(*max_tokens) + "; the context size is " +
                           std::to_string(model.context_size) + " tokens (prompt and completion together)",
