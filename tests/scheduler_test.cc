@@ -220,6 +220,13 @@ TEST(SchedulerTest, PromptLogprobsAreTheLogSoftmaxOfEachPrefix) {
     }
     EXPECT_EQ(generated, 3u);
   }
+  // max_tokens 0: the prompt alone (echo), nothing generated; below 0 refused.
+  auto [none, fin] = SubmitAndCollect(s, Greedy(prompt, 0)).get();
+  EXPECT_TRUE(none.empty());
+  EXPECT_EQ(fin.finish_reason, "length");
+  EXPECT_EQ(fin.completion_tokens, 0);
+  EXPECT_EQ(fin.prompt_tokens, static_cast<int>(prompt.size()));
+  EXPECT_EQ(s.Submit(Greedy(prompt, -1), nullptr).status().code(), StatusCode::kInvalidArgument);
   // Without logprobs the prompt's are refused (nothing to say how many top tokens).
   CompletionRequest bad = Greedy(prompt, 2);
   bad.prompt_logprobs = true;

@@ -268,7 +268,7 @@ TEST(ServerApiTest, MaxTokensAndContextLength) {
   auto zero = Compl({{"prompt", "x"}, {"max_tokens", 0}, {"echo", true}});
   ASSERT_TRUE(zero.ok()) << zero.error().message;
   EXPECT_EQ(zero->completion.max_tokens, 0);
-  EXPECT_TRUE(zero->completion.echo_only);
+  EXPECT_TRUE(zero->echo);
   EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"max_tokens", 1e15}}), 400, "max_tokens");
   EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"max_tokens", 1000000000000}}), 400, "max_tokens");
   // Prompt + max_tokens beyond the 64-token context.

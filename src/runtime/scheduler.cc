@@ -92,8 +92,7 @@ StatusOr<std::shared_ptr<RequestHandle>> Scheduler::Submit(CompletionRequest req
                                                           std::function<void(const CompletionEvent&)> on_event) {
   const ModelConfig& c = engine_.config();
   if (req.prompt.empty()) return InvalidArgument("prompt: no tokens");
-  if (req.max_tokens < (req.prompt_logprobs || req.echo_only ? 0 : 1))
-    return InvalidArgument(req.prompt_logprobs || req.echo_only ? "max_tokens must be >= 0" : "max_tokens must be >= 1");
+  if (req.max_tokens < 0) return InvalidArgument("max_tokens must be >= 0");
   const int vocab_limit = c.ple_dim > 0 ? std::min(c.vocab, c.ple_vocab) : c.vocab;
   for (size_t i = 0; i < req.prompt.size(); ++i)
     if (req.prompt[i] < 0 || req.prompt[i] >= vocab_limit)

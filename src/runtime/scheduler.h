@@ -47,7 +47,7 @@ std::string DetectLoop(const std::vector<int32_t>& tokens, const DegeneracyOptio
 
 struct CompletionRequest {
   std::vector<int32_t> prompt;         // token ids, BOS included
-  int max_tokens = 128;                // >= 1; 0 only with prompt_logprobs or echo_only: the prompt alone
+  int max_tokens = 128;                // >= 0; 0: the prompt is prefilled and nothing generated (echo)
   SamplingParams sampling;
   std::vector<std::string> stop;       // stop strings
   std::vector<int32_t> stop_ids;       // extra stop token ids (the tokenizer's end-of-generation ids always stop)
@@ -64,8 +64,6 @@ struct CompletionRequest {
   // at most kPromptLogprobsChunk tokens with every row's logits (16 MiB of step memory at V =
   // 262144). Sent in one event (prompt_logprobs) after the prompt's prefill, before any token.
   bool prompt_logprobs = false;
-  // max_tokens 0 without prompt_logprobs (an echo of the text alone): the prompt is prefilled, nothing generated.
-  bool echo_only = false;
 };
 inline constexpr int kPromptLogprobsChunk = 16;
 
@@ -138,7 +136,7 @@ class Scheduler {
 
   // Queues a request. on_event is called on the scheduler thread (keep it short and non-blocking).
   // Errors (nothing is queued, no event is sent): InvalidArgument (bad sampling params, empty prompt,
-  // token ids outside the vocabulary, max_tokens < 1, stop strings without a tokenizer; prompt +
+  // token ids outside the vocabulary, max_tokens < 0, stop strings without a tokenizer; prompt +
   // max_tokens beyond the context: message starts with "context_length_exceeded:"),
   // ResourceExhausted (queue full), FailedPrecondition (shutting down).
   StatusOr<std::shared_ptr<RequestHandle>> Submit(CompletionRequest request,

@@ -568,10 +568,6 @@ MaybeError ParseUnsupported(const json& o, Endpoint ep) {
   std::optional<int64_t> best_of;
   API_RETURN_IF_ERROR(OptInt(o, "best_of", &best_of));
   if (best_of && *best_of != 1) return BadRequest("best_of must be 1 (got " + std::to_string(*best_of) + ")", "best_of", "unsupported_value");
-  std::optional<bool> echo;
-  API_RETURN_IF_ERROR(OptBool(o, "echo", &echo));
-  if (echo.value_or(false) && ep == Endpoint::kChat)
-    return BadRequest("echo is a completions field (chat has no prompt text to echo)", "echo", "unsupported_parameter");
   if (const json* s = Field(o, "suffix")) {
     if (!s->is_string()) return WrongType("suffix", "a string", *s);
     if (!s->get_ref<const std::string&>().empty())
@@ -696,13 +692,12 @@ ApiOr<ParsedRequest> ParseRequestJson(const json& o, Endpoint ep, const ModelInf
   }
   API_RETURN_IF_ERROR(ParseUnsupported(o, ep));
   API_RETURN_IF_ERROR(ParseLogprobs(o, ep, &r.completion.logprobs));
-  if (ep == Endpoint::kCompletion) {
-    std::optional<bool> echo;
-    API_RETURN_IF_ERROR(OptBool(o, "echo", &echo));
-    r.echo = echo.value_or(false);
-    r.completion.prompt_logprobs = r.echo && r.completion.logprobs >= 0;
-    r.completion.echo_only = r.echo && r.completion.logprobs < 0;
-  }
+  std::optional<bool> echo;
+  API_RETURN_IF_ERROR(OptBool(o, "echo", &echo));
+  if (echo.value_or(false) && ep == Endpoint::kChat)
+    return BadRequest("echo is a completions field (chat has no prompt text to echo)", "echo", "unsupported_parameter");
+  r.echo = echo.value_or(false);
+  r.completion.prompt_logprobs = r.echo && r.completion.logprobs >= 0;
   std::optional<bool> stream, ignore_eos, return_ids;
   API_RETURN_IF_ERROR(OptBool(o, "stream", &stream));
   API_RETURN_IF_ERROR(OptBool(o, "ignore_eos", &ignore_eos));

@@ -9,8 +9,8 @@
 //                      model family's chat template (which writes <bos>), then encoded without BOS
 //   prompt (compl.)    string | [string] | [int] | [[int]]; raw text, no template; exactly one BOS
 //                      (added unless the prompt already starts with it). More than one prompt: 400.
-//   max_completion_tokens / max_tokens   int >= 1, or 0 with echo (the prompt alone; the former wins). Default: chat = the rest of
-//                      the context (vLLM), completions = 16 (OpenAI, vLLM). prompt + max_tokens must
+//   max_completion_tokens / max_tokens   int >= 1, or 0 with echo (the prompt alone); the former
+//                      wins. Default: chat = the rest of the context (vLLM), completions = 16 (OpenAI, vLLM). prompt + max_tokens must
 //                      fit the context (400 context_length_exceeded).
 //   n_predict          llama-server's max_tokens: int >= 1, or -1 = the rest of the context (both
 //                      endpoints). Given with max_tokens / max_completion_tokens: must be equal (400).
