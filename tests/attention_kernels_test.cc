@@ -43,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/simd_cap.h"
 #include "backends/cpu/attention.h"
 #include "base/thread_pool.h"
 #include "hwy/highway.h"
@@ -58,7 +59,7 @@ double Gamma(double n) { return n * kU / (1.0 - n * kU); }
 class AttentionKernelsTest : public ::testing::TestWithParam<int64_t> {
  protected:
   void SetUp() override { hwy::SetSupportedTargetsForTest(GetParam()); }
-  void TearDown() override { hwy::SetSupportedTargetsForTest(0); }
+  void TearDown() override { cpu::ResetSimdTargetsForTest(); }
 };
 
 std::string TargetParamName(const ::testing::TestParamInfo<int64_t>& info) { return hwy::TargetName(info.param); }

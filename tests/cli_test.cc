@@ -993,8 +993,9 @@ TEST(CliTest, ServeNamesTheEnvironmentVariableOfABadValue) {
 
 // Under an address-space limit (`ulimit -v`) that the model does not fit in, a command ends with
 // "gemma4rt: error: ..." and exit code 1 (an allocation that throws std::bad_alloc included), never
-// with an abort; with room enough it runs. The Gemma 3 270M (235 MiB) under 150-500 MB limits:
-// on this machine 300 MB fails in an allocation after the weights are mapped, 350 MB runs.
+// with an abort; with room enough it runs. The Gemma 3 270M (235 MiB) under 150 MB to 1 GB limits:
+// 300 MB failed in an allocation after the weights were mapped and 350 MB ran on an AVX-512
+// machine; other CPUs' kernels and thread stacks need more or less.
 TEST(CliTest, MemoryLimitsGiveAnErrorNotACrash) {
 #if defined(__SANITIZE_ADDRESS__)
   GTEST_SKIP() << "AddressSanitizer cannot reserve its shadow memory under ulimit -v";
@@ -1002,7 +1003,7 @@ TEST(CliTest, MemoryLimitsGiveAnErrorNotACrash) {
   const std::string model = DefaultModelFile();
   if (!std::ifstream(model)) GTEST_SKIP() << "no default model at " << model << " (scripts/fetch-default-model.sh)";
   int failed = 0, ran = 0;
-  for (int kib = 150000; kib <= 500000; kib += 50000) {
+  for (int kib : {150000, 200000, 250000, 300000, 350000, 400000, 500000, 1000000}) {
     const std::string cmd = "ulimit -v " + std::to_string(kib) + "; exec " + std::string(GEMMA4RT_BINARY) + " generate -m " +
                             model + " -p hi -n 2 -t 1 --temp 0 2>&1";
     FILE* p = popen(cmd.c_str(), "r");

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/simd_cap.h"
 #include "backends/cpu/kernels_q8.h"
 #include "hwy/highway.h"
 #include "hwy/targets.h"
@@ -35,7 +36,7 @@ namespace {
 class KernelsQ8Test : public ::testing::TestWithParam<int64_t> {
  protected:
   void SetUp() override { hwy::SetSupportedTargetsForTest(GetParam()); }
-  void TearDown() override { hwy::SetSupportedTargetsForTest(0); }
+  void TearDown() override { cpu::ResetSimdTargetsForTest(); }
 };
 
 std::string TargetParamName(const ::testing::TestParamInfo<int64_t>& info) { return hwy::TargetName(info.param); }

@@ -28,6 +28,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backends/cpu/simd_cap.h"
 #include "backends/cpu/kernels.h"
 #include "hwy/highway.h"
 #include "hwy/targets.h"
@@ -46,7 +47,7 @@ double Gamma(double n) { return n * kU / (1.0 - n * kU); }
 class KernelsTest : public ::testing::TestWithParam<int64_t> {
  protected:
   void SetUp() override { hwy::SetSupportedTargetsForTest(GetParam()); }
-  void TearDown() override { hwy::SetSupportedTargetsForTest(0); }
+  void TearDown() override { cpu::ResetSimdTargetsForTest(); }
 };
 
 std::string TargetParamName(const ::testing::TestParamInfo<int64_t>& info) { return hwy::TargetName(info.param); }

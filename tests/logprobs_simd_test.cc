@@ -1,6 +1,7 @@
 // runtime/logprobs_simd.h on every SIMD target this machine runs (hwy::SetSupportedTargetsForTest,
 // as KernelsTest), against scalar definitions: the row maximum with NaN/+inf detection at any
 // position, the sum of exponentials, and the top k with ties by index.
+#include "backends/cpu/simd_cap.h"
 #include "runtime/logprobs_simd.h"
 
 #include <gtest/gtest.h>
@@ -22,7 +23,7 @@ namespace {
 class LogprobsSimdTest : public ::testing::TestWithParam<int64_t> {
  protected:
   void SetUp() override { hwy::SetSupportedTargetsForTest(GetParam()); }
-  void TearDown() override { hwy::SetSupportedTargetsForTest(0); }
+  void TearDown() override { cpu::ResetSimdTargetsForTest(); }
 };
 
 INSTANTIATE_TEST_SUITE_P(Targets, LogprobsSimdTest, ::testing::ValuesIn(hwy::SupportedAndGeneratedTargets()),

@@ -3,6 +3,7 @@
 // bytes of the reference quantisers (gguf.quants, compressed-tensors).
 #include <gtest/gtest.h>
 
+#include "backends/cpu/simd_cap.h"
 #include "cli_runner.h"
 
 #include <algorithm>
@@ -114,7 +115,7 @@ TEST(W4G32Test, SimdDecoderBitExactOnEveryTarget) {
       }
     }
   }
-  hwy::SetSupportedTargetsForTest(0);
+  cpu::ResetSimdTargetsForTest();
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -33,6 +33,7 @@
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/simd_cap.h"
 #include "base/thread_pool.h"
 #include "model/model.h"
 #include "runtime/engine.h"
@@ -250,6 +251,10 @@ g4::StatusOr<std::vector<int32_t>> PromptIds(const Session& s, const std::string
 
 namespace {
 int Main(int argc, char** argv) {
+  if (g4::Status cap = g4::cpu::SimdCapStatus(); !cap.ok()) {
+    std::fprintf(stderr, "gemma4rt: error: %s\n", cap.ToString().c_str());
+    return 1;
+  }
   // `serve` has its own flag set (llama-server's names, also from GEMMA4RT_* environment variables).
   if (argc >= 2 && std::string(argv[1]) == "serve") return g4::server::ServeMain(argc - 2, argv + 2);
   // `bench` takes llama-bench's flags (src/cli/bench.h).

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstddef>
 
+#include "backends/cpu/simd_cap.h"
 #include "base/check.h"
 #include "tensor/dtype.h"
 
@@ -153,7 +154,8 @@ void MatMulAvx512(const uint16_t* x, int rows, int K, const uint16_t* w, int M, 
 bool HasBf16Dot() {
 #if G4_BF16_X86
   static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16") &&
+                          SimdCapAllowsAvx512();
   return has;
 #else
   return false;

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backends/cpu/simd_cap.h"
 #include "base/check.h"
 #include "tensor/quantize.h"
 
@@ -22,7 +23,8 @@ std::atomic<bool> dotprod_allowed{true};  // SetArmDotprodForTest
 
 bool HasInt8Vnni() {
 #if defined(__x86_64__) && defined(__GNUC__)
-  static const bool has = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl");
+  static const bool has = __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512vl") &&
+                          SimdCapAllowsAvx512();
   return has;
 #else
   return false;
