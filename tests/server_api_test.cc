@@ -229,6 +229,34 @@ TEST(ServerApiTest, MalformedJsonWrongTypesAndInvalidUtf8) {
   EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"logit_bias", {{"99999999", 1}}}}), 400, "logit_bias");
 }
 
+// logit_bias takes at most 300 entries and a chat at most 2048 messages (OpenAI's bounds): more
+// is a 400 naming the field and the count, before any entry is applied or message templated.
+TEST(ServerApiTest, LogitBiasEntriesAndMessagesAreBounded) {
+  auto bias = [](int n) {
+    json b = json::object();
+    for (int i = 0; i < n; ++i) b[std::to_string(i)] = 1;
+    return b;
+  };
+  auto ok = Chat({{"messages", UserMsg("x")}, {"logit_bias", bias(300)}});
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  EXPECT_EQ(ok.value().completion.sampling.logit_bias.size(), 300u);
+  auto over = Chat({{"messages", UserMsg("x")}, {"logit_bias", bias(301)}});
+  EXPECT_API_ERROR(over, 400, "logit_bias");
+  EXPECT_EQ(over.error().message, "logit_bias: at most 300 entries, got 301");
+  EXPECT_API_ERROR(Compl({{"prompt", "x"}, {"logit_bias", bias(301)}}), 400, "logit_bias");
+
+  json many = json::array();
+  for (int i = 0; i < 2049; ++i) many.push_back({{"role", i % 2 ? "assistant" : "user"}, {"content", "a"}});
+  auto refused = Chat({{"messages", many}});
+  EXPECT_API_ERROR(refused, 400, "messages");
+  EXPECT_EQ(refused.error().message, "messages: at most 2048 messages per request, got 2049");
+  many.erase(many.begin());  // 2048, starting with an assistant turn: still accepted as far as the count goes
+  auto counted = Chat({{"messages", many}});
+  if (!counted.ok()) {
+    EXPECT_EQ(counted.error().message.find("at most 2048"), std::string::npos) << counted.error().message;
+  }
+}
+
 TEST(ServerApiTest, OutOfRangeSamplingValues) {
   struct Case {
     const char* field;
@@ -365,6 +393,8 @@ TEST(ServerApiTest, ErrorShapesAndStatusMapping) {
   EXPECT_TRUE(ErrorJson(ErrorForStatus(500, "x"))["error"]["param"].is_null());
   EXPECT_EQ(ErrorForStatus(401, "k").code, "invalid_api_key");
   EXPECT_EQ(ErrorForStatus(413, "k").code, "request_too_large");
+  EXPECT_EQ(ErrorForStatus(408, "k").code, "request_timeout");
+  EXPECT_EQ(ErrorForStatus(431, "k").code, "request_header_fields_too_large");
   EXPECT_EQ(ErrorForStatus(500, "k").type, "server_error");
   ApiError ctx = FromStatus(InvalidArgument("context_length_exceeded: the prompt has 9 tokens"));
   EXPECT_EQ(ctx.status, 400);

@@ -25,6 +25,12 @@ using MaybeError = std::optional<ApiError>;
 constexpr std::string_view kInvalidMark = "\xF4\x8F\xBF\xBF";
 constexpr int kMaxDepth = 64;
 constexpr size_t kMaxStops = 16;
+// OpenAI's chat API refuses more than 2048 messages in one request ("array too long ... maximum
+// length 2048") and a logit_bias of more than 300 entries; vLLM checks only that the ids are in
+// the vocabulary. Both bound work done before the context's length is known: every message is
+// templated and tokenized, every bias applied to every sampled token.
+constexpr size_t kMaxMessages = 2048;
+constexpr size_t kMaxLogitBias = 300;
 
 std::string Dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
@@ -198,6 +204,10 @@ ApiOr<std::vector<ChatMessage>> ParseMessages(const json& o) {
   if (!v) return BadRequest("messages is required", "messages", "missing_required_parameter");
   if (!v->is_array()) return WrongType("messages", "an array", *v);
   if (v->empty()) return BadRequest("messages must not be empty", "messages");
+  if (v->size() > kMaxMessages)
+    return BadRequest("messages: at most " + std::to_string(kMaxMessages) + " messages per request, got " +
+                          std::to_string(v->size()),
+                      "messages");
   std::vector<ChatMessage> out;
   for (size_t i = 0; i < v->size(); ++i) {
     const json& m = (*v)[i];
@@ -399,6 +409,9 @@ MaybeError ParseSampling(const json& o, const ModelInfo& model, SamplingParams* 
   }
   if (const json* v = Field(o, "logit_bias")) {
     if (!v->is_object()) return WrongType("logit_bias", "an object mapping token ids to biases", *v);
+    if (v->size() > kMaxLogitBias)
+      return BadRequest("logit_bias: at most " + std::to_string(kMaxLogitBias) + " entries, got " + std::to_string(v->size()),
+                        "logit_bias");
     for (auto it = v->begin(); it != v->end(); ++it) {
       const std::string& key = it.key();
       size_t pos = 0;
@@ -599,8 +612,10 @@ ApiError ErrorForStatus(int status, std::string message) {
     case 403: e.type = "permission_error"; break;
     case 404: e.code = "not_found"; break;
     case 405: e.code = "method_not_allowed"; break;
+    case 408: e.code = "request_timeout"; break;
     case 413: e.code = "request_too_large"; break;
     case 415: e.code = "unsupported_media_type"; break;
+    case 431: e.code = "request_header_fields_too_large"; break;
     case 429: e.type = "rate_limit_error"; e.code = "queue_full"; break;
     case 499: e.code = "client_closed_request"; break;  // nginx's: the client hung up before the answer
     case 501: e.code = "not_implemented"; break;  // a request feature the server lacks: the request's fault

@@ -31,6 +31,7 @@
 
 #include <httplib.h>
 
+#include "server/http_conn.h"
 #include "server/metrics.h"
 #include "tokenizer/utf8.h"
 
@@ -159,28 +160,6 @@ bool UnreadBodyOfOtherMethod(const httplib::Request& req) {
 constexpr const char* kCloseMarker = "X-Gemma4rt-Close-Connection";
 void MarkClose(httplib::Response& res) {
   if (!res.has_header(kCloseMarker)) res.set_header(kCloseMarker, "1");
-}
-
-// Reads and drops what the peer of connected socket `fd` still sends, after sending our FIN
-// (shutdown SHUT_WR pushes what is queued first), until it closes, 1 MiB has been dropped or 2 s
-// have passed ("lingering close", as Apache and nginx do). Closing a TCP socket with unread bytes
-// in its receive buffer sends a reset, which may destroy the response still in flight to the
-// client; after this the close is normally a plain FIN.
-void LingeringDrain(int fd) {
-  if (fd < 0) return;
-  ::shutdown(fd, SHUT_WR);
-  const auto end = Clock::now() + std::chrono::seconds(2);
-  size_t dropped = 0;
-  char buf[16384];
-  while (dropped < (1u << 20)) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()).count();
-    if (left <= 0) break;
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, static_cast<int>(left)) <= 0) break;
-    const ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
-    if (n <= 0) break;
-    dropped += static_cast<size_t>(n);
-  }
 }
 
 // Events of one request, pushed by the scheduler thread and drained by an HTTP worker.
@@ -353,7 +332,7 @@ void CloseAfterResponse(const httplib::Request& req, httplib::Response& res) {
 
 struct HttpServer::Impl {
   HttpOptions opt;
-  httplib::Server svr;
+  GuardedServer svr;
   std::thread thread;
   int port = -1;
   std::string bound_addr;  // the listening socket's address as AddrPort writes it ("" if unknown)
@@ -411,6 +390,26 @@ struct HttpServer::Impl {
     return ErrorForStatus(401, auth.empty() && x_api_key.empty()
                                    ? "missing API key: send Authorization: Bearer <key> (or X-Api-Key: <key>)"
                                    : "invalid API key (send Authorization: Bearer <key> or X-Api-Key: <key>)");
+  }
+
+  // One stderr line for a request answered 4xx: method, path, status and the error's code (its
+  // type where it has none); never the body. Control bytes in the path are shown as '?'.
+  void LogRefusal(const httplib::Request& req, const httplib::Response& res) const {
+    auto printable = [](const std::string& s) {
+      std::string out = s.substr(0, 256);
+      for (char& c : out)
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+      return out.empty() ? std::string("-") : utf8::Sanitize(out);
+    };
+    std::string code = "-";
+    const json body = json::parse(res.body, nullptr, /*allow_exceptions=*/false);
+    if (body.is_object() && body.contains("error") && body["error"].is_object()) {
+      const json& e = body["error"];
+      if (e.contains("code") && e["code"].is_string()) code = e["code"].get<std::string>();
+      else if (e.contains("type") && e["type"].is_string()) code = e["type"].get<std::string>();
+    }
+    std::fprintf(stderr, "gemma4rt: %s %s %d %s\n", printable(req.method).c_str(), printable(req.path).c_str(), res.status,
+                 code.c_str());
   }
 
   bool CheckReady(httplib::Response& res) {
@@ -690,16 +689,24 @@ void HttpServer::Impl::Routes() {
   // Statuses httplib produces itself (404 no route, 413 body too large, 400 unparsable HTTP)
   // arrive here with an empty body; ours already carry JSON. After httplib's 400 (the request's
   // line or headers did not parse), 414 (URI too long) or 416 (bad Range) nothing of the body
-  // was read, and after a 400 not even all of the headers: the connection is closed.
+  // was read, and after a 400 not even all of the headers: the connection is closed. A 400 that
+  // the connection layer caused is answered for what it was: 431 for a head over HeadLimits, 408
+  // for a client that stalled mid-request (CurrentRefusal).
   svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    if (res.status == 400 || res.status == 414 || res.status == 416) MarkClose(res);
     std::string msg;
+    if (res.status == 400) {
+      const ReadRefusal why = CurrentRefusal(&msg);
+      if (why == ReadRefusal::kHeadTooLarge) res.status = 431;
+      if (why == ReadRefusal::kTimedOut) res.status = 408;
+    }
+    if (res.status == 400 || res.status == 408 || res.status == 414 || res.status == 416 || res.status == 431) MarkClose(res);
     switch (res.status) {
       case 404: msg = "no route for " + req.method + " " + req.path; break;
       case 413: msg = "the request body is too large"; break;
       case 400: msg = "bad request (malformed HTTP)"; break;
       case 414: msg = "the request URI is too long"; break;
+      case 408: case 431: break;
       default: msg = "HTTP error " + std::to_string(res.status);
     }
     SetError(res, ErrorForStatus(res.status, utf8::Sanitize(msg)));
@@ -763,17 +770,22 @@ void HttpServer::Impl::Routes() {
   // it by the other header). Clients in common use send bodies with a Content-Length.
   svr.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     counters.Count(res.status);
+    // (A 499, a client that left a completion, has its completion line already.)
+    if (opt.log_requests && res.status >= 400 && res.status < 500 && res.status != 499) LogRefusal(req, res);
     const bool marked = res.has_header(kCloseMarker);
     res.headers.erase(kCloseMarker);
     if (marked || IsChunked(req) || UnreadBodyOfOtherMethod(req)) CloseAfterResponse(req, res);
   });
 
+  // 503 "stopping" from the moment Stop() begins (SIGTERM), so that a load balancer sends no
+  // more requests while the ones in flight end.
   auto health = guard([this](const httplib::Request&, httplib::Response& res) {
-    if (ready.load(std::memory_order_acquire)) return SetJson(res, json{{"status", "ok"}});
-    json j = ErrorJson(ErrorForStatus(503, "Loading model"));
-    j["status"] = "loading";
+    const bool stop = stopping.load();
+    if (!stop && ready.load(std::memory_order_acquire)) return SetJson(res, json{{"status", "ok"}});
+    json j = ErrorJson(ErrorForStatus(503, stop ? "the server is shutting down" : "Loading model"));
+    j["status"] = stop ? "stopping" : "loading";
     res.status = 503;
-    res.set_header("Retry-After", "1");
+    if (!stop) res.set_header("Retry-After", "1");
     res.set_content(Dump(j), "application/json");
   });
   svr.Get("/health", health);
@@ -871,6 +883,8 @@ void HttpServer::Impl::Routes() {
     // httplib's own 413 (a Content-Length over the limit) has skipped the body: still in step.
     if (too_big || res.status != 413) MarkClose(res);
     if (too_big || res.status == 413) return too_large(req.get_header_value("Content-Length"));
+    std::string stalled;
+    if (CurrentRefusal(&stalled) == ReadRefusal::kTimedOut) return ErrorForStatus(408, stalled);
     return ErrorForStatus(400, "the request body could not be read in full");
   };
   // `Expect: 100-continue` (curl sends it before bodies over 1 MiB): httplib 0.11 answers "100
@@ -1077,7 +1091,7 @@ Status HttpServer::Start() {
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
     m.listen_fd.store(sock);
   });
-  m.svr.set_read_timeout(30, 0);
+  m.svr.set_read_timeout(std::max(1, m.opt.read_timeout_s), 0);
   m.svr.set_write_timeout(30, 0);
   m.Routes();
   if (m.opt.port == 0) {

@@ -38,7 +38,10 @@ struct HttpOptions {
   bool metrics = false;                 // serve GET /metrics
   size_t max_body_bytes = 8u << 20;     // larger request bodies get 413
   int http_threads = 0;                 // worker threads, one per open connection; 0 = 64 (serve: DefaultHttpThreads)
-  bool log_requests = true;             // one stderr line per completion request
+  bool log_requests = true;             // one stderr line per completion request and per 4xx answer
+  // A client that sends nothing for this long in the middle of a request is answered 408 and its
+  // connection closed (a request's head is also bounded: HeadLimits in http_conn.h, 431).
+  int read_timeout_s = 30;
   // CORS: every response says Access-Control-Allow-Origin: * and a preflight OPTIONS (any path)
   // is 204 before the API-key check, as llama-server and vLLM answer. false: no CORS headers,
   // OPTIONS is 404, and browsers keep pages on other origins from reading the answers.
@@ -62,6 +65,7 @@ class HttpServer {
   // Makes the model available. `scheduler` must stay alive until Stop() returns.
   void SetReady(ModelInfo info, Scheduler* scheduler);
 
+  // From its start /health answers 503 {"status":"stopping"} (a load balancer stops sending).
   // Cancels every in-flight request and gives them up to 3 s to send their final event (a stream
   // ends with an error event and [DONE]), then stops accepting connections and joins the server
   // thread. Idempotent.

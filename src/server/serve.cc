@@ -208,6 +208,7 @@ StatusOr<std::unique_ptr<ServeInstance>> ServeInstance::Start(const ServeOptions
   h.max_body_bytes = options.max_body_bytes;
   h.http_threads = options.threads_http > 0 ? options.threads_http : DefaultHttpThreads(options.parallel, options.max_queue);
   h.log_requests = options.log_requests;
+  h.read_timeout_s = options.read_timeout_s;
   h.cors = !options.no_cors;
   s->http_ = std::make_unique<HttpServer>(h);
   G4_RETURN_IF_ERROR(s->http_->Start());
