@@ -225,7 +225,8 @@ g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int thr
   return s;
 }
 
-// The prompt text (-p, -f) as token ids through the tokenizer (a chat template first with --chat). The template text already holds <bos>, so BOS is added only for plain prompts.
+// The prompt text (-p, -f) as token ids through the tokenizer (a chat template first with --chat).
+// The template text already holds <bos>, so BOS is added only for plain prompts.
 g4::StatusOr<std::vector<int32_t>> PromptIds(const Session& s, const std::string& prompt, bool chat, const std::string& system,
                                              bool think) {
   // -p "" is a prompt of BOS alone (as the server's "prompt": "" and llama.cpp).
