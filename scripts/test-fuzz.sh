@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# The fuzzers' part of the test command: installs clang (scripts/setup-fuzz.sh), builds both
-# libFuzzer targets (scripts/build-fuzz.sh) and runs each for SECONDS (default 60) on its
-# committed corpus, without changing it (MERGE=0; new inputs stay in build-fuzz/). Fails when
-# either finds a crash, leak, timeout or broken invariant: its log's end is printed, the input is
-# in build-fuzz/crashes*/ (fix the bug, then add the input to the corpus).
+# The fuzzers' part of the test command: installs the build dependencies and clang
+# (scripts/setup.sh, scripts/setup-fuzz.sh), builds both libFuzzer targets (scripts/build-fuzz.sh)
+# and runs each for SECONDS (default 60) on its committed corpus, without changing it (MERGE=0;
+# new inputs stay in build-fuzz/). Fails when either finds a crash, leak, timeout or broken
+# invariant: its log's end is printed, the input is in build-fuzz/crashes*/ (fix the bug, then add
+# the input to the corpus).
 #   scripts/test-fuzz.sh [SECONDS]
 #   JOBS=N  parallel compile jobs (default: all cores, nproc); each fuzzer runs as one process
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_TO_RUN="${1:-60}"
 start=$(date +%s)
+bash scripts/setup.sh
 bash scripts/setup-fuzz.sh
 JOBS="${JOBS:-$(nproc)}" bash scripts/build-fuzz.sh
 echo "test-fuzz: built in $(($(date +%s) - start))s" >&2
