@@ -1,8 +1,8 @@
 // libFuzzer target for the GGUF reader: every input is written to a temporary file and opened
 // with GgufFile::Open; when it opens, all metadata is walked, the typed getters are called on
 // every key, and every tensor's bytes are read and converted to f32 (dequantising block types).
-// Built and run by scripts/fuzz-gguf.sh (clang, -fsanitize=fuzzer,address,undefined); not part
-// of the CMake build.
+// Built by fuzz/CMakeLists.txt (clang, -fsanitize=fuzzer,address,undefined; not part of the main
+// build), run by scripts/fuzz-gguf.sh and, for a minute on the corpus, scripts/test-fuzz.sh.
 #include <unistd.h>
 
 #include <cstddef>

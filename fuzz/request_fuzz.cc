@@ -5,15 +5,19 @@
 // Input: byte 0 picks the endpoint ('C' chat, 'P' completions, 'T' /tokenize, 'D' /detokenize,
 // 'A' /apply-template; any other byte: its value mod 5) and, with its high bit set, a model without
 // a tokenizer; the remaining bytes are the body. Seeds in fuzz/corpus/requests/; dictionary
-// fuzz/request.dict. Built and run by scripts/fuzz-requests.sh (clang, -fsanitize=fuzzer,address,
-// undefined); not part of the CMake build. The tokenizer is the tiny Gemma 4 one from tests/data
-// (path compiled in as REQUEST_FUZZ_TOKENIZER_DIR).
+// fuzz/request.dict. Built by fuzz/CMakeLists.txt (clang, -fsanitize=fuzzer,address,undefined; not
+// part of the main build), run by scripts/fuzz-requests.sh and scripts/test-fuzz.sh. The tokenizer
+// is the tiny Gemma 4 one from tests/data (path compiled in as REQUEST_FUZZ_TOKENIZER_DIR).
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
+#include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "server/api.h"
 #include "tokenizer/tokenizer.h"
@@ -63,6 +67,19 @@ void CheckError(const ApiError& e, std::string_view body) {
   if (!g4::server::IsValidUtf8(dumped)) Die("error JSON is not UTF-8", body);
 }
 
+// Fake log-probabilities for `ids`: each with `top_n` alternatives (ids from the vocabulary).
+std::vector<g4::TokenLogprobs> FakeLogprobs(const std::vector<int32_t>& ids, int top_n, int vocab) {
+  std::vector<g4::TokenLogprobs> out;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    g4::TokenLogprobs t;
+    t.id = ids[i];
+    t.logprob = i % 3 == 2 ? -std::numeric_limits<float>::infinity() : -0.25f * static_cast<float>(i);
+    for (int k = 0; k < top_n; ++k) t.top.emplace_back((ids[i] + k) % vocab, -0.5f * static_cast<float>(k));
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
 void CheckRequest(const g4::server::ParsedRequest& r, const ModelInfo& m, std::string_view body) {
   const g4::CompletionRequest& c = r.completion;
   if (c.prompt.empty()) Die("empty prompt accepted", body);
@@ -72,30 +89,72 @@ void CheckRequest(const g4::server::ParsedRequest& r, const ModelInfo& m, std::s
     Die("double BOS", body);
   for (int32_t id : c.prompt)
     if (id < 0 || id >= m.vocab_size) Die("prompt id outside the vocabulary", body);
-  if (c.max_tokens < 1) Die("max_tokens < 1", body);
+  if (r.echo && r.endpoint != Endpoint::kCompletion) Die("echo accepted on chat", body);
+  // max_tokens >= 1, or 0 with completions' echo (the prompt alone).
+  if (c.max_tokens < (r.echo ? 0 : 1)) Die("max_tokens below its minimum", body);
   if (static_cast<int64_t>(c.prompt.size()) + c.max_tokens > m.context_size) Die("prompt + max_tokens beyond the context", body);
+  if (c.logprobs < -1 || c.logprobs > g4::kMaxTopLogprobs) Die("logprobs outside [-1, 20]", body);
+  if (c.prompt_logprobs != (r.echo && c.logprobs >= 0)) Die("prompt_logprobs without echo and logprobs", body);
+  if (r.ids_bos_added && (r.endpoint != Endpoint::kCompletion || !r.prompt_text.empty())) Die("BOS added to a text prompt", body);
   if (!c.sampling.ValidateForVocab(m.vocab_size).ok()) Die("invalid sampling params accepted", body);
   for (const std::string& s : c.stop)
     if (s.empty()) Die("empty stop string accepted", body);
   if (!c.stop.empty() && !m.tokenizer) Die("stop strings without a tokenizer", body);
+  for (int32_t id : c.stop_token_ids)
+    if (id < 0 || id >= m.vocab_size) Die("stop_token_ids outside the vocabulary", body);
   if (r.include_usage && !r.stream) Die("include_usage without stream", body);
 
-  // Render every response shape from fake events.
+  // Render every response shape from fake events, with the response meta the HTTP server builds
+  // (http_server.cc, Completion).
   g4::server::ResponseMeta meta;
   meta.id = g4::server::NewResponseId(r.endpoint);
   meta.model = r.model;
   meta.endpoint = r.endpoint;
   meta.include_usage = r.include_usage;
   meta.return_token_ids = r.return_token_ids;
-  meta.prompt_token_ids = c.prompt;
+  if (r.return_token_ids) meta.prompt_token_ids = c.prompt;
+  meta.logprobs = c.logprobs;
+  meta.tokenizer = m.tokenizer;
+  if (r.echo) {
+    meta.echo = true;
+    meta.prompt_token_ids = c.prompt;
+    if (r.ids_bos_added) {
+      meta.echo_without_bos = true;
+      meta.prompt_token_ids.erase(meta.prompt_token_ids.begin());
+    }
+    meta.echo_text = !r.prompt_text.empty() || m.tokenizer == nullptr ? r.prompt_text
+                                                                      : m.tokenizer->Decode(c.prompt, /*skip_special=*/true);
+  }
+  // Generated tokens: up to 4 of the prompt's ids (max_tokens of them at most).
+  g4::CompletionEvent delta;
+  delta.tokens.assign(c.prompt.begin(), c.prompt.begin() + std::min<size_t>(c.prompt.size(), std::min(c.max_tokens, 4)));
+  size_t cut = std::min<size_t>(8, r.prompt_text.size());  // whole UTF-8 characters
+  while (cut > 0 && cut < r.prompt_text.size() && (static_cast<unsigned char>(r.prompt_text[cut]) & 0xC0) == 0x80) --cut;
+  delta.text = r.prompt_text.substr(0, cut);
+  if (c.logprobs >= 0) delta.logprobs = FakeLogprobs(delta.tokens, c.logprobs, m.vocab_size);
+  g4::CompletionEvent prompt_event;
+  prompt_event.prompt = true;
+  if (c.prompt_logprobs)
+    prompt_event.prompt_logprobs = FakeLogprobs(std::vector<int32_t>(c.prompt.begin() + 1, c.prompt.end()), c.logprobs, m.vocab_size);
   g4::CompletionEvent fin;
   fin.done = true;
   fin.finish_reason = c.max_tokens & 1 ? "length" : "stop";
-  fin.text = r.prompt_text.substr(0, 8);
   fin.prompt_tokens = static_cast<int>(c.prompt.size());
-  g4::server::CompletionResult res{r.prompt_text, c.prompt, fin};
+  fin.completion_tokens = static_cast<int>(delta.tokens.size());
+
+  g4::server::CompletionResult res;
+  res.text = delta.text;
+  res.tokens = delta.tokens;
+  res.logprobs = delta.logprobs;
+  res.prompt_logprobs = prompt_event.prompt_logprobs;
+  res.final_event = fin;
+  // As the server writes it (invalid UTF-8 from a token-id prompt's bytes replaced).
   std::string out = g4::server::CompletionResponseJson(meta, res).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-  out += g4::server::FirstChunk(meta) + g4::server::DeltaChunk(meta, r.prompt_text, c.prompt) + g4::server::FinalChunks(meta, fin);
+  g4::server::ResponseMeta stream_meta = meta;
+  out += g4::server::FirstChunk(stream_meta);
+  if (c.prompt_logprobs) out += g4::server::EchoChunk(stream_meta, prompt_event.prompt_logprobs);
+  out += g4::server::DeltaChunk(stream_meta, delta);
+  out += g4::server::FinalChunks(stream_meta, fin);
   if (out.empty()) Die("no output", body);
 }
 

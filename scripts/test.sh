@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs build dependencies, fetches the default model, builds, and runs every
 # test (unit, golden, CLI, real-model, HTTP) with CTest, again with the SIMD target capped (AVX2,
-# SSE4), then the OpenAI-SDK client tests and the Arm kernel tests. Needs Debian's package mirror and PyPI on the
-# first run, nothing once set up.
+# SSE4), then the OpenAI-SDK client tests, the Arm kernel tests and the fuzzers. Needs Debian's
+# package mirror and PyPI on the first run, nothing once set up.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -28,3 +28,5 @@ fi
 bash scripts/test-clients.sh
 # The CPU kernel tests cross-compiled for 64-bit Arm and run under qemu-user (NEON, SVE, SVE2).
 bash scripts/test-arm.sh
+# Both libFuzzer targets built with ASan+UBSan and run a minute each on their committed corpora.
+bash scripts/test-fuzz.sh

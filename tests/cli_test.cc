@@ -1,5 +1,5 @@
 // The gemma4rt binary end to end: `logits` agrees with the transformers reference, `generate`
-// continues greedily, and bad flags/files give a clear error and exit status 1.
+// continues greedily, and bad files give a clear error and exit status 1, bad command lines 2.
 #include <gtest/gtest.h>
 
 #include "cli_runner.h"
@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <utility>
@@ -193,15 +194,14 @@ TEST(CliTest, BadInputsGiveClearErrors) {
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.out.find("NOT_FOUND"), std::string::npos) << r.out;
   r = RunCli("logits -m " + Fixture("gemma3-tiny") + " --tokens 2,x,3");
-  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.status, 2);
   EXPECT_NE(r.out.find("'x' is not a token id"), std::string::npos) << r.out;
   r = RunCli("logits -m " + Fixture("gemma3-tiny") + " --tokens 2,99999");
   EXPECT_EQ(r.status, 1);
   EXPECT_NE(r.out.find("outside the vocabulary"), std::string::npos) << r.out;
   r = RunCli("logits -m " + Fixture("gemma3-tiny") + " --tokens 2,3 --top 0");
-  EXPECT_NE(r.status, 0);
-  r = RunCli("frobnicate");
-  EXPECT_NE(r.status, 0);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.out.find("--top: Value 0 not in range"), std::string::npos) << r.out;
 }
 
 // Without -n, generate stops where the context ends (5 prompt tokens + 15 = -c 20) instead of
@@ -263,7 +263,7 @@ TEST(CliTest, PromptFromAFileIsThePromptText) {
   EXPECT_NE(dir.out.find("INVALID_ARGUMENT: prompt file"), std::string::npos) << dir.out;
   EXPECT_NE(dir.out.find("is a directory"), std::string::npos) << dir.out;
   CliResult both = RunCli("generate -f " + file + " -p hi -n 1");
-  EXPECT_EQ(both.status, 108) << both.out;  // CLI11's ExcludesError
+  EXPECT_EQ(both.status, 2) << both.out;
 }
 
 // -e/--escape, llama.cpp's default: \n, \r, \t, \', \", \\ and \xHH in -p and in -f's text are the
@@ -324,7 +324,7 @@ TEST(CliTest, GenerateTextWithTheDefaultModel) {
   auto text = [](const std::string& out) { return out.substr(out.find('\n') + 1, out.find("gemma4rt: finish") - out.find('\n') - 1); };
   EXPECT_EQ(text(a.out), text(b.out));
   CliResult bad = RunCli("generate -p hi --top-p 1.5");
-  EXPECT_EQ(bad.status, 1);
+  EXPECT_EQ(bad.status, 2);
   EXPECT_NE(bad.out.find("top_p"), std::string::npos) << bad.out;
 }
 
@@ -525,7 +525,7 @@ TEST(CliTest, InfoKvCacheUsesTheSameContextAsTheOtherCommands) {
   EXPECT_NE(def.out.find(" activations="), std::string::npos) << def.out;
   EXPECT_NE(f32.out.find(" kv=f32 threads="), std::string::npos) << f32.out;
   CliResult bad = RunCli("info --cache-type q8_0");
-  EXPECT_EQ(bad.status, 105) << bad.out;  // CLI11's ValidationError, as for --quantize q9
+  EXPECT_EQ(bad.status, 2) << bad.out;
   EXPECT_NE(bad.out.find("--cache-type: q8_0 not in {f32,f16,bf16}"), std::string::npos) << bad.out;
   // bf16: the bytes of f16, by the same spellings.
   CliResult bf16 = RunCli("info -ctk bf16 -ctv bf16");
@@ -543,7 +543,7 @@ TEST(CliTest, InfoKvCacheUsesTheSameContextAsTheOtherCommands) {
   EXPECT_NE(prompt_ctk.out.find(" kv=bf16 "), std::string::npos) << prompt_ctk.out;
   EXPECT_NE(prompt_ctk.out.find("prompt=4 tokens"), std::string::npos) << prompt_ctk.out;  // BOS and "-ctk" (3)
   CliResult bench_clash = RunCli("bench -ctk bf16 -ctv f16");
-  EXPECT_EQ(bench_clash.status, 1) << bench_clash.out;
+  EXPECT_EQ(bench_clash.status, 2) << bench_clash.out;
   EXPECT_NE(bench_clash.out.find("K and V cache types differ (-ctk bf16, -ctv f16)"), std::string::npos) << bench_clash.out;
   CliResult gen = RunCli("generate --tokens 2,17 -n 1 --temp 0");
   ASSERT_EQ(gen.status, 0) << gen.out;
@@ -557,24 +557,24 @@ TEST(CliTest, InfoKvCacheUsesTheSameContextAsTheOtherCommands) {
   ASSERT_EQ(all3.status, 0) << all3.out;
   EXPECT_NE(all3.out.find("(f32)"), std::string::npos) << all3.out;
   CliResult clash = RunCli("info -ctk f32 --cache-type=f16");
-  EXPECT_EQ(clash.status, 1) << clash.out;
+  EXPECT_EQ(clash.status, 2) << clash.out;
   EXPECT_NE(clash.out.find("K and V cache types differ (-ctk f32, --cache-type f16)"), std::string::npos) << clash.out;
   CliResult split = RunCli("info --cache-type-k f16 --cache-type-v f32");
-  EXPECT_EQ(split.status, 1) << split.out;
+  EXPECT_EQ(split.status, 2) << split.out;
   EXPECT_EQ(split.out, "gemma4rt: error: INVALID_ARGUMENT: K and V cache types differ (--cache-type-k f16, --cache-type-v "
                        "f32): gemma4rt keeps K and V in one type, --cache-type f16, bf16 or f32\n");
   // Found by a fresh user: an alias's bad value was reported under --cache-type, and --cache-type
   // twice got CLI11's "At Most 1 required but received 2".
   CliResult q8 = RunCli("info -ctk q8_0");
-  EXPECT_EQ(q8.status, 1) << q8.out;
+  EXPECT_EQ(q8.status, 2) << q8.out;
   EXPECT_EQ(q8.out, "gemma4rt: error: INVALID_ARGUMENT: -ctk: 'q8_0' is not a KV cache type gemma4rt has: f16, bf16 or "
                     "f32 (8- and 4-bit caches such as q8_0 and q4_0 are not supported yet)\n");
   CliResult twice = RunCli("info --cache-type bf16 --cache-type f16");
-  EXPECT_EQ(twice.status, 1) << twice.out;
+  EXPECT_EQ(twice.status, 2) << twice.out;
   EXPECT_NE(twice.out.find("--cache-type given twice with different types (--cache-type bf16, --cache-type f16)"),
             std::string::npos) << twice.out;
   CliResult k_twice = RunCli("info -ctk bf16 -ctk f16");  // both K: not "K and V differ"
-  EXPECT_EQ(k_twice.status, 1) << k_twice.out;
+  EXPECT_EQ(k_twice.status, 2) << k_twice.out;
   EXPECT_NE(k_twice.out.find("-ctk given twice with different types (-ctk bf16, -ctk f16)"), std::string::npos) << k_twice.out;
   CliResult same_twice = RunCli("info --cache-type bf16 --cache-type=bf16");
   ASSERT_EQ(same_twice.status, 0) << same_twice.out;
@@ -590,8 +590,9 @@ TEST(CliTest, InfoKvCacheUsesTheSameContextAsTheOtherCommands) {
       << too_long.out;
 }
 
-// Out-of-range sampling flags fail before the model is read: the model path here does not exist,
-// so an error about the flag (and no device policy line) proves nothing was loaded.
+// Out-of-range sampling flags fail before the model is read, as usage errors (exit status 2): the
+// model path here does not exist, so an error about the flag (and no device policy line) proves
+// nothing was loaded.
 TEST(CliTest, SamplingFlagRangesAreCheckedBeforeTheModelLoads) {
   const std::pair<const char*, const char*> cases[] = {
       {"--temp -1", "--temp: temperature must be a finite number >= 0 (0 = greedy), got -1"},
@@ -608,7 +609,7 @@ TEST(CliTest, SamplingFlagRangesAreCheckedBeforeTheModelLoads) {
   };
   for (const auto& [flag, message] : cases) {
     CliResult r = RunCli(std::string("generate -m /nonexistent/model.gguf -p hi ") + flag);
-    EXPECT_EQ(r.status, 1) << flag << ": " << r.out;
+    EXPECT_EQ(r.status, 2) << flag << ": " << r.out;
     EXPECT_EQ(r.out, std::string("gemma4rt: error: INVALID_ARGUMENT: ") + message + "\n") << flag;
   }
   // In range: the flags pass and the missing model is what fails.
@@ -622,18 +623,17 @@ TEST(CliTest, SamplingFlagRangesAreCheckedBeforeTheModelLoads) {
 // --stop strings are ignored, as the server ignores them.
 TEST(CliTest, PromptFlagsAreCheckedBeforeTheModelLoadsAndNoneIsDropped) {
   CliResult none = RunCli("generate -m /nonexistent/model.gguf -n 1");
-  EXPECT_EQ(none.status, 1);
+  EXPECT_EQ(none.status, 2);
   EXPECT_EQ(none.out, "gemma4rt: error: INVALID_ARGUMENT: give a prompt with -p TEXT, -f FILE or --tokens ID,ID,...\n");
   struct Refused {
     const char* flags;
-    int status;  // CLI11's RequiresError 107, ExcludesError 108
     const char* message;
   };
-  for (const Refused& c : {Refused{"-p hi --system x", 107, "--system requires --chat"},
-                           Refused{"-p hi --think", 107, "--think requires --chat"},
-                           Refused{"--tokens 2,3 --chat", 108, "--tokens excludes --chat"}}) {
+  for (const Refused& c : {Refused{"-p hi --system x", "--system requires --chat"},
+                           Refused{"-p hi --think", "--think requires --chat"},
+                           Refused{"--tokens 2,3 --chat", "--tokens excludes --chat"}}) {
     CliResult r = RunCli(std::string("generate -m /nonexistent/model.gguf ") + c.flags);
-    EXPECT_EQ(r.status, c.status) << c.flags << ": " << r.out;
+    EXPECT_EQ(r.status, 2) << c.flags << ": " << r.out;
     EXPECT_NE(r.out.find(c.message), std::string::npos) << c.flags << ": " << r.out;
   }
 
@@ -708,22 +708,91 @@ TEST(CliTest, TokenIdsInGiveTextOutAndIdsOnlyWhenAskedOrWithoutATokenizer) {
   EXPECT_NE(no_tokenizer.out.find("\nids: "), std::string::npos) << no_tokenizer.out;
 }
 
-// An unknown first argument is named as an unknown option (or subcommand), with the subcommands
-// and where to find help.
-TEST(CliTest, UnknownTopLevelOptionIsNamed) {
+// `gemma4rt` alone prints the usage, one line per subcommand (as git and llama.cpp's tools do), and
+// exits 2; an unknown first argument is named as an unknown option (or subcommand), then the usage.
+TEST(CliTest, NoSubcommandPrintsTheUsage) {
+  const char* const kSubcommands[] = {"info", "logits", "generate", "serve", "bench"};
+  auto expect_usage = [&](const std::string& out, size_t at) {
+    EXPECT_EQ(out.find("usage: gemma4rt SUBCOMMAND [FLAGS]\n\nsubcommands:\n", at), at) << out;
+    size_t lines = 0;
+    for (size_t p = out.find("\n  ", at); p != std::string::npos; p = out.find("\n  ", p + 1)) ++lines;
+    EXPECT_EQ(lines, std::size(kSubcommands)) << "one line per subcommand:\n" << out;
+    for (const char* sub : kSubcommands) {
+      const size_t line = out.find("\n  " + std::string(sub) + " ", at);
+      EXPECT_NE(line, std::string::npos) << sub << ":\n" << out;
+      if (line == std::string::npos) continue;
+      const std::string text = out.substr(line + 1, out.find('\n', line + 1) - line - 1);
+      EXPECT_NE(text.find_first_not_of(' ', 2 + std::string(sub).size()), std::string::npos) << "a description: " << text;
+    }
+    EXPECT_NE(out.find("Run 'gemma4rt SUBCOMMAND --help' for its flags.\n", at), std::string::npos) << out;
+  };
+  CliResult none = RunCli("");
+  EXPECT_EQ(none.status, 2);
+  expect_usage(none.out, 0);
+  EXPECT_EQ(none.out.find("A subcommand is required"), std::string::npos) << none.out;
   CliResult r = RunCli("--bogus");
-  EXPECT_EQ(r.status, 109);  // CLI11's ExtrasError, as for an unknown option after a subcommand
-  EXPECT_EQ(r.out, "gemma4rt: error: unknown option '--bogus'\n"
-                   "subcommands: info, logits, generate, serve, bench (gemma4rt --help, gemma4rt SUBCOMMAND --help)\n");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.out.rfind("gemma4rt: error: unknown option '--bogus'\n", 0), 0u) << r.out;
+  expect_usage(r.out, std::string("gemma4rt: error: unknown option '--bogus'\n").size());
   r = RunCli("frobnicate");
-  EXPECT_EQ(r.status, 109);
+  EXPECT_EQ(r.status, 2);
   EXPECT_EQ(r.out.rfind("gemma4rt: error: unknown subcommand 'frobnicate'\n", 0), 0u) << r.out;
-  CliResult sub = RunCli("generate --bogus");
-  EXPECT_EQ(sub.status, 109);
-  EXPECT_NE(sub.out.find("--bogus"), std::string::npos) << sub.out;
+  expect_usage(r.out, std::string("gemma4rt: error: unknown subcommand 'frobnicate'\n").size());
   CliResult help = RunCli("--help");
   EXPECT_EQ(help.status, 0);
-  EXPECT_NE(help.out.find("generate"), std::string::npos) << help.out;
+  for (const char* sub : kSubcommands) EXPECT_NE(help.out.find(std::string("\n  ") + sub + " "), std::string::npos) << sub << ":\n" << help.out;
+}
+
+// Every usage error exits 2 (not CLI11's own codes, 105 to 114), in every subcommand: an unknown
+// option, a missing value, a value out of range or of the wrong type, flags that exclude or need
+// each other, a missing prompt; --help exits 0. Errors in running exit 1 (a model that does not
+// exist). The model path does not exist: each is refused before anything loads.
+TEST(CliTest, UsageErrorsExit2InEverySubcommand) {
+  const std::string m = " -m /nonexistent/model.gguf";
+  const std::pair<std::string, const char*> cases[] = {
+      {"generate --bogus", "The following argument was not expected: --bogus"},
+      {"generate -p", "--prompt: 1 required"},
+      {"generate -p hi -n 0", "--n-predict: Value 0 not in range"},
+      {"generate -p hi -n x", "--n-predict: Value x not in range"},
+      {"generate -p hi --temp x", "Could not convert: --temp = x"},
+      {"generate -p hi --system s", "--system requires --chat"},
+      {"generate -p hi --tokens 2", "--prompt excludes --tokens"},
+      {"generate -p hi --top-k -5", "--top-k: top_k must be"},
+      {"generate -p hi --seed x", "--seed: seed must be an integer"},
+      {"generate -n 1", "give a prompt with -p TEXT, -f FILE or --tokens ID,ID,..."},
+      {"generate --tokens 2,-1", "--tokens: '-1' is not a token id"},
+      {"logits --tokens 2 --top 0", "--top: Value 0 not in range"},
+      {"logits -p hi --chunk 0", "--chunk: Value 0 not in range"},
+      {"logits -p hi --quantize q9", "--quantize: q9 not in"},
+      {"info -c -1", "--ctx-size: Value -1 not in range"},
+      {"info --ple-bits 4", "--ple-bits: 4 not in"},
+      {"info -ctk f16 -ctv f32", "K and V cache types differ"},
+      {"bench -r 0", "--repetitions: Value 0 not in range"},
+      {"bench -ngl 99", "-ngl is llama-bench's"},
+      {"bench -p 0 -n 0", "nothing to measure: -p and -n are both 0"},
+      {"bench -o xml", "--output: xml not in"},
+      {"serve --port 70000", "--port: Value 70000 not in range"},
+      {"serve --bogus", "The following argument was not expected: --bogus"},
+      {"serve -ctk bf16 -ctv f16", "K and V cache types differ"},
+      {"serve --api-key ' '", "--api-key is empty"},
+  };
+  for (const auto& [args, message] : cases) {
+    const size_t sub_end = args.find(' ');
+    CliResult r = RunCli(args.substr(0, sub_end) + m + args.substr(sub_end));  // -m first: `-p` ends the line
+    EXPECT_EQ(r.status, 2) << args << ": " << r.out;
+    EXPECT_NE(r.out.find(message), std::string::npos) << args << ": " << r.out;
+    EXPECT_EQ(r.out.find("device policy"), std::string::npos) << args << ": " << r.out;
+  }
+  for (const char* cmd : {"info", "logits", "generate", "bench", "serve"}) {
+    CliResult help = RunCli(std::string(cmd) + " --help");
+    EXPECT_EQ(help.status, 0) << cmd << ": " << help.out;
+    EXPECT_NE(help.out.find("--model"), std::string::npos) << cmd << ": " << help.out;
+  }
+  for (const char* run : {"info", "logits -p hi", "generate -p hi -n 1", "bench -p 4 -n 1 -r 1"}) {
+    CliResult missing = RunCli(run + m);
+    EXPECT_EQ(missing.status, 1) << run << ": " << missing.out;
+    EXPECT_NE(missing.out.find("'/nonexistent/model.gguf' does not exist"), std::string::npos) << run << ": " << missing.out;
+  }
 }
 
 // A one-token tg test (context 1) with the warm-up on: the warm-up decodes as many steps as
@@ -815,7 +884,7 @@ TEST(CliTest, BenchJsonReportsSpeedsMemoryAndBothBandwidthFractions) {
 TEST(CliTest, UnexpectedArgumentsAreListedInOrder) {
   for (const char* cmd : {"info", "generate", "bench", "serve"}) {
     CliResult r = RunCli(std::string(cmd) + " --bogus 1 --other");
-    EXPECT_NE(r.status, 0) << cmd << ": " << r.out;
+    EXPECT_EQ(r.status, 2) << cmd << ": " << r.out;
     EXPECT_NE(r.out.find("The following arguments were not expected: --bogus 1 --other"), std::string::npos)
         << cmd << ": " << r.out;
   }
@@ -840,7 +909,7 @@ TEST(CliTest, BenchRunsOncePerThreadCountOfAList) {
   EXPECT_EQ(a[1]["threads"], 1);
   EXPECT_GT(a[1]["tg2"].get<double>(), 0.0);
   CliResult bad = RunCli(m + " -t 1,5000");
-  EXPECT_NE(bad.status, 0) << bad.out;
+  EXPECT_EQ(bad.status, 2) << bad.out;
   EXPECT_EQ(bad.out.find("tg2"), std::string::npos) << "refused before any run: " << bad.out;
 }
 
@@ -876,15 +945,15 @@ TEST(CliTest, BenchRunsOncePerCacheTypeOfAList) {
     EXPECT_LT(f32, f16) << "in the list's order: " << md.out;
   }
   CliResult differ = RunCli(m + " -ctk f16,bf16 -ctv f16");
-  EXPECT_EQ(differ.status, 1) << differ.out;
+  EXPECT_EQ(differ.status, 2) << differ.out;
   EXPECT_NE(differ.out.find("K and V cache types differ (-ctk f16,bf16, -ctv f16)"), std::string::npos) << differ.out;
   EXPECT_EQ(differ.out.find("tg2"), std::string::npos) << "refused before any run: " << differ.out;
   CliResult q8 = RunCli(m + " -ctk f16,q8_0");
-  EXPECT_EQ(q8.status, 1) << q8.out;
+  EXPECT_EQ(q8.status, 2) << q8.out;
   EXPECT_NE(q8.out.find("-ctk: 'q8_0' is not a KV cache type gemma4rt has"), std::string::npos) << q8.out;
   EXPECT_EQ(q8.out.find("tg2"), std::string::npos) << "refused before any run: " << q8.out;
   CliResult own = RunCli(m + " --cache-type f16,q8_0");
-  EXPECT_NE(own.status, 0) << own.out;
+  EXPECT_EQ(own.status, 2) << own.out;
   EXPECT_NE(own.out.find("q8_0"), std::string::npos) << own.out;
   EXPECT_EQ(own.out.find("tg2"), std::string::npos) << "refused before any run: " << own.out;
   // A repeated spelling appends its types, as llama-bench's repeats do; gemma4rt's own spelling
@@ -904,12 +973,12 @@ TEST(CliTest, BenchRunsOncePerCacheTypeOfAList) {
   EXPECT_EQ(e[3]["type_k"], "f16");
   EXPECT_EQ(e[3]["threads"], 2);
   CliResult empty = RunCli(m + " --cache-type f16,");  // CLI11 alone would drop the empty item
-  EXPECT_EQ(empty.status, 1) << empty.out;
+  EXPECT_EQ(empty.status, 2) << empty.out;
   EXPECT_NE(empty.out.find("--cache-type: '' is not a KV cache type"), std::string::npos) << empty.out;
   for (const std::string cmd : {"info", "generate -p hi -n 1", "logits -p hi"}) {
     for (const std::string flag : {"-ctk f16,bf16", "--cache-type f16,bf16"}) {
       CliResult one = RunCli(cmd + " -m " + Fixture("gemma4-e2b-tiny") + " " + flag);
-      EXPECT_EQ(one.status, 1) << cmd << " " << flag << ": " << one.out;
+      EXPECT_EQ(one.status, 2) << cmd << " " << flag << ": " << one.out;
       EXPECT_NE(one.out.find(flag.substr(0, flag.find(' ')) + ": 'f16,bf16' is a list of cache types, which only "
                              "`gemma4rt bench` runs"),
                 std::string::npos)
@@ -940,7 +1009,7 @@ TEST(CliTest, BenchRunsOncePerUbatchOfAList) {
   EXPECT_NE(sixteen, std::string::npos) << md.out;
   EXPECT_LT(eight, sixteen) << md.out;
   CliResult bad = RunCli(m + " -ub 8,0");
-  EXPECT_NE(bad.status, 0) << bad.out;
+  EXPECT_EQ(bad.status, 2) << bad.out;
   EXPECT_EQ(bad.out.find("pp16"), std::string::npos) << "refused before any run: " << bad.out;
 }
 
@@ -950,7 +1019,7 @@ TEST(CliTest, BenchNamesLlamaBenchFlagsItDoesNotHave) {
   const std::string m = "bench -m " + Fixture("gemma4-e2b-tiny") + " -p 0 -n 2 -r 1 --no-warmup --bw-mib 0";
   for (const std::string flag : {"-ngl", "-pg", "-ts", "-ot", "-oe", "-nkvo", "-dev", "-mmp", "-sm", "-mg", "-fa", "-embd", "-nopo"}) {
     CliResult r = RunCli(m + " " + flag + " 1");
-    EXPECT_EQ(r.status, 1) << flag << ": " << r.out;
+    EXPECT_EQ(r.status, 2) << flag << ": " << r.out;
     EXPECT_NE(r.out.find("gemma4rt: error: INVALID_ARGUMENT: " + flag + " is llama-bench's"), std::string::npos)
         << flag << ": " << r.out;
     EXPECT_EQ(r.out.find("tg2"), std::string::npos) << flag << ": " << r.out;
@@ -974,18 +1043,18 @@ TEST(CliTest, ServeNamesTheEnvironmentVariableOfABadValue) {
   const CliResult from_env = RunCli("serve");
   const CliResult from_flag = RunCli("serve -t abc");
   unsetenv("GEMMA4RT_THREADS");
-  EXPECT_NE(from_env.status, 0);
+  EXPECT_EQ(from_env.status, 2);
   EXPECT_NE(from_env.out.find("--threads: "), std::string::npos) << from_env.out;
   EXPECT_NE(from_env.out.find("--threads was read from the environment variable GEMMA4RT_THREADS='abc'"),
             std::string::npos)
       << from_env.out;
-  EXPECT_NE(from_flag.status, 0);
+  EXPECT_EQ(from_flag.status, 2);
   EXPECT_EQ(from_flag.out.find("GEMMA4RT_THREADS"), std::string::npos) << from_flag.out;
   // A flag's bad value ("Could not convert: --no-repack = maybe") too.
   setenv("GEMMA4RT_NO_REPACK", "maybe", 1);
   const CliResult flag_env = RunCli("serve");
   unsetenv("GEMMA4RT_NO_REPACK");
-  EXPECT_NE(flag_env.status, 0);
+  EXPECT_EQ(flag_env.status, 2);
   EXPECT_NE(flag_env.out.find("--no-repack was read from the environment variable GEMMA4RT_NO_REPACK='maybe'"),
             std::string::npos)
       << flag_env.out;

@@ -968,10 +968,10 @@ TEST(ServeFlagsTest, FlagsEnvironmentAndPrecedence) {
   EXPECT_EQ(ctk.options->api_keys, (std::vector<std::string>{"-np"}));
   ParsedFlags clash = ParseServeFlags({"-ctk", "bf16", "-ctv", "f16"});
   EXPECT_FALSE(clash.options.has_value());
-  EXPECT_EQ(clash.exit_code, 1);
+  EXPECT_EQ(clash.exit_code, 2);  // a usage error
   ParsedFlags bad = ParseServeFlags({"--port", "70000"});
   EXPECT_FALSE(bad.options.has_value());
-  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_EQ(bad.exit_code, 2);
   ParsedFlags missing_file = ParseServeFlags({"--api-key-file", "/nonexistent/keys"});
   EXPECT_FALSE(missing_file.options.has_value());
   EXPECT_EQ(missing_file.exit_code, 1);
@@ -998,9 +998,8 @@ TEST(ServeFlagsTest, AnEmptyApiKeyIsAnErrorNotAnOpenServer) {
     ParsedFlags f = ParseServeFlags(args);
     const std::string err = testing::internal::GetCapturedStderr();
     EXPECT_FALSE(f.options.has_value()) << args[0];
-    EXPECT_NE(f.exit_code, 0);
-    if (args.size() != 2 || args[1].empty()) continue;  // CLI11 itself refuses an empty value (exit 114)
-    EXPECT_EQ(f.exit_code, 1);
+    EXPECT_EQ(f.exit_code, 2);  // a usage error
+    if (args.size() != 2 || args[1].empty()) continue;  // CLI11 itself refuses an empty value
     EXPECT_NE(err.find("--api-key is empty"), std::string::npos) << err;
   }
   setenv("GEMMA4RT_API_KEY", "", 1);
@@ -1008,7 +1007,7 @@ TEST(ServeFlagsTest, AnEmptyApiKeyIsAnErrorNotAnOpenServer) {
   ParsedFlags env = ParseServeFlags({});
   const std::string err = testing::internal::GetCapturedStderr();
   EXPECT_FALSE(env.options.has_value());
-  EXPECT_EQ(env.exit_code, 1);
+  EXPECT_EQ(env.exit_code, 2);
   EXPECT_NE(err.find("GEMMA4RT_API_KEY is empty"), std::string::npos) << err;
   // A key on the command line is used whatever the empty variable says.
   ParsedFlags flag_wins = ParseServeFlags({"--api-key", "k"});

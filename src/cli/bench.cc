@@ -645,8 +645,8 @@ int BenchMain(int argc, char** argv) {
   std::vector<std::string> args{"gemma4rt bench"};
   args.insert(args.end(), argv, argv + argc);
   auto rewritten = RewriteLlamaSpellings(app, args, "-ub", "--ubatch-size", /*cache_type_lists=*/true);
-  if (!rewritten.ok()) return Fail(rewritten.status());
-  if (Status st = CheckLlamaBenchOnlyFlags(app, *rewritten); !st.ok()) return Fail(st);
+  if (!rewritten.ok()) return FailUsage(rewritten.status());
+  if (Status st = CheckLlamaBenchOnlyFlags(app, *rewritten); !st.ok()) return FailUsage(st);
   std::vector<char*> cargv;
   for (std::string& a : *rewritten) cargv.push_back(a.data());
   try {
@@ -692,17 +692,17 @@ int BenchMain(int argc, char** argv) {
   n_gen.erase(std::remove(n_gen.begin(), n_gen.end(), 0), n_gen.end());
   dedupe(n_prompt);
   dedupe(n_gen);
-  if (n_prompt.empty() && n_gen.empty() && !quality) return Fail(InvalidArgument("nothing to measure: -p and -n are both 0"));
+  if (n_prompt.empty() && n_gen.empty() && !quality) return FailUsage(InvalidArgument("nothing to measure: -p and -n are both 0"));
   LoadOptions load_options;
   load_options.ple_bits = ple_bits;
   load_options.mmap = mmap;
   load_options.copy_progress = TerminalCopyProgress("gemma4rt");
   if (auto q = ParseQuantizeFlag(quantize); q.ok()) load_options.quantize = *q;
-  else return Fail(q.status());
+  else return FailUsage(q.status());
   load_options.pack_q4_0 = PackQ4_0ForCpu(f32_activations, no_repack);
   if (quality && !load_options.quantize && f32_activations)
-    return Fail(InvalidArgument("--quality compares with the model as stored in f32 activations: give --quantize "
-                                "q8_0|q4_0|w4a16, or leave out --f32-activations to measure int8 activations alone"));
+    return FailUsage(InvalidArgument("--quality compares with the model as stored in f32 activations: give --quantize "
+                                     "q8_0|q4_0|w4a16, or leave out --f32-activations to measure int8 activations alone"));
   if (quantize.empty()) quantize = f32_activations ? "none" : "none+int8-activations";
 
   if (!std::filesystem::exists(model))

@@ -18,6 +18,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <new>
 #include <numeric>
 #include <optional>
@@ -225,11 +226,10 @@ g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int thr
   return s;
 }
 
-// The prompt as token ids: --tokens verbatim, or -p through the tokenizer (a chat template first
-// with --chat). The template text already holds <bos>, so BOS is added only for plain prompts.
-g4::StatusOr<std::vector<int32_t>> PromptIds(const Session& s, const std::string& prompt, const std::string& tokens, bool chat,
-                                             const std::string& system, bool think) {
-  if (!tokens.empty()) return ParseTokens(tokens);
+// The prompt text (-p, -f) as token ids through the tokenizer (a chat template first with --chat).
+// The template text already holds <bos>, so BOS is added only for plain prompts.
+g4::StatusOr<std::vector<int32_t>> PromptIds(const Session& s, const std::string& prompt, bool chat, const std::string& system,
+                                             bool think) {
   // -p "" is a prompt of BOS alone (as the server's "prompt": "" and llama.cpp).
   if (!s.tokenizer) return g4::Status(s.tokenizer_status.code(), "-p needs a tokenizer: " + s.tokenizer_status.message());
   if (!chat) return s.tokenizer->Encode(prompt, /*add_bos=*/true, /*parse_special=*/true);
@@ -245,6 +245,17 @@ g4::StatusOr<std::vector<int32_t>> PromptIds(const Session& s, const std::string
     return g4::InvalidArgument("--think turns on Gemma 4's thinking mode; this model's chat template (Gemma 3) has none");
   G4_ASSIGN_OR_RETURN(std::string text, g4::RenderChatTemplate(kind, messages, opts));
   return s.tokenizer->Encode(text, /*add_bos=*/false, /*parse_special=*/true);
+}
+
+// What `gemma4rt` alone prints (and after an unknown subcommand): the subcommands, one line each.
+std::string Usage(const CLI::App& app) {
+  std::string out = "usage: gemma4rt SUBCOMMAND [FLAGS]\n\nsubcommands:\n";
+  for (const CLI::App* sub : app.get_subcommands(std::function<bool(const CLI::App*)>())) {
+    char line[256];
+    std::snprintf(line, sizeof line, "  %-9s %s\n", sub->get_name().c_str(), sub->get_description().c_str());
+    out += line;
+  }
+  return out + "\nRun 'gemma4rt SUBCOMMAND --help' for its flags.\n";
 }
 
 }  // namespace
@@ -346,22 +357,24 @@ int Main(int argc, char** argv) {
   gen->add_flag("--ignore-eos", ignore_eos, "do not stop at end-of-generation tokens");
   gen->add_flag("--show-ids", show_ids, "print the generated token ids after the text");
   // serve and bench are dispatched above with their own flag sets; listed here for --help only.
-  app.add_subcommand("serve", "OpenAI-compatible HTTP server (flags: gemma4rt serve --help)");
-  app.add_subcommand("bench", "prefill/decode speed, memory and bandwidth, llama-bench style (gemma4rt bench --help)");
+  app.add_subcommand("serve", "OpenAI-compatible HTTP server");
+  app.add_subcommand("bench", "prefill/decode speed, memory and bandwidth, llama-bench style");
 
-  // A first argument that is neither a subcommand nor --help: say what is wrong with it (CLI11
-  // would only say that a subcommand is required).
-  if (argc >= 2) {
-    const std::string first = argv[1];
-    if (first != "-h" && first != "--help" && first != "info" && first != "logits" && first != "generate") {
-      std::fprintf(stderr, "gemma4rt: error: %s '%s'\nsubcommands: info, logits, generate, serve, bench (gemma4rt --help, gemma4rt SUBCOMMAND --help)\n",
-                   first.rfind("-", 0) == 0 ? "unknown option" : "unknown subcommand", first.c_str());
-      return static_cast<int>(CLI::ExitCodes::ExtrasError);
-    }
+  // No subcommand, or a first argument that is neither a subcommand nor --help: the usage (CLI11
+  // would only say that a subcommand is required), after what is wrong with the argument.
+  if (argc < 2) {
+    std::fputs(Usage(app).c_str(), stderr);
+    return g4::cli::kUsageExit;
+  }
+  const std::string first = argv[1];
+  if (first != "-h" && first != "--help" && first != "info" && first != "logits" && first != "generate") {
+    std::fprintf(stderr, "gemma4rt: error: %s '%s'\n%s", first.rfind("-", 0) == 0 ? "unknown option" : "unknown subcommand",
+                 first.c_str(), Usage(app).c_str());
+    return g4::cli::kUsageExit;
   }
   // llama.cpp's -ctk/-ctv (and --cache-type-k/-v) as --cache-type; option values stay as given.
   auto rewritten = g4::cli::RewriteLlamaSpellings(app, std::vector<std::string>(argv, argv + argc));
-  if (!rewritten.ok()) return Fail(rewritten.status());
+  if (!rewritten.ok()) return g4::cli::FailUsage(rewritten.status());
   std::vector<char*> argv_storage;
   for (std::string& a : *rewritten) argv_storage.push_back(a.data());
   try {
@@ -372,19 +385,19 @@ int Main(int argc, char** argv) {
   // Sampling flags are checked before the model loads (SamplingParams::Validate, one flag at a time).
   if (gen->parsed()) {
     if (Status st = ValidateSamplingFlags(temp, top_k, top_p, min_p, repeat_penalty, presence, frequency); !st.ok())
-      return Fail(st);
+      return g4::cli::FailUsage(st);
     if (auto s = ParseSeedFlag(seed_flag); s.ok()) seed = *s;
-    else return Fail(s.status());
+    else return g4::cli::FailUsage(s.status());
   }
   g4::LoadOptions load_options;
   load_options.ple_bits = ple_bits;
   load_options.mmap = mmap || info->parsed();  // info runs nothing: no copy of the weights
   load_options.copy_progress = g4::cli::TerminalCopyProgress("gemma4rt");
   if (auto q = g4::ParseQuantizeFlag(quantize); q.ok()) load_options.quantize = *q;
-  else return Fail(q.status());
+  else return g4::cli::FailUsage(q.status());
   load_options.pack_q4_0 = !info->parsed() && g4::PackQ4_0ForCpu(f32_activations, no_repack);
   const auto kv_type = g4::ParseCacheType(cache_type);
-  if (!kv_type.ok()) return Fail(kv_type.status());
+  if (!kv_type.ok()) return g4::cli::FailUsage(kv_type.status());
 
   if (info->parsed()) {
     auto loaded = g4::LoadModel(model, load_options);
@@ -420,8 +433,15 @@ int Main(int argc, char** argv) {
   }
 
   const RunOptions& run = logits->parsed() ? logits_run : gen_run;
-  if (run.prompt->count() == 0 && run.tokens->count() == 0 && run.file->count() == 0)  // before loading anything
-    return Fail(g4::InvalidArgument("give a prompt with -p TEXT, -f FILE or --tokens ID,ID,..."));
+  // The prompt's flags are checked before anything loads.
+  if (run.prompt->count() == 0 && run.tokens->count() == 0 && run.file->count() == 0)
+    return g4::cli::FailUsage(g4::InvalidArgument("give a prompt with -p TEXT, -f FILE or --tokens ID,ID,..."));
+  std::vector<int32_t> token_ids;  // --tokens
+  if (run.tokens->count() > 0) {
+    auto parsed = ParseTokens(tokens_text);
+    if (!parsed.ok()) return g4::cli::FailUsage(parsed.status());
+    token_ids = std::move(*parsed);
+  }
   if (run.file->count() > 0) {
     auto text = ReadPromptFile(prompt_file);
     if (!text.ok()) return Fail(text.status());
@@ -437,7 +457,8 @@ int Main(int argc, char** argv) {
   if (!session_or.ok()) return Fail(session_or.status());
   Session& s = *session_or;
   g4::Engine& engine = *s.engine;
-  auto ids = PromptIds(s, prompt, tokens_text, chat, system, think);
+  auto ids = run.tokens->count() > 0 ? g4::StatusOr<std::vector<int32_t>>(std::move(token_ids))
+                                     : PromptIds(s, prompt, chat, system, think);
   if (!ids.ok()) return Fail(ids.status());
   const int V = engine.config().vocab;
 

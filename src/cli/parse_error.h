@@ -12,11 +12,24 @@
 
 namespace g4::cli {
 
-// app.exit(e) (CLI11's message on stderr, or --help's text; returns the exit code: 0 for --help,
-// else CLI11's ExitCodes), except that unexpected arguments are listed in the order they were
-// given: Debian 12's CLI11 2.1.2 writes ExtrasError's list reversed ("not expected: 2 -n hi -p"
-// for `-p hi -n 2`; its rjoin, fixed in CLI11 2.2).
+// The exit status of a usage error: a command line that cannot be parsed (an unknown subcommand
+// or option, a missing or malformed value, flags that exclude each other, a value out of its
+// range), as getopt tools and Python's argparse exit; --help exits 0, and an error in running the
+// command (a model file that does not exist, a prompt longer than the context) 1.
+inline constexpr int kUsageExit = 2;
+
+// A usage error found after parsing: "gemma4rt: error: <status>" on stderr; returns kUsageExit.
+inline int FailUsage(const Status& s) {
+  std::fprintf(stderr, "gemma4rt: error: %s\n", s.ToString().c_str());
+  return kUsageExit;
+}
+
+// app.exit(e) (CLI11's message on stderr, or --help's text), except that unexpected arguments are
+// listed in the order they were given: Debian 12's CLI11 2.1.2 writes ExtrasError's list reversed
+// ("not expected: 2 -n hi -p" for `-p hi -n 2`; its rjoin, fixed in CLI11 2.2). Returns 0 for
+// --help, else kUsageExit (not CLI11's own codes, 105 to 114).
 inline int ExitOnParseError(CLI::App& app, const CLI::ParseError& e) {
+  if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
   if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
     const std::vector<std::string> rest = app.remaining(/*recurse=*/true);
     if (!rest.empty()) {
@@ -24,10 +37,11 @@ inline int ExitOnParseError(CLI::App& app, const CLI::ParseError& e) {
       for (const std::string& a : rest) list += (list.empty() ? "" : " ") + a;
       std::fprintf(stderr, "The following argument%s not expected: %s\nRun with --help for more information.\n",
                    rest.size() > 1 ? "s were" : " was", list.c_str());
-      return e.get_exit_code();
+      return kUsageExit;
     }
   }
-  return app.exit(e);
+  app.exit(e);
+  return kUsageExit;
 }
 
 // Whether `arg` (as typed: "-p", "--prompt"; not "--prompt=x") names an option of app or of any

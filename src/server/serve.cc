@@ -119,8 +119,7 @@ ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   auto rewritten = cli::RewriteLlamaSpellings(app, argv_s, "-np", "--parallel");
   if (!rewritten.ok()) {
-    std::fprintf(stderr, "gemma4rt: error: %s\n", rewritten.status().ToString().c_str());
-    return ParsedFlags{std::nullopt, 1};
+    return ParsedFlags{std::nullopt, cli::FailUsage(rewritten.status())};
   }
   std::vector<char*> argv;
   for (std::string& a : *rewritten) argv.push_back(a.data());
@@ -161,7 +160,7 @@ ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
   if (o.api_keys.empty() && api_key_file.empty() && (api_key_opt->count() > 0 || (env_key != nullptr && Trim(env_key).empty()))) {
     std::fprintf(stderr, "gemma4rt serve: error: %s is empty: the server would answer every client; give a key, or "
                  "leave it out to run without one\n", api_key_opt->count() > 0 ? "--api-key" : "GEMMA4RT_API_KEY");
-    return ParsedFlags{std::nullopt, 1};
+    return ParsedFlags{std::nullopt, cli::kUsageExit};
   }
   if (!api_key_file.empty()) {
     std::ifstream f(api_key_file);

@@ -72,7 +72,8 @@ inline constexpr int kMaxHttpThreads = 8192;
 std::string DefaultServeModel();
 
 // Parses the arguments after "serve" (flags, then GEMMA4RT_* environment variables).
-// Returns the options, or an exit code (0 after --help, 1 after an error, printed to stderr).
+// Returns the options, or an exit code (0 after --help, 2 = cli::kUsageExit after a usage error, 1
+// after an API key file that cannot be read or holds no key; the error printed to stderr).
 struct ParsedFlags {
   std::optional<ServeOptions> options;
   int exit_code = 0;
