@@ -104,27 +104,8 @@ void CheckRequest(const g4::server::ParsedRequest& r, const ModelInfo& m, std::s
     if (id < 0 || id >= m.vocab_size) Die("stop_token_ids outside the vocabulary", body);
   if (r.include_usage && !r.stream) Die("include_usage without stream", body);
 
-  // Render every response shape from fake events, with the response meta the HTTP server builds
-  // (http_server.cc, Completion).
-  g4::server::ResponseMeta meta;
-  meta.id = g4::server::NewResponseId(r.endpoint);
-  meta.model = r.model;
-  meta.endpoint = r.endpoint;
-  meta.include_usage = r.include_usage;
-  meta.return_token_ids = r.return_token_ids;
-  if (r.return_token_ids) meta.prompt_token_ids = c.prompt;
-  meta.logprobs = c.logprobs;
-  meta.tokenizer = m.tokenizer;
-  if (r.echo) {
-    meta.echo = true;
-    meta.prompt_token_ids = c.prompt;
-    if (r.ids_bos_added) {
-      meta.echo_without_bos = true;
-      meta.prompt_token_ids.erase(meta.prompt_token_ids.begin());
-    }
-    meta.echo_text = !r.prompt_text.empty() || m.tokenizer == nullptr ? r.prompt_text
-                                                                      : m.tokenizer->Decode(c.prompt, /*skip_special=*/true);
-  }
+  // Render every response shape from fake events, with the response meta the HTTP server builds.
+  const g4::server::ResponseMeta meta = g4::server::ResponseMetaFor(r, r.endpoint, m.tokenizer);
   // Generated tokens: up to 4 of the prompt's ids (max_tokens of them at most).
   g4::CompletionEvent delta;
   delta.tokens.assign(c.prompt.begin(), c.prompt.begin() + std::min<size_t>(c.prompt.size(), std::min(c.max_tokens, 4)));

@@ -570,7 +570,7 @@ TEST(CliQuantize, FlagErrors) {
   r = RunCli("info -m " + Fixture("gemma4-e2b-tiny") + " --quantize q8_0 --ple-bits 4");
   EXPECT_NE(r.status, 0);
   r = RunCli("bench -m " + Fixture("gemma4-e2b-tiny") + " --quality -p 0 -n 0 --f32-activations");
-  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.status, 2);  // a usage error
   EXPECT_NE(r.out.find("give --quantize"), std::string::npos) << r.out;
   // Without --quantize, --quality measures int8 activations alone; F32 weights never use them.
   r = RunCli("bench -m " + Fixture("gemma4-e2b-tiny") + " --quality -p 0 -n 0");

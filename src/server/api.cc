@@ -901,6 +901,32 @@ int64_t UnixNow() {
   return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+ResponseMeta ResponseMetaFor(const ParsedRequest& p, Endpoint endpoint, const Tokenizer* tokenizer) {
+  ResponseMeta meta;
+  meta.id = NewResponseId(endpoint);
+  meta.created = UnixNow();
+  meta.model = p.model;
+  meta.endpoint = endpoint;
+  meta.include_usage = p.include_usage;
+  meta.return_token_ids = p.return_token_ids;
+  if (p.return_token_ids) meta.prompt_token_ids = p.completion.prompt;
+  meta.logprobs = p.completion.logprobs;
+  meta.tokenizer = tokenizer;
+  if (p.echo) {
+    meta.echo = true;
+    meta.prompt_token_ids = p.completion.prompt;
+    if (p.ids_bos_added) {  // echo the ids as sent (ResponseMeta::echo_without_bos)
+      meta.echo_without_bos = true;
+      meta.prompt_token_ids.erase(meta.prompt_token_ids.begin());
+    }
+    // The prompt as given; a prompt of ids as its text (the BOS this server added shows nothing).
+    meta.echo_text = !p.prompt_text.empty() || tokenizer == nullptr
+                         ? p.prompt_text
+                         : tokenizer->Decode(p.completion.prompt, /*skip_special=*/true);
+  }
+  return meta;
+}
+
 std::string FinishReason(const CompletionEvent& e) { return e.finish_reason == "length" ? "length" : "stop"; }
 
 json UsageJson(const CompletionEvent& e) {

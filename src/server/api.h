@@ -214,6 +214,9 @@ struct ResponseMeta {
 // A fresh id with the endpoint's prefix and 24 random hex digits.
 std::string NewResponseId(Endpoint endpoint);
 int64_t UnixNow();
+// The response's meta for a parsed request: a fresh id, the time now, what the request asked to
+// be echoed and how; `tokenizer` (may be null) names the logprobs' tokens and the echoed ids.
+ResponseMeta ResponseMetaFor(const ParsedRequest& p, Endpoint endpoint, const Tokenizer* tokenizer);
 
 // What a finished request produced: the concatenated text and ids and the final event.
 struct CompletionResult {

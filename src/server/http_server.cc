@@ -550,28 +550,7 @@ void HttpServer::Impl::Completion(const httplib::Request& req, httplib::Response
   auto parsed = ep == Endpoint::kChat ? ParseChatRequest(req.body, info) : ParseCompletionRequest(req.body, info);
   if (!parsed.ok()) return SetError(res, parsed.error());
   ParsedRequest& p = parsed.value();
-  ResponseMeta meta;
-  meta.id = NewResponseId(ep);
-  meta.created = UnixNow();
-  meta.model = p.model;
-  meta.endpoint = ep;
-  meta.include_usage = p.include_usage;
-  meta.return_token_ids = p.return_token_ids;
-  if (p.return_token_ids) meta.prompt_token_ids = p.completion.prompt;
-  meta.logprobs = p.completion.logprobs;
-  meta.tokenizer = info.tokenizer;
-  if (p.echo) {
-    meta.echo = true;
-    meta.prompt_token_ids = p.completion.prompt;
-    if (p.ids_bos_added) {  // echo the ids as sent (api.h)
-      meta.echo_without_bos = true;
-      meta.prompt_token_ids.erase(meta.prompt_token_ids.begin());
-    }
-    // The prompt as given; a prompt of ids as its text (the BOS this server added shows nothing).
-    meta.echo_text = !p.prompt_text.empty() || info.tokenizer == nullptr
-                         ? p.prompt_text
-                         : info.tokenizer->Decode(p.completion.prompt, /*skip_special=*/true);
-  }
+  const ResponseMeta meta = ResponseMetaFor(p, ep, info.tokenizer);
   auto queue = std::make_shared<EventQueue>();
   auto stream_log = std::make_shared<StreamLog>();
   stream_log->impl = this;
