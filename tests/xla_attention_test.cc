@@ -91,7 +91,7 @@ void RunScenario(DType kv_type, bool pad) {
     // CPU reference.
     auto cpu_exe = backend->Compile(f.graph, T, T);
     ASSERT_TRUE(cpu_exe.ok());
-    (*cpu_exe)->Run(StepInput{in.tokens, in.positions, in.seq_ids, in.out_rows}, cpu_cache);
+    ASSERT_TRUE((*cpu_exe)->Run(StepInput{in.tokens, in.positions, in.seq_ids, in.out_rows}, cpu_cache).ok());
     for (auto [seq, count] : step) cpu_cache.set_length(seq, cpu_cache.length(seq) + count);
     // XLA, padded to a bucket of 4 rows where asked (padding: seq -1, token 0, position 0).
     StepInputs xin = in;

@@ -27,7 +27,7 @@ std::map<std::string, std::vector<float>> RunCpuStep(const Graph& graph, int T, 
   auto exe = backend->Compile(graph, T, R);
   EXPECT_TRUE(exe.ok());
   StepInput si{in.tokens, in.positions, in.seq_ids, in.out_rows};
-  (*exe)->Run(si, cache);
+  EXPECT_TRUE((*exe)->Run(si, cache).ok());
   std::map<std::string, std::vector<float>> out;
   for (const Node& n : graph.nodes()) {
     if (n.name.empty()) continue;

@@ -27,7 +27,10 @@ inline std::string PluginPath() {
 }
 
 #define G4_REQUIRE_PJRT_PLUGIN() \
-  if (::g4::xla::testing_util::PluginPath().empty()) GTEST_SKIP() << "GEMMA4RT_PJRT_PLUGIN is not set (scripts/setup-xla.sh)"
+  if (::g4::xla::testing_util::PluginPath().empty()) {                                                  \
+    GTEST_SKIP() << "GEMMA4RT_PJRT_PLUGIN is not set (scripts/setup-xla.sh)";                        \
+  }                                                                                                     \
+  static_assert(true)
 
 // One client per test binary (the plugin is loaded once anyway).
 inline Client* SharedClient() {
@@ -70,7 +73,8 @@ class TensorPool {
         std::memcpy(e.bytes.data() + 2 * i, &h, 2);
       }
     }
-    e.t.name = "t" + std::to_string(entries_.size());
+    e.t.name = "t";
+    e.t.name += std::to_string(entries_.size());
     e.t.dtype = dtype;
     e.t.shape = std::move(shape);
     e.t.data = e.bytes.data();

@@ -110,8 +110,8 @@ StatusOr<LoweredStep> LowerGraph(const Graph& graph, const StepShape& sh) {
   for (const Node& n : nodes) {
     for (const Tensor* t : WeightsOf(n.op)) {
       if (weight.count(t)) continue;
-      auto it = sh.weight_types.find(t);
-      const DType dt = it != sh.weight_types.end() ? it->second : t->dtype;
+      DType dt = t->dtype;
+      if (sh.quantised_as_f32 && dt != DType::kF16 && dt != DType::kBF16) dt = DType::kF32;
       auto et = ElemTypeOf(dt);
       if (!et.ok() || *et == kI32)
         return Unimplemented("weight '" + t->name + "' is " + std::string(DTypeName(dt)) +

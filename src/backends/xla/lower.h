@@ -50,9 +50,10 @@ struct StepShape {
   StepMode mode = StepMode::kOneSequence;
   DType kv_type = DType::kF32;      // kF32, kF16 or kBF16
   std::vector<CacheLayer> caches;   // every cache-owning layer the graph reads or writes
-  // Weights are parameters in their own dtype (F32, F16, BF16); a weight listed here is passed as
-  // this type instead (the backend converts it at upload).
-  std::map<const Tensor*, DType> weight_types;
+  // Weights are parameters in their own dtype (F32, F16, BF16). true: weights of other dtypes
+  // (quantised) are parameters of type F32 (the backend dequantises them at upload); false: such
+  // a weight is an Unimplemented error.
+  bool quantised_as_f32 = false;
 };
 
 struct LoweredStep {
@@ -68,7 +69,7 @@ struct LoweredStep {
 StatusOr<ElemType> ElemTypeOf(DType t);
 
 // Errors: Unimplemented for a weight dtype the lowering does not take (quantised types unless
-// weight_types converts them), InvalidArgument for a cache layer the shape does not list.
+// quantised_as_f32), InvalidArgument for a cache layer the shape does not list.
 StatusOr<LoweredStep> LowerGraph(const Graph& graph, const StepShape& shape);
 
 }  // namespace g4::xla
