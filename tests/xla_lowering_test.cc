@@ -95,6 +95,19 @@ TEST(XlaLoweringTest, MatMulOfEachFloatTypeWithOutScale) {
   }
 }
 
+// Q8_0, Q4_0 and W4G32 stay blocks on the device and are dequantised in the step: the same values
+// as the CPU backend's f32 path reads.
+TEST(XlaLoweringTest, QuantisedMatMulAndEmbedAreDequantisedInTheStep) {
+  G4_REQUIRE_PJRT_PLUGIN();
+  TensorPool p(8);
+  for (DType dt : {DType::kQ8_0, DType::kQ4_0, DType::kW4G32}) {
+    Graph g;
+    int x = g.Add(EmbedOp{p.Random({13, 96}, dt), 2.0f}, {}, 96, "embed");
+    g.Add(MatMulOp{p.Random({40, 96}, dt), 0.5f}, {x}, 40, "mm");
+    CompareStateless(g, OneSequence(5, 13, p.rng()));
+  }
+}
+
 TEST(XlaLoweringTest, RmsNormWithAndWithoutWeightsAndGroups) {
   G4_REQUIRE_PJRT_PLUGIN();
   TensorPool p(3);
@@ -150,6 +163,16 @@ TEST(XlaLoweringTest, MoEWithTopKRouting) {
            p.Random({E, 2 * I, H}, DType::kBF16), p.Random({E, H, I}, DType::kBF16), E, k, I, 1e-6f};
   g.Add(op, {y, r}, H, "moe");
   CompareStateless(g, OneSequence(8, 9, p.rng()));
+  // Experts in Q4_0 / Q8_0 blocks (rows of 32 elements), dequantised in the step.
+  Graph gq;
+  y = gq.Add(EmbedOp{p.Random({9, H}), 1.0f}, {}, H);
+  r = gq.Add(EmbedOp{p.Random({9, H}, DType::kF32, -2, 2), 1.0f}, {}, H);
+  MoEOp q = op;
+  q.width = 32;
+  q.gate_up = p.Random({E, 64, H}, DType::kQ4_0);
+  q.down = p.Random({E, H, 32}, DType::kQ8_0);
+  gq.Add(q, {y, r}, H, "moe_q");
+  CompareStateless(gq, OneSequence(8, 9, p.rng()));
 }
 
 }  // namespace

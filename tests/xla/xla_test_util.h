@@ -17,6 +17,7 @@
 #include "backends/xla/lower.h"
 #include "backends/xla/pjrt.h"
 #include "tensor/dtype.h"
+#include "tensor/quantize.h"
 #include "tensor/tensor.h"
 
 namespace g4::xla::testing_util {
@@ -65,8 +66,15 @@ class TensorPool {
   }
   const Tensor* FromF32(std::vector<int64_t> shape, const std::vector<float>& v, DType dtype = DType::kF32) {
     auto& e = entries_.emplace_back();
-    e.bytes.resize(v.size() * DTypeSize(dtype));
-    for (size_t i = 0; i < v.size(); ++i) {
+    if (DTypeSize(dtype) == 0) {  // a block type: each row of shape.back() elements quantised
+      const int64_t K = shape.back(), rows = static_cast<int64_t>(v.size()) / K;
+      e.bytes.resize(rows * DTypeRowBytes(dtype, K));
+      for (int64_t r = 0; r < rows; ++r)
+        EXPECT_TRUE(QuantizeRow(dtype, v.data() + r * K, e.bytes.data() + r * DTypeRowBytes(dtype, K), K));
+    } else {
+      e.bytes.resize(v.size() * DTypeSize(dtype));
+    }
+    for (size_t i = 0; i < v.size() && DTypeSize(dtype) != 0; ++i) {
       if (dtype == DType::kF32) std::memcpy(e.bytes.data() + 4 * i, &v[i], 4);
       else {
         const uint16_t h = dtype == DType::kF16 ? F32ToF16(v[i]) : F32ToBf16(v[i]);
@@ -151,7 +159,11 @@ inline std::map<std::string, std::vector<float>> RunXlaStep(const Graph& graph, 
   std::vector<std::vector<float>> converted;
   for (size_t i = 0; i < low->weights.size(); ++i) {
     const Tensor* t = low->weights[i];
-    if (low->weight_types[i] == t->dtype) {
+    if (IsDeviceQuantised(t->dtype)) {
+      auto b = client->Upload(t->data, PJRT_Buffer_Type_U8, DeviceShape(*t));
+      EXPECT_TRUE(b.ok()) << b.status().message();
+      bufs.push_back(b.ok() ? std::move(*b) : Buffer());
+    } else if (low->weight_types[i] == t->dtype) {
       up(t->data, t->dtype, t->shape);
     } else {
       auto& f = converted.emplace_back(t->numel());

@@ -73,11 +73,53 @@ class Lowering {
 
   Value ScalarI32(int64_t v) { return b_.Splat(static_cast<double>(v), {}, kI32); }
 
+  // Blocks [..., NB, bytes] of Q8_0 (f16 d, i8 q[32]: d q), Q4_0 (f16 d, nibbles: d (nib - 8)) or
+  // W4G32 (bf16 s, nibbles as Q4_0: s (nib - 8)) -> f32 [..., NB * 32], as tensor/dequant.cc.
+  // Byte j of a 4-bit block holds element j (low nibble) and j + 16 (high nibble).
+  Value Dequant(const Value& raw, DType t) {
+    Shape lead(raw.shape.begin(), raw.shape.end() - 2);
+    const int64_t nb = raw.shape[raw.shape.size() - 2], bytes = raw.shape.back();
+    const size_t r = raw.shape.size();
+    auto at = [&](int64_t from, int64_t to) {
+      std::vector<int64_t> s(r, 0), l = raw.shape;
+      s[r - 1] = from;
+      l[r - 1] = to;
+      return b_.Slice(raw, s, l);
+    };
+    Shape scale_shape = lead;
+    scale_shape.push_back(nb);
+    Value scale = b_.Convert(b_.Bitcast(at(0, 2), t == DType::kW4G32 ? ElemType::kBF16 : ElemType::kF16, scale_shape), kF32);
+    Value qs = at(2, bytes);
+    Value q;
+    if (t == DType::kQ8_0) {
+      q = b_.Convert(b_.Bitcast(qs, ElemType::kI8, qs.shape), kF32);
+    } else {
+      Value lo = b_.And(qs, b_.Splat(15, qs.shape, ElemType::kU8));
+      Value hi = b_.Binary("shift_right_logical", qs, b_.Splat(4, qs.shape, ElemType::kU8));
+      q = b_.AddScalar(b_.Convert(b_.Concat({lo, hi}, static_cast<int>(r) - 1), kF32), -8.0);
+    }
+    std::vector<int64_t> dims(r - 1);
+    for (size_t i = 0; i < r - 1; ++i) dims[i] = static_cast<int64_t>(i);
+    Value x = b_.Mul(q, b_.Broadcast(scale, q.shape, dims));
+    Shape out = lead;
+    out.push_back(nb * 32);
+    return b_.Reshape(x, out);
+  }
+
  private:
   Builder& b_;
 };
 
 }  // namespace
+
+Shape DeviceShape(const Tensor& t) {
+  Shape s(t.shape.begin(), t.shape.end());
+  if (!IsDeviceQuantised(t.dtype)) return s;
+  const int64_t K = s.back();
+  s.back() = K / DTypeBlockElems(t.dtype);
+  s.push_back(static_cast<int64_t>(DTypeBlockBytes(t.dtype)));
+  return s;
+}
 
 StatusOr<ElemType> ElemTypeOf(DType t) {
   switch (t) {
@@ -111,17 +153,25 @@ StatusOr<LoweredStep> LowerGraph(const Graph& graph, const StepShape& sh) {
     for (const Tensor* t : WeightsOf(n.op)) {
       if (weight.count(t)) continue;
       DType dt = t->dtype;
+      if (IsDeviceQuantised(dt)) {
+        weight.emplace(t, b.Param(DeviceShape(*t), ElemType::kU8));
+        out.weights.push_back(t);
+        out.weight_types.push_back(dt);
+        continue;
+      }
       if (sh.quantised_as_f32 && dt != DType::kF16 && dt != DType::kBF16) dt = DType::kF32;
       auto et = ElemTypeOf(dt);
       if (!et.ok() || *et == kI32)
         return Unimplemented("weight '" + t->name + "' is " + std::string(DTypeName(dt)) +
-                             ": the XLA lowering takes F32, F16 and BF16 weights");
+                             ": the XLA lowering takes F32, F16, BF16, Q8_0, Q4_0 and W4G32 weights");
       weight.emplace(t, b.Param(Shape(t->shape.begin(), t->shape.end()), *et));
       out.weights.push_back(t);
       out.weight_types.push_back(dt);
     }
   }
-  auto W32 = [&](const Tensor* t) { return b.Convert(weight.at(t), kF32); };
+  auto W32 = [&](const Tensor* t) {
+    return IsDeviceQuantised(t->dtype) ? lo.Dequant(weight.at(t), t->dtype) : b.Convert(weight.at(t), kF32);
+  };
 
   // Exported outputs come first among the results; the caches follow, each aliased.
   for (size_t i = 0; i < nodes.size(); ++i)
@@ -160,7 +210,9 @@ StatusOr<LoweredStep> LowerGraph(const Graph& graph, const StepShape& sh) {
         Overloaded{
             [&](const EmbedOp& op) {
               G4_CHECK(op.table->shape.size() == 2 && op.table->shape[1] == n.cols);
-              vals[i] = b.MulScalar(b.Convert(b.TakeRows(weight.at(op.table), tokens), kF32), op.scale);
+              Value rows_of = b.TakeRows(weight.at(op.table), tokens);  // only the step's rows are dequantised
+              rows_of = IsDeviceQuantised(op.table->dtype) ? lo.Dequant(rows_of, op.table->dtype) : b.Convert(rows_of, kF32);
+              vals[i] = b.MulScalar(rows_of, op.scale);
             },
             [&](const MatMulOp& op) {
               Value y = b.Dot(in(0), W32(op.w), {}, {}, {1}, {1});

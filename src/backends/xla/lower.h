@@ -50,9 +50,11 @@ struct StepShape {
   StepMode mode = StepMode::kOneSequence;
   DType kv_type = DType::kF32;      // kF32, kF16 or kBF16
   std::vector<CacheLayer> caches;   // every cache-owning layer the graph reads or writes
-  // Weights are parameters in their own dtype (F32, F16, BF16). true: weights of other dtypes
-  // (quantised) are parameters of type F32 (the backend dequantises them at upload); false: such
-  // a weight is an Unimplemented error.
+  // Weights are parameters in their own dtype: F32, F16 and BF16 as such, Q8_0, Q4_0 and W4G32 as
+  // their blocks' bytes (ui8 [..., K/32, block bytes], dequantised inside the step where they are
+  // read: IsDeviceQuantised). true: weights of other dtypes (other GGUF block types) are
+  // parameters of type F32 (the backend dequantises them at upload); false: such a weight is an
+  // Unimplemented error.
   bool quantised_as_f32 = false;
 };
 
@@ -67,6 +69,10 @@ struct LoweredStep {
 
 // ElemType of a device dtype (F32, F16, BF16, I32); Unimplemented otherwise.
 StatusOr<ElemType> ElemTypeOf(DType t);
+// The block types the device keeps as stored and the step dequantises: Q8_0, Q4_0, W4G32.
+inline bool IsDeviceQuantised(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kW4G32; }
+// The device shape of a weight: its shape, or for IsDeviceQuantised types [..., K/32, block bytes].
+Shape DeviceShape(const Tensor& t);
 
 // Errors: Unimplemented for a weight dtype the lowering does not take (quantised types unless
 // quantised_as_f32), InvalidArgument for a cache layer the shape does not list.

@@ -131,6 +131,10 @@ Value Builder::Convert(const Value& a, ElemType type) {
   return Emit("stablehlo.convert", {a}, "", a.shape, type);
 }
 
+Value Builder::Bitcast(const Value& a, ElemType type, Shape shape) {
+  return Emit("stablehlo.bitcast_convert", {a}, "", std::move(shape), type);
+}
+
 Value Builder::Compare(const Value& a, const Value& b, Cmp dir) {
   G4_CHECK(a.shape == b.shape && a.type == b.type);
   static const char* kDir[] = {"EQ", "NE", "LT", "LE", "GT", "GE"};

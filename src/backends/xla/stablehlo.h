@@ -59,6 +59,8 @@ class Builder {
   // Elementwise unary: exponential, tanh, rsqrt, sqrt, cosine, sine, negate.
   Value Unary(const char* op, const Value& a);
   Value Convert(const Value& a, ElemType type);
+  // bitcast_convert to `type` with `shape` (a narrower operand has an extra last dim of the ratio).
+  Value Bitcast(const Value& a, ElemType type, Shape shape);
   Value Compare(const Value& a, const Value& b, Cmp dir);
   Value Select(const Value& pred, const Value& a, const Value& b);
 

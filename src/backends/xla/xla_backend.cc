@@ -105,7 +105,9 @@ StatusOr<PJRT_Buffer*> XlaBackend::Weight(const Tensor* t, DType type) {
   if (t->dtype == DType::kQ4_0x4)
     return Unimplemented("weight '" + t->name + "' is packed for the CPU's kernels (Q4_0x4): load it unpacked for XLA");
   StatusOr<Buffer> b = InvalidArgument("");
-  if (type == t->dtype) {
+  if (xla::IsDeviceQuantised(type)) {  // the blocks' bytes, as stored
+    b = client_->Upload(t->data, PJRT_Buffer_Type_U8, xla::DeviceShape(*t));
+  } else if (type == t->dtype) {
     b = client_->Upload(t->data, PjrtType(type), t->shape);
   } else {
     G4_CHECK(type == DType::kF32 && !t->shape.empty());
