@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "cli_runner.h"
+#include "model/model.h"
 #include "server/serve.h"
 #include "xla/xla_test_util.h"
 
@@ -132,6 +133,22 @@ TEST(XlaCliTest, GenerateAndInfoRunOnXlaWithTheCpuBackendsIds) {
   CliResult info = RunCli("info -m " + TinyModel() + " --backend xla --pjrt-plugin " + xla::testing_util::PluginPath());
   EXPECT_EQ(info.status, 0) << info.out;
   EXPECT_NE(info.out.find("device policy: backend=xla"), std::string::npos) << info.out;
+}
+
+// The real Gemma 3 270M (Q4_K_M GGUF: Q8_0 embeddings on the device as blocks, the k-quants as
+// f32): greedy ids equal the CPU backend's with f32 activations.
+TEST(XlaCliTest, RealModelGreedyIdsAreTheCpuBackendsWithF32Activations) {
+  G4_REQUIRE_PJRT_PLUGIN();
+  const std::string common = "generate -m " + DefaultModelFile() + " -p 'The capital of France is' -n 8 --temp 0 "
+                             "--show-ids -c 256 --cache-type f32 --f32-activations";
+  CliResult cpu = RunCli(common);
+  CliResult on_xla = RunCli(common + " --backend xla --pjrt-plugin " + xla::testing_util::PluginPath());
+  ASSERT_EQ(cpu.status, 0) << cpu.out;
+  ASSERT_EQ(on_xla.status, 0) << on_xla.out;
+  const size_t p = cpu.out.find("ids: ");
+  ASSERT_NE(p, std::string::npos) << cpu.out;
+  const std::string ids = cpu.out.substr(p, cpu.out.find('\n', p) - p);
+  EXPECT_NE(on_xla.out.find(ids), std::string::npos) << "cpu " << ids << "\nxla: " << on_xla.out;
 }
 
 TEST(XlaCliTest, PluginErrorsAreAClearErrorAndANonZeroExit) {
