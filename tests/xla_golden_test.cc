@@ -167,6 +167,26 @@ TEST_P(XlaGoldenTest, BatchedDecodeOfThreeSequencesMatchesEachAlone) {
   }
 }
 
+// Warm-up runs every prefill and decode shape a server uses, leaves the cache empty and changes
+// no result; it needs an empty cache.
+TEST(XlaWarmupTest, RunsEveryShapeAndLeavesTheCacheEmpty) {
+  G4_REQUIRE_PJRT_PLUGIN();
+  Reference ref = LoadReference("gemma4-e2b-tiny");
+  auto engine = MakeXlaEngine("gemma4-e2b-tiny", 8, /*max_seqs=*/3);
+  ASSERT_NE(engine, nullptr);
+  EXPECT_TRUE(engine->backend().CompilesPerShape());
+  auto steps = engine->Warmup(8);
+  ASSERT_TRUE(steps.ok()) << steps.status().ToString();
+  EXPECT_EQ(*steps, 4 + 3);  // prefill 1, 2, 4, 8; decode 1, 2, 3
+  for (int s = 0; s < 3; ++s) EXPECT_EQ(engine->SequenceLength(s), 0);
+  std::vector<float> logits;
+  ASSERT_TRUE(engine->Prefill(1, ref.ids, true, &logits).ok());
+  EXPECT_LT(RelErr(logits, ref.Get("logits")), kRelTol);
+  auto again = engine->Warmup(8);
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), StatusCode::kFailedPrecondition);
+}
+
 std::vector<std::string> Fixtures() {
   std::vector<std::string> out;
   for (const char* name : {"gemma3-tiny", "gemma4-e2b-tiny", "gemma4-31b-tiny", "gemma4-26b-a4b-tiny",

@@ -79,6 +79,9 @@ class Backend {
   // A KV cache for `config` where this backend's executables read and write it (KvCache's layout
   // and limits; type kF32, kF16 or kBF16). The CPU backend: a host KvCache. Errors: the device's
   // (the cache does not fit).
+  // Whether the first run of each step shape compiles a program for it (seconds on a real model):
+  // a server then runs every shape it will use before it answers /health (Engine::Warmup).
+  virtual bool CompilesPerShape() const { return false; }
   virtual StatusOr<std::unique_ptr<KvCacheBase>> CreateKvCache(const ModelConfig& config, int max_seqs, int max_context,
                                                                DType type) {
     return std::unique_ptr<KvCacheBase>(new KvCache(config, max_seqs, max_context, type));

@@ -252,6 +252,36 @@ Status Engine::Decode(std::span<const int32_t> seqs, std::span<const int32_t> to
   return OkStatus();
 }
 
+StatusOr<int> Engine::Warmup(int chunk) {
+  for (int s = 0; s < cache_->max_seqs(); ++s)
+    if (cache_->length(s) != 0) return FailedPrecondition("warm-up needs an empty KV cache");
+  int steps = 0;
+  std::vector<int> sizes;
+  const int most = std::min(chunk, cache_->max_context());
+  for (int n = 1; n < most; n *= 2) sizes.push_back(n);
+  sizes.push_back(most);
+  const std::vector<int32_t> zeros(most, 0);
+  for (int n : sizes) {
+    G4_RETURN_IF_ERROR(Prefill(0, std::span<const int32_t>(zeros).first(n), false, nullptr));
+    cache_->Reset(0);
+    ++steps;
+  }
+  sizes.clear();
+  for (int b = 1; b < cache_->max_seqs(); b *= 2) sizes.push_back(b);
+  sizes.push_back(cache_->max_seqs());
+  std::vector<int32_t> seqs, tokens;
+  for (int b : sizes) {
+    seqs.resize(b);
+    for (int i = 0; i < b; ++i) seqs[i] = i;
+    tokens.assign(b, 0);
+    G4_RETURN_IF_ERROR(Decode(seqs, tokens, nullptr));
+    for (int i = 0; i < b; ++i) cache_->Reset(i);
+    ++steps;
+  }
+  last_exe_ = nullptr;
+  return steps;
+}
+
 std::span<float> Engine::StepLogits() const {
   if (!last_exe_) return {};
   OutputView lv = last_exe_->Output("logits");

@@ -106,6 +106,13 @@ class Engine {
   // Errors as Prefill.
   Status Decode(std::span<const int32_t> seqs, std::span<const int32_t> tokens, std::vector<float>* logits);
 
+  // Runs every step shape a server with prefill chunks of at most `chunk` tokens and decode
+  // batches of up to max_seqs sequences uses (prefill of 1, 2, 4, ... and `chunk` tokens; decode
+  // of 1, 2, 4, ... and max_seqs sequences), so that a backend that compiles per shape
+  // (Backend::CompilesPerShape) has compiled them all; the cache is left empty. Returns the number
+  // of steps run. Every sequence must be empty (FailedPrecondition otherwise).
+  StatusOr<int> Warmup(int chunk);
+
   // The logits of the last Prefill or Decode call, without a copy: a view into the backend's step
   // memory, [rows, V] row-major with V = config().vocab. Decode: one row per sequence, row b for
   // seqs[b]. Prefill: the last chunk's output rows (all_logits false: one row, the last token's).

@@ -283,6 +283,14 @@ void ServeInstance::Load(std::function<void()> before_load) {
     auto engine = Engine::Create(std::move(model), std::move(backend_), eo);
     if (!engine.ok()) return finish(engine.status());
     engine_ = std::move(engine).value();
+    if (engine_->backend().CompilesPerShape()) {  // every step shape compiled before /health answers 200
+      const auto w0 = std::chrono::steady_clock::now();
+      auto steps = engine_->Warmup(opt_.prefill_chunk);
+      if (!steps.ok()) return finish(steps.status());
+      std::fprintf(stderr, "gemma4rt: warm-up: %d step shapes (prefill chunks up to %d tokens, decode of up to %d sequences) "
+                   "compiled and run in %.1f s\n", *steps, opt_.prefill_chunk, opt_.parallel,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count());
+    }
     SchedulerOptions so;
     so.max_queue = opt_.max_queue;
     so.prefill_chunk = opt_.prefill_chunk;

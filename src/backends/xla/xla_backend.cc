@@ -51,6 +51,7 @@ class XlaBackend : public Backend {
  public:
   XlaBackend(std::unique_ptr<xla::Client> client, XlaDeviceInfo info) : client_(std::move(client)), info_(std::move(info)) {}
   std::string Name() const override { return "xla-" + info_.platform; }
+  bool CompilesPerShape() const override { return true; }
   StatusOr<std::unique_ptr<Executable>> Compile(const Graph& graph, int num_tokens, int num_output_rows) override;
   StatusOr<std::unique_ptr<KvCacheBase>> CreateKvCache(const ModelConfig& config, int max_seqs, int max_context,
                                                        DType type) override;
