@@ -352,7 +352,7 @@ TEST(GreedyLlamaCppTest, RowBlockedOutputsThatOutliveTheirInputsAreWholeAndRight
       auto exe = backend->Compile(g, T, 1);
       ASSERT_TRUE(exe.ok());
       KvCache cache(c, 1, 512);
-      (*exe)->Run(StepInput{tokens, pos, seq, out_rows}, cache);
+      ASSERT_TRUE((*exe)->Run(StepInput{tokens, pos, seq, out_rows}, cache).ok());
       for (const char* name : {"m", "y", "z"}) {
         const OutputView o = (*exe)->Output(name);
         ASSERT_EQ(o.rows, T) << name;

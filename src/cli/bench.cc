@@ -1,4 +1,5 @@
 // `gemma4rt bench`: see bench.h. Flag names follow llama-bench (-m -t -p -n -d -r -ub -o).
+#include "backends/backend_flags.h"
 #include "backends/cpu/kernels.h"
 #include "cli/bench.h"
 #include "cli/parse_error.h"
@@ -599,6 +600,8 @@ int BenchMain(int argc, char** argv) {
   app.add_flag("--mmap,!--no-mmap", mmap, kMmapFlagHelp);
   bool no_repack = false;
   app.add_flag("--no-repack", no_repack, kNoRepackFlagHelp);
+  BackendOptions backend_choice;
+  AddBackendFlags(&app, &backend_choice);
   app.add_option("--ple-bits", ple_bits, "with --quantize: bits of the embedding and PLE tables (8 = Q8_0, 16 = as stored)")
       ->check(CLI::IsMember({8, 16}));
   app.add_flag("--quality", quality, "compare the model as run (with --quantize, and int8 activations unless "
@@ -699,7 +702,8 @@ int BenchMain(int argc, char** argv) {
   load_options.copy_progress = TerminalCopyProgress("gemma4rt");
   if (auto q = ParseQuantizeFlag(quantize); q.ok()) load_options.quantize = *q;
   else return FailUsage(q.status());
-  load_options.pack_q4_0 = PackQ4_0ForCpu(f32_activations, no_repack);
+  backend_choice.f32_activations = f32_activations;
+  load_options.pack_q4_0 = PackQ4_0For(backend_choice, no_repack);
   if (quality && !load_options.quantize && f32_activations)
     return FailUsage(InvalidArgument("--quality compares with the model as stored in f32 activations: give --quantize "
                                      "q8_0|q4_0|w4a16, or leave out --f32-activations to measure int8 activations alone"));
@@ -774,9 +778,14 @@ int BenchMain(int argc, char** argv) {
   const int context = max_depth + longest;
 
   const std::string weights_dtype = WeightsDescription(*loaded);
-  char policy[512];
-  std::snprintf(policy, sizeof policy, "backend=cpu simd=%s compute=f32 activations=%s weights=%s memory=%s kv=%s threads=%d context=%d", cpu::SimdTargetName(), ActivationPolicy(CpuBackendOptionsFor(f32_activations)), weights_dtype.c_str(),
-                WeightsMemory(*loaded), cache_type.c_str(), threads, context);
+  backend_choice.threads = threads;
+  backend_choice.profile = profile;
+  auto backend = MakeBackend(backend_choice);
+  if (!backend.ok()) return Fail(backend.status());
+  char policy[1024];
+  std::snprintf(policy, sizeof policy, "%s weights=%s memory=%s kv=%s threads=%d context=%d",
+                DevicePolicyFields(**backend, backend_choice).c_str(), weights_dtype.c_str(), WeightsMemory(*loaded),
+                cache_type.c_str(), threads, context);
   std::fprintf(stderr, "gemma4rt: device policy: %s\n", policy);
   for (const std::string& n : clamp_notes) std::fprintf(stderr, "gemma4rt: bench: %s\n", n.c_str());
 
@@ -814,9 +823,7 @@ int BenchMain(int argc, char** argv) {
   opts.max_context = context;
   opts.prefill_chunk = ubatch;
   opts.kv_type = kv_type;
-  CpuBackendOptions backend_options = CpuBackendOptionsFor(f32_activations);
-  backend_options.profile = profile;
-  auto engine_or = Engine::Create(std::move(loaded), MakeCpuBackend(threads, backend_options), opts);
+  auto engine_or = Engine::Create(std::move(loaded), std::move(*backend), opts);
   if (!engine_or.ok()) return Fail(engine_or.status());
   Engine& engine = **engine_or;
 

@@ -33,6 +33,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/cpu/kernels.h"
+#include "backends/backend_flags.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/simd_cap.h"
 #include "base/thread_pool.h"
@@ -186,17 +187,17 @@ void OnInterrupt(int) {
   }
 }
 
-g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int threads, const g4::LoadOptions& lo,
-                           bool f32_activations, g4::DType kv_type) {
+g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, const g4::BackendOptions& bo, const g4::LoadOptions& lo,
+                           g4::DType kv_type) {
   if (!std::filesystem::exists(model))
     return g4::NotFound("model '" + model + "' does not exist" +
                         (model == g4::DefaultModelFile() ? " (run scripts/fetch-default-model.sh to get the default model)" : ""));
   G4_ASSIGN_OR_RETURN(auto loaded, g4::LoadModel(model, lo));
   G4_ASSIGN_OR_RETURN(const int context, g4::ResolveContextSize(loaded->config, ctx));
-  std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=%s compute=f32 activations=%s weights=%s memory=%s kv=%s threads=%d context=%d\n",
-               g4::cpu::SimdTargetName(), g4::ActivationPolicy(g4::CpuBackendOptionsFor(f32_activations)), g4::WeightsDescription(*loaded).c_str(),
-               g4::WeightsMemory(*loaded), g4::CacheTypeName(kv_type), threads,
-               context);
+  G4_ASSIGN_OR_RETURN(std::unique_ptr<g4::Backend> backend, g4::MakeBackend(bo));
+  std::fprintf(stderr, "gemma4rt: device policy: %s weights=%s memory=%s kv=%s threads=%d context=%d\n",
+               g4::DevicePolicyFields(*backend, bo).c_str(), g4::WeightsDescription(*loaded).c_str(),
+               g4::WeightsMemory(*loaded), g4::CacheTypeName(kv_type), bo.threads, context);
   // Large mapped weights (--mmap) are read once here; copied ones are in memory already (their
   // copy showed its own progress on a terminal). The progress shows once the read has taken half
   // a second: a file in the page cache is read in milliseconds, and a pipe got five "loading
@@ -222,7 +223,7 @@ g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, int thr
   o.max_context = context;
   o.prefill_chunk = chunk;
   o.kv_type = kv_type;
-  G4_ASSIGN_OR_RETURN(s.engine, g4::Engine::Create(std::move(loaded), g4::MakeCpuBackend(threads, g4::CpuBackendOptionsFor(f32_activations)), o));
+  G4_ASSIGN_OR_RETURN(s.engine, g4::Engine::Create(std::move(loaded), std::move(backend), o));
   return s;
 }
 
@@ -292,6 +293,7 @@ int Main(int argc, char** argv) {
   bool f32_activations = false;
   bool mmap = false;
   bool no_repack = false;
+  g4::BackendOptions backend_options;
   auto add_model = [&](CLI::App* c, bool runs_model = true) {
     c->add_option("-m,--model", model, "GGUF file or Hugging Face checkpoint directory (default: $GEMMA4RT_MODEL or the fetched Gemma 3 270M)");
     c->add_option("--quantize", quantize, "quantise an F32/F16/BF16 checkpoint at load: q8_0, q4_0 or w4a16")
@@ -300,6 +302,7 @@ int Main(int argc, char** argv) {
         ->check(CLI::IsMember({8, 16}));
     if (runs_model) c->add_flag("--mmap,!--no-mmap", mmap, g4::kMmapFlagHelp);  // info always maps
     if (runs_model) c->add_flag("--no-repack", no_repack, g4::kNoRepackFlagHelp);
+    g4::AddBackendFlags(c, &backend_options);
   };
   struct RunOptions {
     CLI::Option* prompt;
@@ -395,7 +398,8 @@ int Main(int argc, char** argv) {
   load_options.copy_progress = g4::cli::TerminalCopyProgress("gemma4rt");
   if (auto q = g4::ParseQuantizeFlag(quantize); q.ok()) load_options.quantize = *q;
   else return g4::cli::FailUsage(q.status());
-  load_options.pack_q4_0 = !info->parsed() && g4::PackQ4_0ForCpu(f32_activations, no_repack);
+  backend_options.f32_activations = f32_activations;
+  load_options.pack_q4_0 = !info->parsed() && g4::PackQ4_0For(backend_options, no_repack);
   const auto kv_type = g4::ParseCacheType(cache_type);
   if (!kv_type.ok()) return g4::cli::FailUsage(kv_type.status());
 
@@ -408,10 +412,11 @@ int Main(int argc, char** argv) {
     if (!context.ok()) return Fail(context.status());
     // generate's fields, for generate's defaults (info takes no -t or --f32-activations, and always
     // maps the weights: memory=mapped) and the --cache-type given.
-    std::fprintf(stderr, "gemma4rt: device policy: backend=cpu simd=%s compute=f32 activations=%s weights=%s memory=%s kv=%s threads=%d context=%d\n",
-                 g4::cpu::SimdTargetName(), g4::ActivationPolicy(g4::CpuBackendOptionsFor(f32_activations)),
-                 g4::WeightsDescription(**loaded).c_str(), g4::WeightsMemory(**loaded),
-                 g4::CacheTypeName(*kv_type), g4::ResolveThreadCount(threads), *context);
+    auto backend = g4::MakeBackend(backend_options);  // --backend xla: the plugin and device the line names
+    if (!backend.ok()) return Fail(backend.status());
+    std::fprintf(stderr, "gemma4rt: device policy: %s weights=%s memory=%s kv=%s threads=%d context=%d\n",
+                 g4::DevicePolicyFields(**backend, backend_options).c_str(), g4::WeightsDescription(**loaded).c_str(),
+                 g4::WeightsMemory(**loaded), g4::CacheTypeName(*kv_type), g4::ResolveThreadCount(threads), *context);
     std::printf("model: %s (%s)\n", model.c_str(), c.architecture.c_str());
     std::printf("family: %s  hidden: %d  layers: %d  heads: %d  vocab: %d  window: %d  ple_dim: %d  experts: %d (top %d)\n",
                 c.family == g4::ModelFamily::kGemma4 ? "gemma4" : "gemma3", c.hidden, c.num_layers, c.num_heads, c.vocab,
@@ -453,7 +458,8 @@ int Main(int argc, char** argv) {
   }
   threads = g4::ResolveThreadCount(threads);
   stops.erase(std::remove(stops.begin(), stops.end(), std::string()), stops.end());
-  auto session_or = Open(model, ctx, chunk, threads, load_options, f32_activations, *kv_type);
+  backend_options.threads = threads;
+  auto session_or = Open(model, ctx, chunk, backend_options, load_options, *kv_type);
   if (!session_or.ok()) return Fail(session_or.status());
   Session& s = *session_or;
   g4::Engine& engine = *s.engine;

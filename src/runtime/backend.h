@@ -40,9 +40,11 @@ struct OutputView {
 class Executable {
  public:
   virtual ~Executable() = default;
-  // Runs the step: reads and writes `cache` (sequence lengths are advanced by the caller).
-  // The step must satisfy the StepInput contract and the compiled shape (internal checks).
-  virtual void Run(const StepInput& input, KvCache& cache) = 0;
+  // Runs the step: reads and writes `cache`, which this executable's backend created
+  // (Backend::CreateKvCache; sequence lengths are advanced by the caller). The step must satisfy
+  // the StepInput contract and the compiled shape (internal checks). Errors: a device's (e.g. out
+  // of memory); the CPU backend has none.
+  virtual Status Run(const StepInput& input, KvCacheBase& cache) = 0;
   // Exported output by name; rows == 0 if the graph has no such output.
   virtual OutputView Output(const std::string& name) const = 0;
   // Bytes of host memory the step's node outputs and prepared activations take (the CPU backend:
@@ -74,6 +76,16 @@ class Backend {
   // Compiles `graph` for steps of exactly `num_tokens` tokens and `num_output_rows` output rows.
   // Executables must not outlive their backend, and must not Run concurrently with each other.
   virtual StatusOr<std::unique_ptr<Executable>> Compile(const Graph& graph, int num_tokens, int num_output_rows) = 0;
+  // A KV cache for `config` where this backend's executables read and write it (KvCache's layout
+  // and limits; type kF32, kF16 or kBF16). The CPU backend: a host KvCache. Errors: the device's
+  // (the cache does not fit).
+  // Whether the first run of each step shape compiles a program for it (seconds on a real model):
+  // a server then runs every shape it will use before it answers /health (Engine::Warmup).
+  virtual bool CompilesPerShape() const { return false; }
+  virtual StatusOr<std::unique_ptr<KvCacheBase>> CreateKvCache(const ModelConfig& config, int max_seqs, int max_context,
+                                                               DType type) {
+    return std::unique_ptr<KvCacheBase>(new KvCache(config, max_seqs, max_context, type));
+  }
 };
 
 }  // namespace g4

@@ -124,11 +124,12 @@ StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(std::vector<std::stri
   return out;
 }
 
-Engine::Engine(std::unique_ptr<LoadedModel> model, std::unique_ptr<Backend> backend, const EngineOptions& options)
+Engine::Engine(std::unique_ptr<LoadedModel> model, std::unique_ptr<Backend> backend, const EngineOptions& options,
+               std::unique_ptr<KvCacheBase> cache)
     : model_(std::move(model)),
       backend_(std::move(backend)),
-      options_(Resolve(options, model_->config)),
-      cache_(model_->config, options_.max_seqs, options_.max_context, options_.kv_type),
+      options_(options),
+      cache_(std::move(cache)),
       graph_last_(BuildGemmaGraph(model_->config, model_->weights, GraphOptions{false})),
       graph_all_(BuildGemmaGraph(model_->config, model_->weights, GraphOptions{true})) {}
 
@@ -146,7 +147,10 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<LoadedModel> mo
   if (options.prefill_chunk < 1) return InvalidArgument("prefill chunk must be >= 1");
   if (!IsKvCacheType(options.kv_type))
     return InvalidArgument("KV cache type must be f32, f16 or bf16, not " + std::string(DTypeName(options.kv_type)));
-  return std::unique_ptr<Engine>(new Engine(std::move(model), std::move(backend), options));
+  const EngineOptions resolved = Resolve(options, model->config);
+  G4_ASSIGN_OR_RETURN(std::unique_ptr<KvCacheBase> cache,
+                      backend->CreateKvCache(model->config, resolved.max_seqs, resolved.max_context, resolved.kv_type));
+  return std::unique_ptr<Engine>(new Engine(std::move(model), std::move(backend), resolved, std::move(cache)));
 }
 
 Status Engine::CheckTokens(std::span<const int32_t> tokens) const {
@@ -173,13 +177,13 @@ StatusOr<Executable*> Engine::GetExecutable(int num_tokens, int num_output_rows,
 Status Engine::Prefill(int seq, std::span<const int32_t> tokens, bool all_logits, std::vector<float>* logits,
                        std::map<std::string, std::vector<float>>* captured, const std::atomic<bool>* interrupt) {
   last_exe_ = nullptr;
-  if (seq < 0 || seq >= cache_.max_seqs()) return InvalidArgument("sequence " + std::to_string(seq) + " is out of range");
+  if (seq < 0 || seq >= cache_->max_seqs()) return InvalidArgument("sequence " + std::to_string(seq) + " is out of range");
   if (tokens.empty()) return InvalidArgument("prefill needs at least one token");
   G4_RETURN_IF_ERROR(CheckTokens(tokens));
-  const int start = cache_.length(seq);
-  if (start + static_cast<int64_t>(tokens.size()) > cache_.max_context())
+  const int start = cache_->length(seq);
+  if (start + static_cast<int64_t>(tokens.size()) > cache_->max_context())
     return ResourceExhausted("sequence would hold " + std::to_string(start + tokens.size()) + " tokens; the context size is " +
-                             std::to_string(cache_.max_context()));
+                             std::to_string(cache_->max_context()));
   const int V = config().vocab;
   const int n = static_cast<int>(tokens.size());
   if (logits) logits->assign(all_logits ? static_cast<size_t>(n) * V : V, 0.0f);
@@ -196,10 +200,10 @@ Status Engine::Prefill(int seq, std::span<const int32_t> tokens, bool all_logits
     pos_buf_.resize(len);
     seq_buf_.assign(len, seq);
     out_buf_.assign(out_rows, len - 1);
-    for (int i = 0; i < len; ++i) pos_buf_[i] = cache_.length(seq) + i;
+    for (int i = 0; i < len; ++i) pos_buf_[i] = cache_->length(seq) + i;
     StepInput in{tokens.subspan(begin, len), pos_buf_, seq_buf_, out_buf_};
-    exe->Run(in, cache_);
-    cache_.set_length(seq, cache_.length(seq) + len);
+    G4_RETURN_IF_ERROR(exe->Run(in, *cache_));
+    cache_->set_length(seq, cache_->length(seq) + len);
     last_exe_ = exe;
     if (logits && out_rows > 0) {
       OutputView lv = exe->Output("logits");
@@ -224,28 +228,58 @@ Status Engine::Decode(std::span<const int32_t> seqs, std::span<const int32_t> to
   G4_RETURN_IF_ERROR(CheckTokens(tokens));
   std::set<int32_t> seen;
   for (int32_t s : seqs) {
-    if (s < 0 || s >= cache_.max_seqs()) return InvalidArgument("sequence " + std::to_string(s) + " is out of range");
+    if (s < 0 || s >= cache_->max_seqs()) return InvalidArgument("sequence " + std::to_string(s) + " is out of range");
     if (!seen.insert(s).second) return InvalidArgument("sequence " + std::to_string(s) + " appears twice in one decode step");
-    if (cache_.length(s) + 1 > cache_.max_context())
-      return ResourceExhausted("sequence " + std::to_string(s) + " is full (context size " + std::to_string(cache_.max_context()) + ")");
+    if (cache_->length(s) + 1 > cache_->max_context())
+      return ResourceExhausted("sequence " + std::to_string(s) + " is full (context size " + std::to_string(cache_->max_context()) + ")");
   }
   const int B = static_cast<int>(seqs.size());
   G4_ASSIGN_OR_RETURN(Executable * exe, GetExecutable(B, B, false, false));
   pos_buf_.resize(B);
   out_buf_.resize(B);
   for (int b = 0; b < B; ++b) {
-    pos_buf_[b] = cache_.length(seqs[b]);
+    pos_buf_[b] = cache_->length(seqs[b]);
     out_buf_[b] = b;
   }
   StepInput in{tokens, pos_buf_, seqs, out_buf_};
-  exe->Run(in, cache_);
-  for (int b = 0; b < B; ++b) cache_.set_length(seqs[b], cache_.length(seqs[b]) + 1);
+  G4_RETURN_IF_ERROR(exe->Run(in, *cache_));
+  for (int b = 0; b < B; ++b) cache_->set_length(seqs[b], cache_->length(seqs[b]) + 1);
   last_exe_ = exe;
   if (logits) {
     OutputView lv = exe->Output("logits");
     logits->assign(lv.data, lv.data + static_cast<size_t>(lv.rows) * lv.cols);
   }
   return OkStatus();
+}
+
+StatusOr<int> Engine::Warmup(int chunk) {
+  for (int s = 0; s < cache_->max_seqs(); ++s)
+    if (cache_->length(s) != 0) return FailedPrecondition("warm-up needs an empty KV cache");
+  int steps = 0;
+  std::vector<int> sizes;
+  const int most = std::min(chunk, cache_->max_context());
+  for (int n = 1; n < most; n *= 2) sizes.push_back(n);
+  sizes.push_back(most);
+  const std::vector<int32_t> zeros(most, 0);
+  for (int n : sizes) {
+    G4_RETURN_IF_ERROR(Prefill(0, std::span<const int32_t>(zeros).first(n), false, nullptr));
+    cache_->Reset(0);
+    ++steps;
+  }
+  sizes.clear();
+  for (int b = 1; b < cache_->max_seqs(); b *= 2) sizes.push_back(b);
+  sizes.push_back(cache_->max_seqs());
+  std::vector<int32_t> seqs, tokens;
+  for (int b : sizes) {
+    seqs.resize(b);
+    for (int i = 0; i < b; ++i) seqs[i] = i;
+    tokens.assign(b, 0);
+    G4_RETURN_IF_ERROR(Decode(seqs, tokens, nullptr));
+    for (int i = 0; i < b; ++i) cache_->Reset(i);
+    ++steps;
+  }
+  last_exe_ = nullptr;
+  return steps;
 }
 
 std::span<float> Engine::StepLogits() const {

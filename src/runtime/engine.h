@@ -76,7 +76,8 @@ StatusOr<int> ResolveContextSize(const ModelConfig& config, int requested);
 
 class Engine {
  public:
-  // Errors: InvalidArgument for options out of range (named).
+  // Errors: InvalidArgument for options out of range (named); the backend's when the KV cache cannot
+  // be created (Backend::CreateKvCache).
   static StatusOr<std::unique_ptr<Engine>> Create(std::unique_ptr<LoadedModel> model, std::unique_ptr<Backend> backend,
                                                   const EngineOptions& options);
 
@@ -84,10 +85,11 @@ class Engine {
   const LoadedModel& model() const { return *model_; }
   const EngineOptions& options() const { return options_; }
   const Backend& backend() const { return *backend_; }
-  const KvCache& cache() const { return cache_; }
-  int SequenceLength(int seq) const { return cache_.length(seq); }
+  // The KV cache, where the backend keeps it (Backend::CreateKvCache).
+  const KvCacheBase& cache() const { return *cache_; }
+  int SequenceLength(int seq) const { return cache_->length(seq); }
   // Forgets sequence `seq` (O(1)).
-  void ResetSequence(int seq) { cache_.Reset(seq); }
+  void ResetSequence(int seq) { cache_->Reset(seq); }
 
   // Appends `tokens` to sequence `seq`. logits: [tokens, V] when all_logits, else [V] for the last
   // token. captured (optional): every exported graph output with one row per token ("embeddings",
@@ -104,6 +106,13 @@ class Engine {
   // Errors as Prefill.
   Status Decode(std::span<const int32_t> seqs, std::span<const int32_t> tokens, std::vector<float>* logits);
 
+  // Runs every step shape a server with prefill chunks of at most `chunk` tokens and decode
+  // batches of up to max_seqs sequences uses (prefill of 1, 2, 4, ... and `chunk` tokens; decode
+  // of 1, 2, 4, ... and max_seqs sequences), so that a backend that compiles per shape
+  // (Backend::CompilesPerShape) has compiled them all; the cache is left empty. Returns the number
+  // of steps run. Every sequence must be empty (FailedPrecondition otherwise).
+  StatusOr<int> Warmup(int chunk);
+
   // The logits of the last Prefill or Decode call, without a copy: a view into the backend's step
   // memory, [rows, V] row-major with V = config().vocab. Decode: one row per sequence, row b for
   // seqs[b]. Prefill: the last chunk's output rows (all_logits false: one row, the last token's).
@@ -113,7 +122,8 @@ class Engine {
   std::span<float> StepLogits() const;
 
  private:
-  Engine(std::unique_ptr<LoadedModel> model, std::unique_ptr<Backend> backend, const EngineOptions& options);
+  Engine(std::unique_ptr<LoadedModel> model, std::unique_ptr<Backend> backend, const EngineOptions& options,
+         std::unique_ptr<KvCacheBase> cache);
   Status CheckTokens(std::span<const int32_t> tokens) const;
   // The graph for a step: logits for every token or the output rows only; capture: with the
   // intermediates exported (built on first use).
@@ -123,7 +133,7 @@ class Engine {
   std::unique_ptr<LoadedModel> model_;
   std::unique_ptr<Backend> backend_;
   EngineOptions options_;
-  KvCache cache_;
+  std::unique_ptr<KvCacheBase> cache_;
   Graph graph_last_;  // logits for output rows only
   Graph graph_all_;   // logits for every token
   std::unique_ptr<Graph> graph_capture_[2];  // [all_logits]: also exporting the intermediates

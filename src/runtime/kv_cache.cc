@@ -7,7 +7,7 @@
 namespace g4 {
 
 KvCache::KvCache(const ModelConfig& c, int max_seqs, int max_context, DType type)
-    : layers_(c.num_layers), type_(type), lengths_(max_seqs, 0), max_context_(max_context) {
+    : KvCacheBase(max_seqs, max_context, type), layers_(c.num_layers) {
   if (!IsKvCacheType(type)) throw std::invalid_argument("KV cache type must be F32, F16 or BF16, not " + std::string(DTypeName(type)));
   for (int l = 0; l < c.num_layers; ++l) {
     const LayerPlan& lp = c.layers[l];

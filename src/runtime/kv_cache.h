@@ -1,4 +1,8 @@
-// KvCache: K and V of every cache-owning layer, for a fixed number of sequences.
+// KvCacheBase: what the engine and scheduler know of a KV cache -- its sequences' lengths, limits
+// and size. Where K and V live is the backend's (Backend::CreateKvCache): host memory for the CPU
+// backend (KvCache below), device buffers for the XLA backend.
+//
+// KvCache: K and V of every cache-owning layer in host memory, for a fixed number of sequences.
 //
 // Layout per owning layer l and sequence s: K and V each [slots, Nkv, D] of the cache's element type
 // (f32; f16: IEEE binary16, or bf16: the top half of an f32, each rounded to nearest even from
@@ -21,11 +25,11 @@ namespace g4 {
 // The element types a KvCache holds: DType::kF32, kF16 and kBF16.
 inline bool IsKvCacheType(DType t) { return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16; }
 
-class KvCache {
+class KvCacheBase {
  public:
-  // max_context: the most positions one sequence may hold (tokens); max_seqs >= 1; type: the
-  // element type of K and V, DType::kF32, kF16 or kBF16 (std::invalid_argument otherwise).
-  KvCache(const ModelConfig& config, int max_seqs, int max_context, DType type = DType::kF32);
+  KvCacheBase(int max_seqs, int max_context, DType type)
+      : type_(type), lengths_(max_seqs, 0), max_context_(max_context) {}
+  virtual ~KvCacheBase() = default;
 
   DType type() const { return type_; }
   // Bytes per element: 4 (f32) or 2 (f16, bf16).
@@ -37,6 +41,20 @@ class KvCache {
   void set_length(int seq, int n) { lengths_[seq] = n; }
   // Forgets a sequence (its slots are overwritten by the next user). O(1).
   void Reset(int seq) { lengths_[seq] = 0; }
+  // Total bytes of K and V held (wherever they live).
+  virtual size_t bytes() const = 0;
+
+ private:
+  DType type_;
+  std::vector<int> lengths_;
+  int max_context_;
+};
+
+class KvCache : public KvCacheBase {
+ public:
+  // max_context: the most positions one sequence may hold (tokens); max_seqs >= 1; type: the
+  // element type of K and V, DType::kF32, kF16 or kBF16 (std::invalid_argument otherwise).
+  KvCache(const ModelConfig& config, int max_seqs, int max_context, DType type = DType::kF32);
 
   bool owns(int layer) const { return layers_[layer].slots > 0; }
   int slots(int layer) const { return layers_[layer].slots; }
@@ -46,8 +64,7 @@ class KvCache {
   void* k(int layer, int seq, int slot) { return Row(layers_[layer].k, layer, seq, slot); }
   void* v(int layer, int seq, int slot) { return Row(layers_[layer].v, layer, seq, slot); }
   int kv_width(int layer) const { return layers_[layer].width; }
-  // Total bytes held.
-  size_t bytes() const;
+  size_t bytes() const override;
   // Bytes one sequence needs at `context` tokens with elements of `type` (for admission and `info`).
   static size_t BytesPerSequence(const ModelConfig& config, int context, DType type = DType::kF32);
 
@@ -63,9 +80,6 @@ class KvCache {
     return buf.data() + (static_cast<size_t>(seq) * L.slots + slot) * L.width * elem_bytes();
   }
   std::vector<Layer> layers_;
-  DType type_;
-  std::vector<int> lengths_;
-  int max_context_;
 };
 
 }  // namespace g4

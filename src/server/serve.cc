@@ -18,6 +18,8 @@
 
 #include <CLI/CLI.hpp>
 
+#include "backends/backend_flags.h"
+
 #include "backends/cpu/cpu_backend.h"
 #include "base/thread_pool.h"
 #include "cli/parse_error.h"
@@ -113,6 +115,7 @@ ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
                "arithmetic; slower) instead of int8 activation blocks and, where the CPU has a bf16 dot product, bf16 "
                "activations (llama.cpp's)")->envname("GEMMA4RT_F32_ACTIVATIONS");
   app.add_option("--prefill-chunk", o.prefill_chunk, "prompt tokens per prefill step")->envname("GEMMA4RT_PREFILL_CHUNK")->check(CLI::Range(1, 1 << 16));
+  AddBackendFlags(&app, &o.backend);
   // llama-server's two-letter short flag; CLI11 only has one-letter short names.
   // Then llama.cpp's cache-type spellings (-ctk, -ctv, ...). Option values stay as given.
   std::vector<std::string> argv_s{"gemma4rt serve"};
@@ -194,10 +197,11 @@ StatusOr<std::unique_ptr<ServeInstance>> ServeInstance::Start(const ServeOptions
   s->opt_ = options;
   const int threads = ResolveThreadCount(options.threads);
   s->opt_.threads = threads;
-  s->backend_ = MakeCpuBackend(threads, CpuBackendOptionsFor(options.f32_activations));
-  std::fprintf(stderr, "gemma4rt: device policy: backend=%s simd=%s compute=f32 activations=%s kv=%s threads=%d slots=%d\n",
-               s->backend_->Name().c_str(), cpu::SimdTargetName(),
-               ActivationPolicy(CpuBackendOptionsFor(options.f32_activations)), options.cache_type.c_str(), threads,
+  s->opt_.backend.threads = threads;
+  s->opt_.backend.f32_activations = options.f32_activations;
+  G4_ASSIGN_OR_RETURN(s->backend_, MakeBackend(s->opt_.backend));
+  std::fprintf(stderr, "gemma4rt: device policy: %s kv=%s threads=%d slots=%d\n",
+               DevicePolicyFields(*s->backend_, s->opt_.backend).c_str(), options.cache_type.c_str(), threads,
                options.parallel);
   HttpOptions h;
   h.host = options.host;
@@ -241,7 +245,7 @@ void ServeInstance::Load(std::function<void()> before_load) {
     lo.ple_bits = opt_.ple_bits;
     lo.mmap = opt_.mmap;
     lo.copy_progress = cli::TerminalCopyProgress("gemma4rt serve");
-    lo.pack_q4_0 = PackQ4_0ForCpu(opt_.f32_activations, opt_.no_repack);
+    lo.pack_q4_0 = PackQ4_0For(opt_.backend, opt_.no_repack);
     auto q = ParseQuantizeFlag(opt_.quantize);
     if (!q.ok()) return finish(q.status());
     lo.quantize = *q;
@@ -279,6 +283,14 @@ void ServeInstance::Load(std::function<void()> before_load) {
     auto engine = Engine::Create(std::move(model), std::move(backend_), eo);
     if (!engine.ok()) return finish(engine.status());
     engine_ = std::move(engine).value();
+    if (engine_->backend().CompilesPerShape()) {  // every step shape compiled before /health answers 200
+      const auto w0 = std::chrono::steady_clock::now();
+      auto steps = engine_->Warmup(opt_.prefill_chunk);
+      if (!steps.ok()) return finish(steps.status());
+      std::fprintf(stderr, "gemma4rt: warm-up: %d step shapes (prefill chunks up to %d tokens, decode of up to %d sequences) "
+                   "compiled and run in %.1f s\n", *steps, opt_.prefill_chunk, opt_.parallel,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count());
+    }
     SchedulerOptions so;
     so.max_queue = opt_.max_queue;
     so.prefill_chunk = opt_.prefill_chunk;

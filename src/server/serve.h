@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "backends/backend_factory.h"
 #include "base/status.h"
 #include "runtime/engine.h"
 #include "runtime/scheduler.h"
@@ -55,6 +56,9 @@ struct ServeOptions {
   bool mmap = false;                  // --mmap: weights used from the file mapping (LoadOptions::mmap)
   bool f32_activations = false;       // --f32-activations (CpuBackendOptionsFor: no int8 or bf16 activations)
   bool no_repack = false;             // --no-repack: Q4_0 weights stay as stored (LoadOptions::pack_q4_0)
+  // --backend cpu|xla and --pjrt-plugin (backend_flags.h); threads and f32_activations are taken
+  // from the fields above when the backend is made.
+  BackendOptions backend;
 };
 
 // The HTTP worker threads `serve` starts when --threads-http is 0: parallel + max_queue + 16,

@@ -79,7 +79,7 @@ class CpuExecutable : public Executable {
     Plan();
   }
 
-  void Run(const StepInput& in, KvCache& cache) override;
+  Status Run(const StepInput& in, KvCacheBase& cache) override;
   // The arena's floats plus the workspace this step needs besides (prepared activations, the
   // fused MLP's per-thread blocks, RoPE tables); not the scratch that grows during Run (the
   // attention's f16 step rows and split-K state, per-thread weight rows, MoE buffers).
@@ -655,7 +655,10 @@ int CpuExecutable::PlannedRowsOf(int node) const {
   return mlp_down_of_[node] >= 0 || blocked_away_[node] || row_blocked_[node] ? std::min(rows, opts_.row_block) : rows;
 }
 
-void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
+Status CpuExecutable::Run(const StepInput& in, KvCacheBase& base) {
+  auto* host = dynamic_cast<KvCache*>(&base);
+  G4_CHECK(host != nullptr);  // a cache of this backend (CreateKvCache)
+  KvCache& cache = *host;
   G4_CHECK(static_cast<int>(in.tokens.size()) == num_tokens_ && in.positions.size() == in.tokens.size() &&
            in.seq_ids.size() == in.tokens.size() && static_cast<int>(in.output_rows.size()) == num_out_);
   for (int t = 0; t < num_tokens_; ++t) {
@@ -787,6 +790,7 @@ void CpuExecutable::Run(const StepInput& in, KvCache& cache) {
     const Hint& h = hint_after_[i];
     if (h.a != nullptr) pool_->PrefetchHint(h.a, h.a_bytes, h.b, h.b_bytes);
   }
+  return OkStatus();
 }
 
 void CpuExecutable::CheckWorkspace(DType wt, int K, int rows) const {  // sized by Plan

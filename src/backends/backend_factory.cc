@@ -1,0 +1,117 @@
+#include "backends/backend_factory.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+
+#include "backends/cpu/cpu_backend.h"
+#include "backends/cpu/kernels.h"
+#if GEMMA4RT_HAVE_XLA
+#include "backends/xla/xla_backend.h"
+#endif
+
+namespace g4 {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Python site-packages (and dist-packages) directories under `prefix`/lib/python3.*/.
+std::vector<fs::path> SitePackages(const fs::path& prefix) {
+  std::vector<fs::path> out;
+  std::error_code ec;
+  const fs::path lib = prefix / "lib";
+  if (!fs::is_directory(lib, ec)) return out;
+  for (const auto& e : fs::directory_iterator(lib, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("python3", 0) != 0) continue;
+    for (const char* sub : {"site-packages", "dist-packages"})
+      if (fs::is_directory(e.path() / sub, ec)) out.push_back(e.path() / sub);
+  }
+  return out;
+}
+
+}  // namespace
+
+StatusOr<std::string> FindPjrtPlugin(std::vector<std::string>* searched) {
+  if (const char* env = std::getenv("GEMMA4RT_PJRT_PLUGIN"); env != nullptr && *env != '\0') {
+    if (searched) searched->push_back(std::string("$GEMMA4RT_PJRT_PLUGIN: ") + env);
+    return std::string(env);
+  }
+  const char* home = std::getenv("HOME");
+  std::vector<fs::path> dirs;
+  if (const char* venv = std::getenv("VIRTUAL_ENV")) for (auto& d : SitePackages(venv)) dirs.push_back(d);
+  if (home) for (auto& d : SitePackages(fs::path(home) / ".local")) dirs.push_back(d);
+  for (const char* prefix : {"/usr/local", "/usr"}) for (auto& d : SitePackages(prefix)) dirs.push_back(d);
+  // Relative to a site-packages directory, most specific accelerator first.
+  static const char* const kPlugins[] = {"libtpu/libtpu.so", "jax_plugins/xla_cuda13/xla_cuda_plugin.so",
+                                         "jax_plugins/xla_cuda12/xla_cuda_plugin.so",
+                                         "lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so"};
+  std::error_code ec;
+  for (const fs::path& d : dirs) {
+    for (const char* rel : kPlugins) {
+      if (fs::is_regular_file(d / rel, ec)) {
+        if (searched) searched->push_back(d.string() + ": found " + rel);
+        return (d / rel).string();
+      }
+    }
+    if (searched) searched->push_back(d.string() + ": no PJRT plugin");
+  }
+  if (home) {
+    const fs::path cpu = fs::path(home) / ".cache/gemma4rt/xla/lammps-jax-pjrt-cpu-0.11.2/lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so";
+    if (fs::is_regular_file(cpu, ec)) {
+      if (searched) searched->push_back(cpu.parent_path().string() + ": found " + cpu.filename().string());
+      return cpu.string();
+    }
+    if (searched) searched->push_back((fs::path(home) / ".cache/gemma4rt/xla").string() + ": no PJRT plugin");
+  }
+  std::string where;
+  if (searched)
+    for (const std::string& s : *searched) where += (where.empty() ? "" : "; ") + s;
+  return NotFound("--backend xla: no PJRT plugin given (--pjrt-plugin PATH or $GEMMA4RT_PJRT_PLUGIN) or found (" +
+                  (where.empty() ? std::string("no site-packages directory") : where) +
+                  "); scripts/setup-xla.sh installs XLA's CPU plugin");
+}
+
+StatusOr<std::unique_ptr<Backend>> MakeBackend(const BackendOptions& o) {
+  if (o.backend == "cpu") {
+    CpuBackendOptions co = CpuBackendOptionsFor(o.f32_activations);
+    co.profile = o.profile;
+    return MakeCpuBackend(o.threads, co);
+  }
+  if (o.backend != "xla") return InvalidArgument("--backend must be cpu or xla, got '" + o.backend + "'");
+#if GEMMA4RT_HAVE_XLA
+  std::string path = o.pjrt_plugin;
+  if (path.empty()) {
+    std::vector<std::string> searched;
+    G4_ASSIGN_OR_RETURN(path, FindPjrtPlugin(&searched));
+    for (const std::string& s : searched) std::fprintf(stderr, "gemma4rt: looking for a PJRT plugin: %s\n", s.c_str());
+  }
+  XlaBackendOptions xo;
+  xo.plugin_path = path;
+  return MakeXlaBackend(xo);
+#else
+  return Unimplemented("--backend xla: this build has no XLA backend (configure with the PJRT C API header: "
+                       "scripts/setup-xla.sh, then cmake -DGEMMA4RT_XLA_INCLUDE_DIR=...)");
+#endif
+}
+
+std::string DevicePolicyFields(const Backend& backend, const BackendOptions& o) {
+#if GEMMA4RT_HAVE_XLA
+  if (const XlaDeviceInfo* x = XlaInfo(backend)) {
+    char mem[64] = "unreported";
+    if (x->memory_bytes > 0) std::snprintf(mem, sizeof mem, "%.1fGiB", x->memory_bytes / 1073741824.0);
+    return "backend=xla plugin=" + x->plugin_path + " api=" + x->api_version + " platform=" + x->platform +
+           " device=\"" + x->device_kind + "\" device_memory=" + mem + " compute=" + x->compute_dtype +
+           " weights_on_device=f32/f16/bf16-as-stored,quantised-as-f32";
+  }
+#endif
+  (void)backend;
+  return std::string("backend=cpu simd=") + cpu::SimdTargetName() +
+         " compute=f32 activations=" + ActivationPolicy(CpuBackendOptionsFor(o.f32_activations));
+}
+
+bool PackQ4_0For(const BackendOptions& o, bool no_repack) {
+  return o.backend == "cpu" && PackQ4_0ForCpu(o.f32_activations, no_repack);
+}
+
+}  // namespace g4

@@ -1,0 +1,266 @@
+#include "backends/xla/xla_backend.h"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <set>
+
+#include "backends/xla/compile_options.h"
+#include "backends/xla/lower.h"
+#include "base/check.h"
+
+namespace g4 {
+namespace {
+
+using xla::Buffer;
+using xla::CacheLayer;
+using xla::LoadedExecutable;
+using xla::LoweredStep;
+using xla::StepMode;
+
+PJRT_Buffer_Type PjrtType(DType t) {
+  switch (t) {
+    case DType::kF16: return PJRT_Buffer_Type_F16;
+    case DType::kBF16: return PJRT_Buffer_Type_BF16;
+    case DType::kI32: return PJRT_Buffer_Type_S32;
+    default: return PJRT_Buffer_Type_F32;
+  }
+}
+
+int Bucket(int n) {
+  int b = 1;
+  while (b < n) b *= 2;
+  return b;
+}
+
+class XlaBackend;
+
+class XlaKvCache : public KvCacheBase {
+ public:
+  XlaKvCache(const XlaBackend* owner, int max_seqs, int max_context, DType type)
+      : KvCacheBase(max_seqs, max_context, type), owner(owner) {}
+  size_t bytes() const override { return bytes_; }
+
+  const XlaBackend* owner;
+  std::vector<CacheLayer> layers;  // every cache-owning layer, in layer order
+  std::vector<Buffer> k, v;        // [max_seqs, slots, width] each
+  size_t bytes_ = 0;
+};
+
+class XlaBackend : public Backend {
+ public:
+  XlaBackend(std::unique_ptr<xla::Client> client, XlaDeviceInfo info) : client_(std::move(client)), info_(std::move(info)) {}
+  std::string Name() const override { return "xla-" + info_.platform; }
+  bool CompilesPerShape() const override { return true; }
+  StatusOr<std::unique_ptr<Executable>> Compile(const Graph& graph, int num_tokens, int num_output_rows) override;
+  StatusOr<std::unique_ptr<KvCacheBase>> CreateKvCache(const ModelConfig& config, int max_seqs, int max_context,
+                                                       DType type) override;
+
+  const XlaDeviceInfo& info() const { return info_; }
+  xla::Client& client() { return *client_; }
+  // The compiled program of a module (compiled on first request).
+  StatusOr<LoadedExecutable*> Program(const std::string& module);
+  // The device buffer of a weight, uploaded on first request as `type` (its own dtype or F32).
+  StatusOr<PJRT_Buffer*> Weight(const Tensor* t, DType type);
+
+ private:
+  std::unique_ptr<xla::Client> client_;
+  XlaDeviceInfo info_;
+  std::map<std::string, std::unique_ptr<LoadedExecutable>> programs_;
+  std::map<const Tensor*, Buffer> weights_;
+};
+
+class XlaExecutable : public Executable {
+ public:
+  XlaExecutable(XlaBackend* backend, const Graph& graph, int T, int R)
+      : backend_(backend), graph_(graph), T_(T), R_(R), Tb_(Bucket(T)), Rb_(R == T ? Bucket(T) : Bucket(std::max(R, 1))) {}
+  Status Run(const StepInput& in, KvCacheBase& cache) override;
+  OutputView Output(const std::string& name) const override;
+
+ private:
+  struct Variant {
+    LoweredStep lowered;
+    LoadedExecutable* program = nullptr;
+  };
+  StatusOr<Variant*> GetVariant(StepMode mode, const XlaKvCache& cache);
+
+  XlaBackend* backend_;
+  const Graph& graph_;
+  const int T_, R_, Tb_, Rb_;
+  std::map<StepMode, Variant> variants_;
+  std::map<std::string, std::vector<float>> outputs_;  // [rows_b, cols] of the last Run
+};
+
+StatusOr<LoadedExecutable*> XlaBackend::Program(const std::string& module) {
+  auto it = programs_.find(module);
+  if (it != programs_.end()) return it->second.get();
+  G4_ASSIGN_OR_RETURN(auto exe, client_->Compile(module, xla::SerializeCompileOptions()));
+  LoadedExecutable* raw = exe.get();
+  programs_.emplace(module, std::move(exe));
+  return raw;
+}
+
+StatusOr<PJRT_Buffer*> XlaBackend::Weight(const Tensor* t, DType type) {
+  auto it = weights_.find(t);
+  if (it != weights_.end()) return it->second.get();
+  if (t->dtype == DType::kQ4_0x4)
+    return Unimplemented("weight '" + t->name + "' is packed for the CPU's kernels (Q4_0x4): load it unpacked for XLA");
+  StatusOr<Buffer> b = InvalidArgument("");
+  if (xla::IsDeviceQuantised(type)) {  // the blocks' bytes, as stored
+    b = client_->Upload(t->data, PJRT_Buffer_Type_U8, xla::DeviceShape(*t));
+  } else if (type == t->dtype) {
+    b = client_->Upload(t->data, PjrtType(type), t->shape);
+  } else {
+    G4_CHECK(type == DType::kF32 && !t->shape.empty());
+    const int64_t K = t->shape.back(), rows = t->numel() / K;
+    std::vector<float> f(static_cast<size_t>(t->numel()));
+    const size_t row_bytes = DTypeRowBytes(t->dtype, K);
+    for (int64_t r = 0; r < rows; ++r) ConvertToF32(t->dtype, t->data + r * row_bytes, f.data() + r * K, K);
+    b = client_->Upload(f.data(), PJRT_Buffer_Type_F32, t->shape);
+  }
+  if (!b.ok()) return Status(b.status().code(), "uploading weight '" + t->name + "': " + b.status().message());
+  PJRT_Buffer* raw = b->get();
+  weights_.emplace(t, std::move(*b));
+  return raw;
+}
+
+StatusOr<std::unique_ptr<Executable>> XlaBackend::Compile(const Graph& graph, int num_tokens, int num_output_rows) {
+  if (num_tokens < 1 || num_output_rows < 0) return InvalidArgument("a step needs at least one token");
+  return std::unique_ptr<Executable>(new XlaExecutable(this, graph, num_tokens, num_output_rows));
+}
+
+StatusOr<std::unique_ptr<KvCacheBase>> XlaBackend::CreateKvCache(const ModelConfig& config, int max_seqs, int max_context,
+                                                                 DType type) {
+  if (!IsKvCacheType(type)) return InvalidArgument("KV cache type must be f32, f16 or bf16");
+  auto cache = std::make_unique<XlaKvCache>(this, max_seqs, max_context, type);
+  std::vector<uint8_t> zeros;
+  for (int l = 0; l < config.num_layers; ++l) {
+    const LayerPlan& lp = config.layers[l];
+    if (lp.kv_donor >= 0) continue;
+    CacheLayer c{l, lp.window ? std::min(lp.window, max_context) : max_context, lp.window, lp.num_kv_heads * lp.head_dim};
+    const std::vector<int64_t> dims{max_seqs, c.slots, c.width};
+    const size_t bytes = static_cast<size_t>(max_seqs) * c.slots * c.width * DTypeSize(type);
+    if (zeros.size() < bytes) zeros.assign(bytes, 0);
+    for (auto* list : {&cache->k, &cache->v}) {
+      auto b = client_->Upload(zeros.data(), PjrtType(type), dims);
+      if (!b.ok())
+        return Status(b.status().code(), "allocating the KV cache of layer " + std::to_string(l) + " (" +
+                                             std::to_string(bytes) + " bytes) on the device: " + b.status().message());
+      list->push_back(std::move(*b));
+    }
+    cache->layers.push_back(c);
+    cache->bytes_ += 2 * bytes;
+  }
+  return std::unique_ptr<KvCacheBase>(std::move(cache));
+}
+
+StatusOr<XlaExecutable::Variant*> XlaExecutable::GetVariant(StepMode mode, const XlaKvCache& cache) {
+  auto it = variants_.find(mode);
+  if (it != variants_.end()) return &it->second;
+  xla::StepShape sh;
+  sh.tokens = Tb_;
+  sh.output_rows = Rb_;
+  sh.max_seqs = cache.max_seqs();
+  sh.mode = mode;
+  sh.kv_type = cache.type();
+  sh.caches = cache.layers;
+  sh.quantised_as_f32 = true;
+  Variant v;
+  G4_ASSIGN_OR_RETURN(v.lowered, xla::LowerGraph(graph_, sh));
+  G4_ASSIGN_OR_RETURN(v.program, backend_->Program(v.lowered.module));
+  for (size_t i = 0; i < v.lowered.weights.size(); ++i)
+    G4_RETURN_IF_ERROR(backend_->Weight(v.lowered.weights[i], v.lowered.weight_types[i]).status());
+  return &variants_.emplace(mode, std::move(v)).first->second;
+}
+
+Status XlaExecutable::Run(const StepInput& in, KvCacheBase& base) {
+  auto* cache = dynamic_cast<XlaKvCache*>(&base);
+  G4_CHECK(cache != nullptr && cache->owner == backend_);  // a cache of this backend (CreateKvCache)
+  G4_CHECK(static_cast<int>(in.tokens.size()) == T_ && in.positions.size() == in.tokens.size() &&
+           in.seq_ids.size() == in.tokens.size() && static_cast<int>(in.output_rows.size()) == R_);
+  // One sequence (a prefill chunk) or one token per sequence (batched decode).
+  bool one = true;
+  for (int t = 1; t < T_; ++t) one &= in.seq_ids[t] == in.seq_ids[0];
+  if (!one) G4_CHECK(std::set<int32_t>(in.seq_ids.begin(), in.seq_ids.end()).size() == in.seq_ids.size());
+  G4_ASSIGN_OR_RETURN(Variant * v, GetVariant(one ? StepMode::kOneSequence : StepMode::kOneTokenPerSequence, *cache));
+
+  const int S = cache->max_seqs();
+  std::vector<int32_t> tokens(Tb_, 0), positions(Tb_, 0), seqs(Tb_, -1), rows(Rb_, 0), kv_len(S), kv_end(S);
+  std::copy(in.tokens.begin(), in.tokens.end(), tokens.begin());
+  std::copy(in.positions.begin(), in.positions.end(), positions.begin());
+  std::copy(in.seq_ids.begin(), in.seq_ids.end(), seqs.begin());
+  std::copy(in.output_rows.begin(), in.output_rows.end(), rows.begin());
+  for (int s = 0; s < S; ++s) kv_len[s] = kv_end[s] = cache->length(s);
+  for (int t = 0; t < T_; ++t) {
+    G4_CHECK(in.seq_ids[t] >= 0 && in.seq_ids[t] < S);
+    ++kv_end[in.seq_ids[t]];
+  }
+  xla::Client& client = backend_->client();
+  std::vector<Buffer> inputs;
+  for (const std::vector<int32_t>* data : {&tokens, &positions, &seqs, &rows, &kv_len, &kv_end}) {
+    const int64_t dims[1] = {static_cast<int64_t>(data->size())};
+    G4_ASSIGN_OR_RETURN(Buffer b, client.Upload(data->data(), PJRT_Buffer_Type_S32, dims));
+    inputs.push_back(std::move(b));
+  }
+  std::vector<PJRT_Buffer*> args;
+  for (const Buffer& b : inputs) args.push_back(b.get());
+  for (size_t i = 0; i < v->lowered.weights.size(); ++i) {
+    G4_ASSIGN_OR_RETURN(PJRT_Buffer * w, backend_->Weight(v->lowered.weights[i], v->lowered.weight_types[i]));
+    args.push_back(w);
+  }
+  std::vector<int64_t> keep(args.size());
+  for (size_t i = 0; i < keep.size(); ++i) keep[i] = static_cast<int64_t>(i);
+  for (size_t i = 0; i < cache->layers.size(); ++i) {  // donated
+    args.push_back(cache->k[i].get());
+    args.push_back(cache->v[i].get());
+  }
+  G4_ASSIGN_OR_RETURN(std::vector<Buffer> outs, v->program->Execute(args, keep));
+  const size_t num_out = v->lowered.outputs.size();
+  G4_CHECK(outs.size() == num_out + 2 * cache->layers.size());
+  // The donated cache buffers are invalid now: their storage is the new caches'.
+  for (size_t i = 0; i < cache->layers.size(); ++i) {
+    cache->k[i] = std::move(outs[num_out + 2 * i]);
+    cache->v[i] = std::move(outs[num_out + 2 * i + 1]);
+  }
+  const auto& nodes = graph_.nodes();
+  for (size_t j = 0; j < num_out; ++j) {
+    const Node& n = nodes[v->lowered.outputs[j].second];
+    std::vector<float>& host = outputs_[v->lowered.outputs[j].first];
+    host.resize(static_cast<size_t>(n.rows == Rows::kTokens ? Tb_ : Rb_) * n.cols);
+    G4_RETURN_IF_ERROR(outs[j].ToHost(host.data(), host.size() * sizeof(float)));
+  }
+  return OkStatus();
+}
+
+OutputView XlaExecutable::Output(const std::string& name) const {
+  auto it = outputs_.find(name);
+  if (it == outputs_.end()) return {};
+  for (const Node& n : graph_.nodes()) {
+    if (n.name != name) continue;
+    return OutputView{const_cast<float*>(it->second.data()), n.rows == Rows::kTokens ? T_ : R_, n.cols};
+  }
+  return {};
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<Backend>> MakeXlaBackend(const XlaBackendOptions& options) {
+  G4_ASSIGN_OR_RETURN(auto plugin, xla::Plugin::Load(options.plugin_path));
+  G4_ASSIGN_OR_RETURN(auto client, xla::Client::Create(plugin, options.client_options));
+  XlaDeviceInfo info;
+  info.plugin_path = plugin->path();
+  info.api_version = plugin->VersionString();
+  info.platform = client->platform_name();
+  info.platform_version = client->platform_version();
+  G4_ASSIGN_OR_RETURN(info.device_kind, client->DeviceKind(0));
+  info.memory_bytes = client->DeviceMemoryLimit(0);
+  info.compute_dtype = "f32";
+  return std::unique_ptr<Backend>(new XlaBackend(std::move(client), std::move(info)));
+}
+
+const XlaDeviceInfo* XlaInfo(const Backend& backend) {
+  const auto* x = dynamic_cast<const XlaBackend*>(&backend);
+  return x ? &x->info() : nullptr;
+}
+
+}  // namespace g4

@@ -1,0 +1,45 @@
+// The XLA backend: each step graph lowered to StableHLO (lower.h) and run by a PJRT plugin
+// (pjrt.h), with the model's state on the device.
+//
+// Device state: every weight is uploaded once, on first use by a compile (the engine's warm-up),
+// as a device buffer of its stored type (F32, F16, BF16; quantised types dequantised to F32 at
+// upload), and shared by every executable. The KV cache (CreateKvCache) is two device buffers
+// per cache-owning layer, [max_seqs, slots, Nkv*D] of the cache type, which every step takes as
+// arguments aliased to its results (donated: updated in place, no second copy) and replaces by
+// those results. Only the step's inputs (ids, positions, lengths: a few KB) go to the device and
+// only its exported outputs (the logits) come back.
+//
+// Static shapes: a step of T tokens and R output rows runs the program of the bucket T_b = the
+// next power of two >= T (R_b likewise, or T_b when R == T), padding rows marked by sequence -1
+// (never written to the cache). Programs are compiled once per (graph, bucket, mode) and shared by
+// every executable of the backend (keyed by their StableHLO text).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/xla/pjrt.h"
+#include "runtime/backend.h"
+
+namespace g4 {
+
+struct XlaBackendOptions {
+  std::string plugin_path;                   // a PJRT plugin (GetPjrtApi)
+  std::vector<xla::NamedOption> client_options;  // PJRT_Client_Create options (e.g. cpu_device_count)
+};
+
+// What the device policy line and `gemma4rt info` say about an XLA backend.
+struct XlaDeviceInfo {
+  std::string plugin_path, api_version, platform, platform_version, device_kind;
+  int64_t memory_bytes = 0;     // the device's memory limit where the plugin reports it, else 0
+  std::string compute_dtype;    // "f32" (the CPU plugin; every plugin for now)
+};
+
+// Errors: Plugin::Load's and Client::Create's (a missing file, not a plugin, another major
+// version, the plugin's own).
+StatusOr<std::unique_ptr<Backend>> MakeXlaBackend(const XlaBackendOptions& options);
+// The device information of a backend MakeXlaBackend made (nullptr for another backend).
+const XlaDeviceInfo* XlaInfo(const Backend& backend);
+
+}  // namespace g4

@@ -1,0 +1,215 @@
+// Test helpers for the XLA backend: the CPU plugin from GEMMA4RT_PJRT_PLUGIN, owned random
+// tensors, and one step of a graph run through LowerGraph with host mirrors of the KV cache.
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "backends/xla/compile_options.h"
+#include "backends/xla/lower.h"
+#include "backends/xla/pjrt.h"
+#include "tensor/dtype.h"
+#include "tensor/quantize.h"
+#include "tensor/tensor.h"
+
+namespace g4::xla::testing_util {
+
+inline std::string PluginPath() {
+  const char* p = std::getenv("GEMMA4RT_PJRT_PLUGIN");
+  return p ? p : "";
+}
+
+#define G4_REQUIRE_PJRT_PLUGIN() \
+  if (::g4::xla::testing_util::PluginPath().empty()) {                                                  \
+    GTEST_SKIP() << "GEMMA4RT_PJRT_PLUGIN is not set (scripts/setup-xla.sh)";                        \
+  }                                                                                                     \
+  static_assert(true)
+
+// One client per test binary (the plugin is loaded once anyway).
+inline Client* SharedClient() {
+  static std::unique_ptr<Client> client = [] {
+    auto plugin = Plugin::Load(PluginPath());
+    if (!plugin.ok()) {
+      ADD_FAILURE() << plugin.status().message();
+      return std::unique_ptr<Client>();
+    }
+    auto c = Client::Create(*plugin, {{"cpu_device_count", int64_t{1}}});
+    if (!c.ok()) {
+      ADD_FAILURE() << c.status().message();
+      return std::unique_ptr<Client>();
+    }
+    return std::move(*c);
+  }();
+  return client.get();
+}
+
+// Tensors with their bytes, at stable addresses.
+class TensorPool {
+ public:
+  explicit TensorPool(uint32_t seed) : rng_(seed) {}
+  // Random values in [lo, hi), stored as `dtype` (F32, F16 or BF16).
+  const Tensor* Random(std::vector<int64_t> shape, DType dtype = DType::kF32, float lo = -1, float hi = 1) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::vector<float> v(n);
+    std::uniform_real_distribution<float> u(lo, hi);
+    for (float& x : v) x = u(rng_);
+    return FromF32(std::move(shape), v, dtype);
+  }
+  const Tensor* FromF32(std::vector<int64_t> shape, const std::vector<float>& v, DType dtype = DType::kF32) {
+    auto& e = entries_.emplace_back();
+    if (DTypeSize(dtype) == 0) {  // a block type: each row of shape.back() elements quantised
+      const int64_t K = shape.back(), rows = static_cast<int64_t>(v.size()) / K;
+      e.bytes.resize(rows * DTypeRowBytes(dtype, K));
+      for (int64_t r = 0; r < rows; ++r)
+        EXPECT_TRUE(QuantizeRow(dtype, v.data() + r * K, e.bytes.data() + r * DTypeRowBytes(dtype, K), K));
+    } else {
+      e.bytes.resize(v.size() * DTypeSize(dtype));
+    }
+    for (size_t i = 0; i < v.size() && DTypeSize(dtype) != 0; ++i) {
+      if (dtype == DType::kF32) std::memcpy(e.bytes.data() + 4 * i, &v[i], 4);
+      else {
+        const uint16_t h = dtype == DType::kF16 ? F32ToF16(v[i]) : F32ToBf16(v[i]);
+        std::memcpy(e.bytes.data() + 2 * i, &h, 2);
+      }
+    }
+    e.t.name = "t";
+    e.t.name += std::to_string(entries_.size());
+    e.t.dtype = dtype;
+    e.t.shape = std::move(shape);
+    e.t.data = e.bytes.data();
+    e.t.nbytes = e.bytes.size();
+    return &e.t;
+  }
+  std::mt19937& rng() { return rng_; }
+
+ private:
+  struct Entry {
+    std::vector<uint8_t> bytes;
+    Tensor t;
+  };
+  std::deque<Entry> entries_;
+  std::mt19937 rng_;
+};
+
+inline PJRT_Buffer_Type PjrtType(DType t) {
+  switch (t) {
+    case DType::kF16: return PJRT_Buffer_Type_F16;
+    case DType::kBF16: return PJRT_Buffer_Type_BF16;
+    case DType::kI32: return PJRT_Buffer_Type_S32;
+    default: return PJRT_Buffer_Type_F32;
+  }
+}
+
+struct StepInputs {
+  std::vector<int32_t> tokens, positions, seq_ids, out_rows, kv_len, kv_end;
+};
+
+// Host mirrors of the device KV cache: K and V bytes of every StepShape::caches entry.
+struct HostCache {
+  std::vector<std::vector<uint8_t>> k, v;
+};
+
+inline HostCache ZeroCache(const StepShape& sh) {
+  HostCache c;
+  for (const CacheLayer& l : sh.caches) {
+    const size_t n = static_cast<size_t>(sh.max_seqs) * l.slots * l.width * DTypeSize(sh.kv_type);
+    c.k.emplace_back(n, 0);
+    c.v.emplace_back(n, 0);
+  }
+  return c;
+}
+
+// Lowers `graph` for `sh`, runs it once on the shared client and returns the exported outputs
+// ([rows, cols] f32 by name); `cache` is uploaded before and replaced by the step's result.
+inline std::map<std::string, std::vector<float>> RunXlaStep(const Graph& graph, const StepShape& sh,
+                                                            const StepInputs& in, HostCache& cache) {
+  std::map<std::string, std::vector<float>> result;
+  Client* client = SharedClient();
+  if (client == nullptr) return result;
+  auto low = LowerGraph(graph, sh);
+  EXPECT_TRUE(low.ok()) << low.status().message();
+  if (!low.ok()) return result;
+  auto exe = client->Compile(low->module, SerializeCompileOptions());
+  EXPECT_TRUE(exe.ok()) << exe.status().message() << "\n" << low->module;
+  if (!exe.ok()) return result;
+  std::vector<Buffer> bufs;
+  auto up = [&](const void* data, DType t, std::vector<int64_t> dims) {
+    auto b = client->Upload(data, PjrtType(t), dims);
+    EXPECT_TRUE(b.ok()) << b.status().message();
+    bufs.push_back(b.ok() ? std::move(*b) : Buffer());
+  };
+  const int64_t T = sh.tokens, R = sh.output_rows, S = sh.max_seqs;
+  EXPECT_EQ(in.tokens.size(), static_cast<size_t>(T));
+  EXPECT_EQ(in.out_rows.size(), static_cast<size_t>(R));
+  up(in.tokens.data(), DType::kI32, {T});
+  up(in.positions.data(), DType::kI32, {T});
+  up(in.seq_ids.data(), DType::kI32, {T});
+  up(in.out_rows.data(), DType::kI32, {R});
+  up(in.kv_len.data(), DType::kI32, {S});
+  up(in.kv_end.data(), DType::kI32, {S});
+  std::vector<std::vector<float>> converted;
+  for (size_t i = 0; i < low->weights.size(); ++i) {
+    const Tensor* t = low->weights[i];
+    if (IsDeviceQuantised(t->dtype)) {
+      auto b = client->Upload(t->data, PJRT_Buffer_Type_U8, DeviceShape(*t));
+      EXPECT_TRUE(b.ok()) << b.status().message();
+      bufs.push_back(b.ok() ? std::move(*b) : Buffer());
+    } else if (low->weight_types[i] == t->dtype) {
+      up(t->data, t->dtype, t->shape);
+    } else {
+      auto& f = converted.emplace_back(t->numel());
+      ConvertToF32(t->dtype, t->data, f.data(), f.size());
+      up(f.data(), DType::kF32, t->shape);
+    }
+  }
+  for (size_t i = 0; i < sh.caches.size(); ++i) {
+    const std::vector<int64_t> dims{S, sh.caches[i].slots, sh.caches[i].width};
+    up(cache.k[i].data(), sh.kv_type, dims);
+    up(cache.v[i].data(), sh.kv_type, dims);
+  }
+  std::vector<PJRT_Buffer*> args;
+  std::vector<int64_t> keep;
+  for (size_t i = 0; i < bufs.size(); ++i) {
+    args.push_back(bufs[i].get());
+    if (i < bufs.size() - 2 * sh.caches.size()) keep.push_back(static_cast<int64_t>(i));
+  }
+  auto outs = (*exe)->Execute(args, keep);
+  EXPECT_TRUE(outs.ok()) << outs.status().message();
+  if (!outs.ok()) return result;
+  // The donated cache buffers are invalid now (their storage became the new caches): destroy the handles.
+  for (size_t i = bufs.size() - 2 * sh.caches.size(); i < bufs.size(); ++i) bufs[i].Reset();
+  const auto& nodes = graph.nodes();
+  size_t j = 0;
+  for (const auto& [name, id] : low->outputs) {
+    const int64_t rows = nodes[id].rows == Rows::kTokens ? T : R;
+    std::vector<float> v(rows * nodes[id].cols);
+    EXPECT_TRUE((*outs)[j++].ToHost(v.data(), v.size() * 4).ok());
+    result[name] = std::move(v);
+  }
+  for (size_t i = 0; i < sh.caches.size(); ++i) {
+    EXPECT_TRUE((*outs)[j++].ToHost(cache.k[i].data(), cache.k[i].size()).ok());
+    EXPECT_TRUE((*outs)[j++].ToHost(cache.v[i].data(), cache.v[i].size()).ok());
+  }
+  return result;
+}
+
+// |a - b| <= atol + rtol |b| elementwise, with the first mismatch reported.
+inline void ExpectNear(const float* a, const float* b, size_t n, float rtol, float atol, const std::string& what) {
+  for (size_t i = 0; i < n; ++i) {
+    if (!(std::abs(a[i] - b[i]) <= atol + rtol * std::abs(b[i]))) {
+      ADD_FAILURE() << what << ": element " << i << " of " << n << ": xla " << a[i] << " vs cpu " << b[i];
+      return;
+    }
+  }
+}
+
+}  // namespace g4::xla::testing_util

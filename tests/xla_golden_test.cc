@@ -1,0 +1,208 @@
+// The golden fixtures (tests/golden/, see golden_test.cc) on the XLA backend through XLA's CPU
+// plugin (GEMMA4RT_PJRT_PLUGIN; skipped without it), against the same transformers references at
+// the CPU f32 path's tolerance (1e-4 of the largest value per tensor): one-shot prefill at every
+// layer, chunked prefill (chunks across the window edge) and token-by-token decode, and batched
+// decode of two sequences against each alone.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <span>
+
+#include "backends/xla/xla_backend.h"
+#include "model/model.h"
+#include "model/safetensors.h"
+#include "runtime/engine.h"
+#include "xla/xla_test_util.h"
+
+namespace g4 {
+namespace {
+
+constexpr double kRelTol = 1e-4;
+
+std::string FixtureDir(const std::string& param) {
+  return std::string(GEMMA4RT_TEST_DATA_DIR) + "/golden/" + param.substr(0, param.find('+'));
+}
+std::string ModelPath(const std::string& param) {
+  return param.find("+gguf") != std::string::npos ? FixtureDir(param) + "/model-f32.gguf" : FixtureDir(param);
+}
+
+struct Reference {
+  std::unique_ptr<SafetensorsStore> store;
+  std::vector<int32_t> ids;
+  std::vector<float> Get(const std::string& name) const {
+    const Tensor* t = store ? store->Find(name) : nullptr;
+    if (t == nullptr) return {};
+    std::vector<float> v(t->numel());
+    for (int64_t i = 0; i < t->numel(); ++i) v[i] = t->GetF32(i);
+    return v;
+  }
+};
+
+Reference LoadReference(const std::string& fixture) {
+  Reference r;
+  auto s = SafetensorsStore::OpenFile(FixtureDir(fixture) + "/reference.safetensors");
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  if (!s.ok()) return r;
+  r.store = std::move(s).value();
+  const Tensor* ids = r.store->Find("input_ids");
+  if (ids)
+    for (int64_t i = 0; i < ids->numel(); ++i) r.ids.push_back(static_cast<int32_t>(ids->GetF32(i)));
+  return r;
+}
+
+std::unique_ptr<Engine> MakeXlaEngine(const std::string& fixture, int chunk, int max_seqs = 1) {
+  auto m = LoadModel(ModelPath(fixture));
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  if (!m.ok()) return nullptr;
+  auto backend = MakeXlaBackend({xla::testing_util::PluginPath(), {{"cpu_device_count", int64_t{1}}}});
+  EXPECT_TRUE(backend.ok()) << backend.status().ToString();
+  if (!backend.ok()) return nullptr;
+  EngineOptions o;
+  o.prefill_chunk = chunk;
+  o.max_seqs = max_seqs;
+  o.max_context = 64;
+  auto e = Engine::Create(std::move(m).value(), std::move(backend).value(), o);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  return e.ok() ? std::move(e).value() : nullptr;
+}
+
+double RelErr(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  if (a.size() != b.size() || b.empty()) return INFINITY;
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num = std::max(num, std::fabs(static_cast<double>(a[i]) - b[i]));
+    den = std::max(den, std::fabs(static_cast<double>(b[i])));
+  }
+  return num / std::max(den, 1e-30);
+}
+
+std::vector<int> ArgmaxRows(const std::vector<float>& x, int cols) {
+  std::vector<int> out;
+  for (size_t r = 0; r * cols < x.size(); ++r)
+    out.push_back(static_cast<int>(std::max_element(x.begin() + r * cols, x.begin() + (r + 1) * cols) - (x.begin() + r * cols)));
+  return out;
+}
+
+class XlaGoldenTest : public ::testing::TestWithParam<std::string> {};
+
+// One-shot prefill: embeddings, PLE, every layer's output and the logits at every position.
+TEST_P(XlaGoldenTest, OneShotPrefillMatchesTransformersAtEveryLayer) {
+  G4_REQUIRE_PJRT_PLUGIN();
+  Reference ref = LoadReference(GetParam());
+  ASSERT_GE(ref.ids.size(), 25u);
+  auto engine = MakeXlaEngine(GetParam(), 1 << 20);
+  ASSERT_NE(engine, nullptr);
+  std::vector<float> logits;
+  std::map<std::string, std::vector<float>> got;
+  ASSERT_TRUE(engine->Prefill(0, ref.ids, true, &logits, &got).ok());
+  // The W4A16 fixtures' references hold the logits only (tools/make_w4a16_fixture.py).
+  if (!ref.Get("embeddings").empty()) {
+    EXPECT_LT(RelErr(got["embeddings"], ref.Get("embeddings")), kRelTol);
+    if (engine->config().ple_dim > 0) {
+      EXPECT_LT(RelErr(got["ple"], ref.Get("ple")), kRelTol);
+    }
+    for (int l = 0; l < engine->config().num_layers; ++l) {
+      const std::string name = "hidden." + std::to_string(l);
+      EXPECT_LT(RelErr(got[name], ref.Get(name)), kRelTol) << name;
+    }
+  } else {
+    EXPECT_NE(GetParam().find("w4a16"), std::string::npos) << "reference without intermediates";
+  }
+  const std::vector<float> want = ref.Get("logits");
+  EXPECT_LT(RelErr(logits, want), kRelTol);
+  EXPECT_EQ(ArgmaxRows(logits, engine->config().vocab), ArgmaxRows(want, engine->config().vocab));
+}
+
+TEST_P(XlaGoldenTest, ChunkedPrefillAndDecodeMatchOneShot) {
+  G4_REQUIRE_PJRT_PLUGIN();
+  Reference ref = LoadReference(GetParam());
+  const std::vector<float> want = ref.Get("logits");
+  const int V = static_cast<int>(want.size() / ref.ids.size());
+  for (int chunk : {3, 9}) {  // across the window of 8; 9: a bucket of 16 with 7 padding rows
+    auto engine = MakeXlaEngine(GetParam(), chunk);
+    ASSERT_NE(engine, nullptr);
+    std::vector<float> logits;
+    ASSERT_TRUE(engine->Prefill(0, ref.ids, true, &logits).ok());
+    EXPECT_LT(RelErr(logits, want), kRelTol) << "chunk " << chunk;
+  }
+  auto engine = MakeXlaEngine(GetParam(), 512);
+  ASSERT_NE(engine, nullptr);
+  std::vector<float> logits, row;
+  ASSERT_TRUE(engine->Prefill(0, std::span<const int32_t>(ref.ids).first(5), true, &logits).ok());
+  for (size_t t = 5; t < ref.ids.size(); ++t) {
+    const int32_t seq = 0;
+    ASSERT_TRUE(engine->Decode(std::span<const int32_t>(&seq, 1), std::span<const int32_t>(&ref.ids[t], 1), &row).ok());
+    logits.insert(logits.end(), row.begin(), row.end());
+  }
+  EXPECT_LT(RelErr(logits, want), kRelTol);
+  EXPECT_EQ(ArgmaxRows(logits, V), ArgmaxRows(want, V));
+}
+
+TEST_P(XlaGoldenTest, BatchedDecodeOfThreeSequencesMatchesEachAlone) {
+  G4_REQUIRE_PJRT_PLUGIN();
+  Reference ref = LoadReference(GetParam());
+  const std::vector<float> want = ref.Get("logits");
+  const int V = static_cast<int>(want.size() / ref.ids.size());
+  auto engine = MakeXlaEngine(GetParam(), 4, /*max_seqs=*/3);
+  ASSERT_NE(engine, nullptr);
+  std::vector<float> unused;
+  int p[3] = {11, 4, 17};  // different positions mod the window of 8; 3 rows: a bucket of 4
+  for (int s = 0; s < 3; ++s) ASSERT_TRUE(engine->Prefill(s, std::span<const int32_t>(ref.ids).first(p[s]), false, &unused).ok());
+  std::vector<float> lg;
+  while (p[2] < static_cast<int>(ref.ids.size())) {
+    const int32_t seqs[3] = {1, 2, 0};
+    const int32_t toks[3] = {ref.ids[p[1]], ref.ids[p[2]], ref.ids[p[0]]};
+    ASSERT_TRUE(engine->Decode(seqs, toks, &lg).ok());
+    for (int b = 0; b < 3; ++b) {
+      const int s = seqs[b];
+      const std::vector<float> got(lg.begin() + b * V, lg.begin() + (b + 1) * V);
+      EXPECT_LT(RelErr(got, std::vector<float>(want.begin() + p[s] * V, want.begin() + (p[s] + 1) * V)), kRelTol)
+          << "seq " << s << " position " << p[s];
+    }
+    for (int s = 0; s < 3; ++s) ++p[s];
+  }
+}
+
+// Warm-up runs every prefill and decode shape a server uses, leaves the cache empty and changes
+// no result; it needs an empty cache.
+TEST(XlaWarmupTest, RunsEveryShapeAndLeavesTheCacheEmpty) {
+  G4_REQUIRE_PJRT_PLUGIN();
+  Reference ref = LoadReference("gemma4-e2b-tiny");
+  auto engine = MakeXlaEngine("gemma4-e2b-tiny", 8, /*max_seqs=*/3);
+  ASSERT_NE(engine, nullptr);
+  EXPECT_TRUE(engine->backend().CompilesPerShape());
+  auto steps = engine->Warmup(8);
+  ASSERT_TRUE(steps.ok()) << steps.status().ToString();
+  EXPECT_EQ(*steps, 4 + 3);  // prefill 1, 2, 4, 8; decode 1, 2, 3
+  for (int s = 0; s < 3; ++s) EXPECT_EQ(engine->SequenceLength(s), 0);
+  std::vector<float> logits;
+  ASSERT_TRUE(engine->Prefill(1, ref.ids, true, &logits).ok());
+  EXPECT_LT(RelErr(logits, ref.Get("logits")), kRelTol);
+  auto again = engine->Warmup(8);
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), StatusCode::kFailedPrecondition);
+}
+
+std::vector<std::string> Fixtures() {
+  std::vector<std::string> out;
+  for (const char* name : {"gemma3-tiny", "gemma4-e2b-tiny", "gemma4-31b-tiny", "gemma4-26b-a4b-tiny",
+                           "gemma4-e2b-tiny-bf16-sharded", "gemma4-e2b-tiny-w4a16", "gemma4-31b-tiny-w4a16"})
+    if (std::filesystem::exists(FixtureDir(name) + "/reference.safetensors")) out.push_back(name);
+  for (const char* name : {"gemma4-e2b-tiny", "gemma4-31b-tiny", "gemma4-26b-a4b-tiny"})
+    if (std::filesystem::exists(FixtureDir(name) + "/model-f32.gguf")) out.push_back(std::string(name) + "+gguf");
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, XlaGoldenTest, ::testing::ValuesIn(Fixtures()), [](const auto& info) {
+  std::string s = info.param;
+  std::replace(s.begin(), s.end(), '-', '_');
+  std::replace(s.begin(), s.end(), '+', '_');
+  return s;
+});
+
+}  // namespace
+}  // namespace g4

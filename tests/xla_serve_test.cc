@@ -1,0 +1,171 @@
+// `serve --backend xla` end to end over HTTP on the tiny E2B-like golden checkpoint (token-id
+// prompts: it has no tokenizer), through XLA's CPU plugin (GEMMA4RT_PJRT_PLUGIN; skipped without
+// it): greedy completions give the token ids of a CPU-backend server with the same f32 arithmetic,
+// streamed and not; concurrent requests (continuous batching) each give their solo ids; a client
+// that hangs up mid-stream frees its slot. And the CLI: generate and info on --backend xla, and
+// the plugin errors as a non-zero exit with the reason.
+#include <gtest/gtest.h>
+
+#include <httplib.h>
+
+#include <future>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cli_runner.h"
+#include "model/model.h"
+#include "server/serve.h"
+#include "xla/xla_test_util.h"
+
+namespace g4::server {
+namespace {
+
+using json = nlohmann::json;
+using test_util::CliResult;
+using test_util::RunCli;
+
+std::string TinyModel() { return std::string(GEMMA4RT_TEST_DATA_DIR) + "/golden/gemma4-e2b-tiny"; }
+
+std::unique_ptr<ServeInstance> StartServer(const std::string& backend, int parallel) {
+  ServeOptions o;
+  o.model = TinyModel();
+  o.ctx = 64;
+  o.parallel = parallel;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.threads = 1;
+  o.log_requests = false;
+  o.cache_type = "f32";
+  o.f32_activations = true;
+  o.prefill_chunk = 8;
+  o.backend.backend = backend;
+  o.backend.pjrt_plugin = xla::testing_util::PluginPath();
+  auto s = ServeInstance::Start(o);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  if (!s.ok()) return nullptr;
+  Status st = (*s)->WaitLoaded();
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return std::move(s).value();
+}
+
+json Complete(int port, const std::vector<int32_t>& prompt, int n, bool stream = false) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(300, 0);
+  json req = {{"prompt", prompt}, {"max_tokens", n}, {"temperature", 0}, {"ignore_eos", true},
+              {"return_token_ids", true}, {"stream", stream}};
+  auto r = c.Post("/v1/completions", req.dump(), "application/json");
+  if (!r || r->status != 200) return json();
+  if (!stream) return json::parse(r->body, nullptr, false)["choices"][0]["token_ids"];
+  json ids = json::array();  // the streamed token_ids, concatenated
+  std::stringstream ss(r->body);
+  std::string line;
+  while (std::getline(ss, line)) {
+    if (line.rfind("data: {", 0) != 0) continue;
+    json j = json::parse(line.substr(6), nullptr, false);
+    if (j.contains("choices") && !j["choices"].empty() && j["choices"][0].contains("token_ids"))
+      for (const auto& id : j["choices"][0]["token_ids"]) ids.push_back(id);
+  }
+  return ids;
+}
+
+TEST(XlaServeTest, CompletionsMatchTheCpuBackendStreamedAndConcurrent) {
+  G4_REQUIRE_PJRT_PLUGIN();
+  auto cpu = StartServer("cpu", 2);
+  auto on_xla = StartServer("xla", 2);
+  ASSERT_TRUE(cpu && on_xla);
+  const std::vector<int32_t> a = {2, 17, 300, 41}, b = {2, 9, 8, 7, 6, 5, 4, 3, 250, 11, 12};
+  const json want_a = Complete(cpu->port(), a, 12), want_b = Complete(cpu->port(), b, 12);
+  ASSERT_EQ(want_a.size(), 12u);
+  ASSERT_EQ(want_b.size(), 12u);
+  EXPECT_EQ(Complete(on_xla->port(), a, 12), want_a);
+  EXPECT_EQ(Complete(on_xla->port(), b, 12, /*stream=*/true), want_b);
+  // Two at once: batched decode steps of both sequences give each its solo ids.
+  auto fa = std::async(std::launch::async, [&] { return Complete(on_xla->port(), a, 12, true); });
+  auto fb = std::async(std::launch::async, [&] { return Complete(on_xla->port(), b, 12); });
+  EXPECT_EQ(fa.get(), want_a);
+  EXPECT_EQ(fb.get(), want_b);
+}
+
+TEST(XlaServeTest, AClientThatHangsUpMidStreamFreesItsSlot) {
+  G4_REQUIRE_PJRT_PLUGIN();
+  auto on_xla = StartServer("xla", 1);
+  ASSERT_TRUE(on_xla);
+  httplib::Client c("127.0.0.1", on_xla->port());
+  c.set_read_timeout(300, 0);
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = json({{"prompt", {2, 5, 6}}, {"max_tokens", 60}, {"ignore_eos", true}, {"stream", true},
+                   {"return_token_ids", true}}).dump();
+  req.set_header("Content-Type", "application/json");
+  std::string got;
+  req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
+    got.append(d, n);
+    return got.find("\"token_ids\"") == std::string::npos;  // hang up after the first token's event
+  };
+  httplib::Response res;
+  httplib::Error err = httplib::Error::Success;
+  c.send(req, res, err);
+  EXPECT_NE(got.find("\"token_ids\""), std::string::npos) << got;
+  EXPECT_EQ(got.find("[DONE]"), std::string::npos) << "the stream ended before the hang-up";
+  // The only slot is free again: a new request completes.
+  EXPECT_EQ(Complete(on_xla->port(), {2, 17, 300}, 4).size(), 4u);
+}
+
+TEST(XlaCliTest, GenerateAndInfoRunOnXlaWithTheCpuBackendsIds) {
+  G4_REQUIRE_PJRT_PLUGIN();
+  const std::string common = "generate -m " + TinyModel() + " --tokens 2,17,300,41 -n 10 --temp 0 --ignore-eos --show-ids "
+                             "--cache-type f32 --f32-activations";
+  CliResult cpu = RunCli(common);
+  CliResult on_xla = RunCli(common + " --backend xla --pjrt-plugin " + xla::testing_util::PluginPath());
+  ASSERT_EQ(cpu.status, 0) << cpu.out;
+  ASSERT_EQ(on_xla.status, 0) << on_xla.out;
+  auto ids = [](const std::string& out) {
+    const size_t p = out.find("ids: ");
+    return p == std::string::npos ? std::string() : out.substr(p, out.find('\n', p) - p);
+  };
+  EXPECT_FALSE(ids(cpu.out).empty()) << cpu.out;
+  EXPECT_EQ(ids(on_xla.out), ids(cpu.out));
+  EXPECT_NE(on_xla.out.find("device policy: backend=xla plugin=" + xla::testing_util::PluginPath() + " api=0."),
+            std::string::npos)
+      << on_xla.out;
+  EXPECT_NE(on_xla.out.find("platform=cpu"), std::string::npos) << on_xla.out;
+  CliResult info = RunCli("info -m " + TinyModel() + " --backend xla --pjrt-plugin " + xla::testing_util::PluginPath());
+  EXPECT_EQ(info.status, 0) << info.out;
+  EXPECT_NE(info.out.find("device policy: backend=xla"), std::string::npos) << info.out;
+}
+
+// The real Gemma 3 270M (Q4_K_M GGUF: Q8_0 embeddings on the device as blocks, the k-quants as
+// f32): greedy ids equal the CPU backend's with f32 activations.
+TEST(XlaCliTest, RealModelGreedyIdsAreTheCpuBackendsWithF32Activations) {
+  G4_REQUIRE_PJRT_PLUGIN();
+  const std::string common = "generate -m " + DefaultModelFile() + " -p 'The capital of France is' -n 8 --temp 0 "
+                             "--show-ids -c 256 --cache-type f32 --f32-activations";
+  CliResult cpu = RunCli(common);
+  CliResult on_xla = RunCli(common + " --backend xla --pjrt-plugin " + xla::testing_util::PluginPath());
+  ASSERT_EQ(cpu.status, 0) << cpu.out;
+  ASSERT_EQ(on_xla.status, 0) << on_xla.out;
+  const size_t p = cpu.out.find("ids: ");
+  ASSERT_NE(p, std::string::npos) << cpu.out;
+  const std::string ids = cpu.out.substr(p, cpu.out.find('\n', p) - p);
+  EXPECT_NE(on_xla.out.find(ids), std::string::npos) << "cpu " << ids << "\nxla: " << on_xla.out;
+}
+
+TEST(XlaCliTest, PluginErrorsAreAClearErrorAndANonZeroExit) {
+  const std::string gen = "generate -m " + TinyModel() + " --tokens 2,17 -n 2 --backend xla --pjrt-plugin ";
+  CliResult missing = RunCli(gen + "/nonexistent/plugin.so");
+  EXPECT_NE(missing.status, 0);
+  EXPECT_NE(missing.out.find("PJRT plugin '/nonexistent/plugin.so': no such file"), std::string::npos) << missing.out;
+  CliResult not_plugin = RunCli(gen + TinyModel() + "/config.json");
+  EXPECT_NE(not_plugin.status, 0);
+  EXPECT_NE(not_plugin.out.find("could not be loaded as a shared library"), std::string::npos) << not_plugin.out;
+  CliResult major = RunCli(gen + GEMMA4RT_FAKE_PJRT_MAJOR1);
+  EXPECT_NE(major.status, 0);
+  EXPECT_NE(major.out.find("this build speaks major version 0"), std::string::npos) << major.out;
+  CliResult serve = RunCli("serve -m " + TinyModel() + " --port 0 --backend xla --pjrt-plugin /nonexistent/plugin.so");
+  EXPECT_NE(serve.status, 0);
+  EXPECT_NE(serve.out.find("no such file"), std::string::npos) << serve.out;
+}
+
+}  // namespace
+}  // namespace g4::server
