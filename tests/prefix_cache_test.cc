@@ -8,6 +8,7 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/cpu/cpu_backend.h"
@@ -17,6 +18,7 @@
 #include "runtime/scheduler.h"
 #include "server/api.h"
 #include "server/metrics.h"
+#include "server/serve.h"
 
 namespace g4 {
 namespace {
@@ -338,6 +340,17 @@ TEST(PrefixReuseApiTest, MetricsCountReusedPromptTokens) {
   for (const char* line : {"# TYPE gemma4rt_prompt_tokens_cached_total counter\n", "gemma4rt_prompt_tokens_cached_total 520\n",
                            "gemma4rt_prompt_tokens_total 100\n"})
     EXPECT_NE(m.find(line), std::string::npos) << line << "\n" << m;
+}
+
+// On by default; off with llama-server's --no-cache-prompt or vLLM's --no-enable-prefix-caching.
+TEST(PrefixReuseApiTest, ServeFlagsTurnItOff) {
+  for (const auto& [args, on] : std::vector<std::pair<std::vector<std::string>, bool>>{
+           {{}, true}, {{"--no-cache-prompt"}, false}, {{"--cache-prompt"}, true}, {{"--no-enable-prefix-caching"}, false},
+           {{"--enable-prefix-caching"}, true}}) {
+    ParsedFlags f = ParseServeFlags(args);
+    ASSERT_TRUE(f.options.has_value()) << (args.empty() ? "" : args[0]);
+    EXPECT_EQ(f.options->cache_prompt, on) << (args.empty() ? "" : args[0]);
+  }
 }
 
 }  // namespace
