@@ -444,7 +444,8 @@ TEST(ServerApiTest, NonStreamedResponses) {
   EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
   EXPECT_FALSE(j["choices"][0].contains("degenerate"));
   EXPECT_FALSE(j["choices"][0].contains("token_ids"));
-  EXPECT_EQ(j["usage"], json({{"prompt_tokens", 10}, {"completion_tokens", 4}, {"total_tokens", 14}}));
+  EXPECT_EQ(j["usage"], json({{"prompt_tokens", 10}, {"completion_tokens", 4}, {"total_tokens", 14},
+                              {"prompt_tokens_details", {{"cached_tokens", 0}}}}));
   for (const char* k : {"prompt_n", "prompt_ms", "prompt_per_token_ms", "prompt_per_second", "predicted_n", "predicted_ms",
                         "predicted_per_token_ms", "predicted_per_second"})
     EXPECT_TRUE(j["timings"].contains(k)) << k;

@@ -1495,9 +1495,13 @@ Reference* ServerHttpRealTest::ref_ = nullptr;
 TEST_F(ServerHttpRealTest, CompletionGreedyParisStreamedEqualsNonStreamed) {
   GenerateResult want = ref_->Run(ref_->Completion(kCapitals), 4);
   ASSERT_EQ(want.text.rfind(" Paris\n", 0), 0u) << want.text;
-  json req = {{"prompt", kCapitals}, {"max_tokens", 4}, {"temperature", 0}};
+  // Without prefix reuse, then streamed with it: the second reuses all the prompt but its last
+  // token (the slot still holds the first's sequence) and gives the same text.
+  json req = {{"prompt", kCapitals}, {"max_tokens", 4}, {"temperature", 0}, {"cache_prompt", false}};
   Reply r = Post(port(), "/v1/completions", req.dump());
   ASSERT_EQ(r.status, 200) << r.raw;
+  req.erase("cache_prompt");
+  EXPECT_EQ(r.body["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
   EXPECT_EQ(r.body["object"], "text_completion");
   EXPECT_EQ(r.body["choices"][0]["text"], want.text);
   EXPECT_EQ(r.body["choices"][0]["finish_reason"], "length");
@@ -1524,7 +1528,9 @@ TEST_F(ServerHttpRealTest, CompletionGreedyParisStreamedEqualsNonStreamed) {
   EXPECT_TRUE(last_content.contains("timings"));
   const json& usage = s.chunks.back();
   EXPECT_TRUE(usage["choices"].empty());
-  EXPECT_EQ(usage["usage"], r.body["usage"]);
+  json want_usage = r.body["usage"];
+  want_usage["prompt_tokens_details"]["cached_tokens"] = want_usage["prompt_tokens"].get<int>() - 1;
+  EXPECT_EQ(usage["usage"], want_usage);
 }
 
 // Log-probabilities against the model itself: each generated token's logprob and the top

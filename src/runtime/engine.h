@@ -6,6 +6,7 @@
 // one-shot prefill, chunked prefill and token-by-token decode compute the same logits.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <functional>
 #include <map>
@@ -90,6 +91,10 @@ class Engine {
   int SequenceLength(int seq) const { return cache_->length(seq); }
   // Forgets sequence `seq` (O(1)).
   void ResetSequence(int seq) { cache_->Reset(seq); }
+  // Keeps positions 0..length-1 of sequence `seq` (0 <= length <= its length) and forgets the
+  // rest (O(1)); the next step continues at `length` (prefix reuse: runtime/prefix_cache.h).
+  // Backends read only positions below a sequence's length, so what lies past it is never seen.
+  void TruncateSequence(int seq, int length) { cache_->set_length(seq, std::clamp(length, 0, cache_->length(seq))); }
 
   // Appends `tokens` to sequence `seq`. logits: [tokens, V] when all_logits, else [V] for the last
   // token. captured (optional): every exported graph output with one row per token ("embeddings",

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <optional>
 
+#include "runtime/prefix_cache.h"
 #include "runtime/stop.h"
 #include "tokenizer/detokenizer.h"
 
@@ -56,6 +57,11 @@ struct Scheduler::Slot {
   std::optional<StopMatcher> stops;
   std::optional<IncrementalDetokenizer> detok;
   int prefilled = 0;                     // prompt tokens already in the cache
+  int cached = 0;                        // of those, reused from the slot's last sequence
+  // Free slot: the tokens its sequence holds (positions 0..length-1), for prefix reuse; and when
+  // its last request ended (Scheduler::uses_).
+  std::vector<int32_t> held;
+  uint64_t last_used = 0;
   bool has_token = false;                // generated.back() is sampled and waits for a decode step
   std::vector<int32_t> generated;
   // Generated ids (and their log-probabilities, when asked) not yet sent: their text is held back
@@ -171,6 +177,8 @@ void Scheduler::Finish(Slot& s, const std::string& reason, const Status& error) 
   const auto now = Clock::now();
   ev.prompt_tokens = static_cast<int>(s.p->req.prompt.size());
   ev.completion_tokens = static_cast<int>(s.generated.size());
+  const int cached = std::min(s.cached, s.prefilled);  // 0 where the request never started
+  ev.cached_tokens = cached;
   ev.queue_ms = Ms(s.p->enqueued, s.admitted);
   ev.prompt_ms = s.generated.empty() ? Ms(s.admitted, now) : Ms(s.admitted, s.first_token);
   ev.predicted_ms = s.generated.empty() ? 0 : Ms(s.first_token, now);
@@ -180,7 +188,8 @@ void Scheduler::Finish(Slot& s, const std::string& reason, const Status& error) 
     stats_.requests_cancelled += reason == "cancelled";
     stats_.requests_failed += !error.ok();
     stats_.requests_degenerate += !s.degenerate.empty();
-    stats_.prompt_tokens_total += s.prefilled;
+    stats_.prompt_tokens_total += s.prefilled - cached;
+    stats_.prompt_tokens_cached_total += cached;
     stats_.generated_tokens_total += s.generated.size();
     --stats_.busy_slots;
   }
@@ -188,7 +197,24 @@ void Scheduler::Finish(Slot& s, const std::string& reason, const Status& error) 
   if (!s.degenerate.empty())
     std::fprintf(stderr, "gemma4rt: degeneracy guard ended a generation after %zu tokens: %s\n", s.generated.size(),
                  s.degenerate.c_str());
-  engine_.ResetSequence(s.seq);
+  // A request that ran leaves its sequence for the next where it is whole: its prompt and generated
+  // tokens up to the sequence's length (the last sampled token was never fed); after an error it
+  // may be half-written. One that never started (no sampler yet) leaves the slot's last sequence.
+  if (s.sampler) {
+    s.held.clear();
+    const int length = engine_.SequenceLength(s.seq);
+    if (options_.cache_prompt && error.ok()) {
+      const std::vector<int32_t>& prompt = s.p->req.prompt;
+      s.held.assign(prompt.begin(), prompt.begin() + std::min<size_t>(length, prompt.size()));
+      for (size_t i = 0; static_cast<int>(s.held.size()) < length && i < s.generated.size(); ++i)
+        s.held.push_back(s.generated[i]);
+    }
+    if (static_cast<int>(s.held.size()) != length) {
+      s.held.clear();
+      engine_.ResetSequence(s.seq);
+    }
+    s.last_used = ++uses_;
+  }
   s.p.reset();
   s.sampler.reset();
   s.stops.reset();
@@ -200,6 +226,23 @@ void Scheduler::Finish(Slot& s, const std::string& reason, const Status& error) 
   s.degenerate.clear();
   s.has_token = false;
   s.prefilled = 0;
+  s.cached = 0;
+}
+
+Scheduler::Slot& Scheduler::PickSlot(const Pending& p) {
+  const bool reuse = options_.cache_prompt && p.req.cache_prompt && !p.req.prompt_logprobs;
+  Slot* best = nullptr;
+  int best_reuse = -1;
+  for (auto& sp : slots_) {
+    if (sp->p) continue;
+    const int r = reuse ? ReusablePrefix(engine_.config(), engine_.cache(), sp->held, p.req.prompt) : 0;
+    if (r > best_reuse || (r == best_reuse && sp->last_used < best->last_used)) {
+      best = sp.get();
+      best_reuse = r;
+    }
+  }
+  best->cached = best_reuse;
+  return *best;
 }
 
 bool Scheduler::SampleNext(Slot& s, std::span<float> logits) {
@@ -319,12 +362,13 @@ void Scheduler::RunSteps() {
             ++it;
           }
         }
-        for (auto& s : slots_) {
-          if (!s->p && !queue_.empty()) {
-            s->p = std::move(queue_.front());
-            queue_.pop_front();
-            ++stats_.busy_slots;
-          }
+        int free_slots = 0;
+        for (const auto& s : slots_) free_slots += !s->p;
+        for (; free_slots > 0 && !queue_.empty(); --free_slots) {
+          Slot& s = PickSlot(*queue_.front());
+          s.p = std::move(queue_.front());
+          queue_.pop_front();
+          ++stats_.busy_slots;
         }
       }
     }
@@ -365,7 +409,9 @@ void Scheduler::RunSteps() {
         s.sampler.emplace(std::move(sampler).value());
         s.stops.emplace(std::move(stops).value());
         if (tokenizer_) s.detok.emplace(*tokenizer_, /*skip_special=*/true);
-        engine_.ResetSequence(s.seq);
+        engine_.TruncateSequence(s.seq, s.cached);  // PickSlot's reusable prefix, or nothing
+        s.prefilled = s.cached;
+        s.held.clear();
       }
     }
     if (stopping) return;

@@ -11,6 +11,13 @@
 // (InvalidArgument, code context_length_exceeded) — it could never fit; a full queue is
 // ResourceExhausted (HTTP 429). Each slot owns a whole sequence of the KV cache, so an admitted
 // request can never run out of KV memory mid-way.
+//
+// Prefix reuse (SchedulerOptions::cache_prompt): a slot keeps the sequence of its last request in
+// the KV cache (prompt and generated tokens), and a request goes to the free slot whose sequence
+// shares the longest reusable prefix with its prompt (ReusablePrefix, runtime/prefix_cache.h;
+// with none, the least recently used free slot), which it then does not prefill. The logits are
+// the same bits as a whole prefill's (every prefill chunking gives the same), so reuse changes
+// no greedy output.
 #pragma once
 
 #include <atomic>
@@ -64,6 +71,9 @@ struct CompletionRequest {
   // at most kPromptLogprobsChunk tokens with every row's logits (16 MiB of step memory at V =
   // 262144). Sent in one event (prompt_logprobs) after the prompt's prefill, before any token.
   bool prompt_logprobs = false;
+  // Reuse a prefix of the prompt that a slot's KV cache holds (llama-server's cache_prompt), where
+  // the scheduler's cache_prompt is on. Never with prompt_logprobs (every prompt row's logits).
+  bool cache_prompt = true;
 };
 inline constexpr int kPromptLogprobsChunk = 16;
 
@@ -87,6 +97,7 @@ struct CompletionEvent {
   std::string degenerate;              // final: non-empty if the degeneracy guard ended it (why)
   int prompt_tokens = 0;               // final
   int completion_tokens = 0;           // final
+  int cached_tokens = 0;               // final: prompt tokens reused from the KV cache (not prefilled)
   double prompt_ms = 0;                // final: queue exit to first token (prefill)
   double predicted_ms = 0;             // final: first token to end
   double queue_ms = 0;                 // final: waiting for a slot
@@ -108,6 +119,7 @@ struct SchedulerOptions {
   int max_queue = 64;                  // requests waiting beyond the slots: with N slots, up to N running
                                        // plus max_queue waiting are accepted; more -> ResourceExhausted
   int prefill_chunk = 256;             // tokens of one prefill step
+  bool cache_prompt = true;            // prefix reuse (above); false: every prompt is prefilled whole
   DegeneracyOptions degeneracy;
 };
 
@@ -115,7 +127,8 @@ struct SchedulerOptions {
 struct SchedulerStats {
   uint64_t requests_total = 0, requests_finished = 0, requests_rejected = 0, requests_cancelled = 0;
   uint64_t requests_degenerate = 0, requests_failed = 0;
-  uint64_t prompt_tokens_total = 0, generated_tokens_total = 0;
+  // prompt_tokens_total: prefilled; prompt_tokens_cached_total: reused from the KV cache instead.
+  uint64_t prompt_tokens_total = 0, prompt_tokens_cached_total = 0, generated_tokens_total = 0;
   int queue_depth = 0, busy_slots = 0, slots = 0;  // queue_depth: made by Stats() (waiting, not cancelled)
   int64_t kv_tokens_used = 0, kv_tokens_capacity = 0;
   static constexpr double kBuckets[] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
@@ -147,6 +160,7 @@ class Scheduler {
 
  private:
   struct Slot;
+  struct Pending;
   // The scheduler thread: RunSteps until stopped; a step that throws ends the slots' requests with
   // the error (StatusFromCurrentException) and the steps go on.
   void Loop();
@@ -158,17 +172,20 @@ class Scheduler {
   void Finish(Slot& slot, const std::string& reason, const Status& error = OkStatus());
   // Requests in queue_ not cancelled (mu_ held): the ones that count against max_queue.
   int LiveQueued() const;
+  // The free slot for `p` (one must exist): the longest reusable prefix, else the least recently
+  // used; sets its `cached`.
+  Slot& PickSlot(const Pending& p);
 
   Engine& engine_;
   const Tokenizer* tokenizer_;
   SchedulerOptions options_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  struct Pending;
   std::deque<std::unique_ptr<Pending>> queue_;
   std::vector<std::unique_ptr<Slot>> slots_;
   SchedulerStats stats_;
   bool stop_ = false;
+  uint64_t uses_ = 0;  // slots' last_used clock
   std::thread thread_;
 };
 

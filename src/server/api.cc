@@ -720,6 +720,9 @@ ApiOr<ParsedRequest> ParseRequestJson(const json& o, Endpoint ep, const ModelInf
   r.stream = stream.value_or(false);
   r.completion.ignore_eos = ignore_eos.value_or(false);
   r.return_token_ids = return_ids.value_or(false);
+  std::optional<bool> cache_prompt;  // llama-server's: reuse a cached prefix (default true)
+  API_RETURN_IF_ERROR(OptBool(o, "cache_prompt", &cache_prompt));
+  r.completion.cache_prompt = cache_prompt.value_or(true);
   if (const json* so = Field(o, "stream_options")) {
     if (!so->is_object()) return WrongType("stream_options", "an object", *so);
     if (!r.stream) return BadRequest("stream_options is only allowed when stream is true", "stream_options");
@@ -932,16 +935,19 @@ std::string FinishReason(const CompletionEvent& e) { return e.finish_reason == "
 json UsageJson(const CompletionEvent& e) {
   return json{{"prompt_tokens", e.prompt_tokens},
               {"completion_tokens", e.completion_tokens},
-              {"total_tokens", e.prompt_tokens + e.completion_tokens}};
+              {"total_tokens", e.prompt_tokens + e.completion_tokens},
+              {"prompt_tokens_details", {{"cached_tokens", e.cached_tokens}}}};
 }
 
 json TimingsJson(const CompletionEvent& e) {
   auto per = [](double ms, int n) { return n > 0 && ms > 0 ? ms / n : 0.0; };
   auto rate = [](double ms, int n) { return n > 0 && ms > 0 ? 1000.0 * n / ms : 0.0; };
-  return json{{"prompt_n", e.prompt_tokens},
+  const int prefilled = e.prompt_tokens - e.cached_tokens;  // llama-server's prompt_n: cache_n not counted
+  return json{{"prompt_n", prefilled},
+              {"cache_n", e.cached_tokens},
               {"prompt_ms", e.prompt_ms},
-              {"prompt_per_token_ms", per(e.prompt_ms, e.prompt_tokens)},
-              {"prompt_per_second", rate(e.prompt_ms, e.prompt_tokens)},
+              {"prompt_per_token_ms", per(e.prompt_ms, prefilled)},
+              {"prompt_per_second", rate(e.prompt_ms, prefilled)},
               {"predicted_n", e.completion_tokens},
               {"predicted_ms", e.predicted_ms},
               {"predicted_per_token_ms", per(e.predicted_ms, e.completion_tokens)},

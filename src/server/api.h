@@ -47,6 +47,8 @@
 //                      bool, default true: end the prompt with the model turn's header. The two
 //                      places disagreeing: 400. continue_final_message true (vLLM): 400.
 //   ignore_eos (vLLM), return_token_ids (vLLM: choice.token_ids + prompt_token_ids)
+//   cache_prompt (llama-server)   bool, default true: reuse the prompt's prefix a slot's KV cache
+//                      holds (CompletionRequest::cache_prompt); the output is the same either way.
 //   echo (completions)  bool: the prompt's text before the completion's, and with logprobs the
 //                      prompt's tokens first in choice.logprobs (the first with null logprob and
 //                      top_logprobs, then each given the tokens before it: CompletionRequest::
@@ -70,7 +72,7 @@
 //     repetition_window), -1 (all of prompt + output) to 2^31 - 1; stop_token_ids (vLLM): up to
 //     64 ids that end the request when generated, even with ignore_eos
 //     (CompletionRequest::stop_token_ids).
-// Fields that cannot change the tokens are ignored like any unknown field: cache_prompt, id_slot,
+// Fields that cannot change the tokens are ignored like any unknown field: id_slot,
 // n_keep, n_discard (no context shifting here: a prompt that does not fit is a 400), the settings
 // of samplers that are off (xtc_threshold, dry_base, dry_allowed_length, dry_penalty_last_n,
 // dry_sequence_breakers, mirostat_tau, mirostat_eta, dynatemp_exponent), and penalize_nl and tfs_z,
@@ -229,10 +231,12 @@ struct CompletionResult {
 
 // "stop" or "length" (a "cancelled" request reports "stop"; it is only seen when shutting down).
 std::string FinishReason(const CompletionEvent& final_event);
-// {prompt_tokens, completion_tokens, total_tokens}
+// {prompt_tokens, completion_tokens, total_tokens, prompt_tokens_details: {cached_tokens}}
+// (OpenAI's: the prompt tokens reused from the KV cache, counted in prompt_tokens too)
 nlohmann::json UsageJson(const CompletionEvent& final_event);
-// llama-server's timings: prompt_n, prompt_ms, prompt_per_token_ms, prompt_per_second,
-// predicted_n, predicted_ms, predicted_per_token_ms, predicted_per_second (+ queue_ms).
+// llama-server's timings: prompt_n (prompt tokens prefilled), cache_n (reused from the KV cache),
+// prompt_ms, prompt_per_token_ms, prompt_per_second, predicted_n, predicted_ms,
+// predicted_per_token_ms, predicted_per_second (+ queue_ms).
 nlohmann::json TimingsJson(const CompletionEvent& final_event);
 
 // The non-streamed response: chat.completion or text_completion. The choice carries

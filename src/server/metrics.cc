@@ -65,6 +65,8 @@ std::string RenderMetrics(const SchedulerStats& s, const std::map<int, uint64_t>
   Scalar(&o, "requests_failed_total", "counter", "Completion requests ended by an internal error.", s.requests_failed);
   Scalar(&o, "degenerate_responses_total", "counter", "Generations ended by the degeneracy (loop) guard.", s.requests_degenerate);
   Scalar(&o, "prompt_tokens_total", "counter", "Prompt tokens processed (prefill).", s.prompt_tokens_total);
+  Scalar(&o, "prompt_tokens_cached_total", "counter", "Prompt tokens reused from the KV cache instead of prefilled.",
+         s.prompt_tokens_cached_total);
   Scalar(&o, "generated_tokens_total", "counter", "Tokens generated.", s.generated_tokens_total);
   Histogram(&o, "time_to_first_token_seconds", "Time from queueing a request to its first token.", s.ttft_bucket, s.ttft_count,
             s.ttft_sum);

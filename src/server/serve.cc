@@ -114,6 +114,10 @@ ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
   app.add_flag("--f32-activations", o.f32_activations, "multiply quantised and BF16 weights with f32 activations (transformers' "
                "arithmetic; slower) instead of int8 activation blocks and, where the CPU has a bf16 dot product, bf16 "
                "activations (llama.cpp's)")->envname("GEMMA4RT_F32_ACTIVATIONS");
+  app.add_flag("--cache-prompt,!--no-cache-prompt,--enable-prefix-caching,!--no-enable-prefix-caching", o.cache_prompt,
+               "slots keep their last sequence in the KV cache and a request whose prompt begins with one skips its "
+               "prefill (llama-server's --cache-prompt, vLLM's --enable-prefix-caching; default on; the output is the same)")
+      ->envname("GEMMA4RT_CACHE_PROMPT");
   app.add_option("--prefill-chunk", o.prefill_chunk, "prompt tokens per prefill step")->envname("GEMMA4RT_PREFILL_CHUNK")->check(CLI::Range(1, 1 << 16));
   AddBackendFlags(&app, &o.backend);
   // llama-server's two-letter short flag; CLI11 only has one-letter short names.
@@ -295,6 +299,7 @@ void ServeInstance::Load(std::function<void()> before_load) {
     so.max_queue = opt_.max_queue;
     so.prefill_chunk = opt_.prefill_chunk;
     so.degeneracy.enabled = opt_.degeneracy_check;
+    so.cache_prompt = opt_.cache_prompt;
     scheduler_ = std::make_unique<Scheduler>(*engine_, tokenizer_.get(), so);
     info.context_size = scheduler_->context_size();
     info.created = UnixNow();

@@ -49,6 +49,7 @@ struct ServeOptions {
   bool no_cors = false;               // --no-cors: HttpOptions::cors off
   bool degeneracy_check = true;
   int prefill_chunk = 256;            // tokens per prefill step of the scheduler
+  bool cache_prompt = true;           // --cache-prompt / --no-cache-prompt: SchedulerOptions::cache_prompt
   bool log_requests = true;
   int read_timeout_s = 30;            // HttpOptions::read_timeout_s (no flag)
   std::string quantize;               // --quantize q8_0|q4_0|w4a16 ("" = as stored); see LoadOptions

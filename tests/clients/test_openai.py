@@ -66,7 +66,24 @@ def test_chat_completion(client, model):
     assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
     timings = r.model_extra["timings"]  # llama-server style extension
     assert timings["predicted_n"] == r.usage.completion_tokens
-    assert timings["prompt_n"] == r.usage.prompt_tokens
+    # prompt_n: tokens prefilled; cache_n: reused from a slot's KV cache (llama-server's meanings)
+    assert timings["prompt_n"] + timings["cache_n"] == r.usage.prompt_tokens
+    assert timings["cache_n"] == r.usage.prompt_tokens_details.cached_tokens
+
+
+def test_next_turn_reuses_the_cached_prefix(client, model):
+    """The second turn of a chat reuses the first's tokens from the slot's KV cache (at least its
+    whole prompt), with the same greedy output as without reuse (cache_prompt false)."""
+    messages = [{"role": "user", "content": "Name three rivers in Europe."}]
+    first = client.chat.completions.create(model=model, messages=messages, max_tokens=8, temperature=0)
+    messages += [{"role": "assistant", "content": first.choices[0].message.content},
+                 {"role": "user", "content": "And three in Asia?"}]
+    reused = client.chat.completions.create(model=model, messages=messages, max_tokens=6, temperature=0)
+    assert reused.usage.prompt_tokens_details.cached_tokens >= first.usage.prompt_tokens
+    plain = client.chat.completions.create(model=model, messages=messages, max_tokens=6, temperature=0,
+                                           extra_body={"cache_prompt": False})
+    assert plain.usage.prompt_tokens_details.cached_tokens == 0
+    assert plain.choices[0].message.content == reused.choices[0].message.content
 
 
 def test_completion_greedy_paris(client, model):
