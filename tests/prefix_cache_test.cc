@@ -57,9 +57,8 @@ TEST(ReusablePrefixTest, KeepsWhatEverySlidingRingStillHolds) {
   auto m = LoadModel(Fixture("gemma4-e2b-tiny"));
   ASSERT_TRUE(m.ok());
   const ModelConfig& c = (*m)->config;
-  const KvCache cache(c, 1, 128);
   auto reuse = [&](const std::vector<int32_t>& held, const std::vector<int32_t>& prompt) {
-    return ReusablePrefix(c, cache, held, prompt);
+    return ReusablePrefix(c, 128, held, prompt);
   };
   const std::vector<int32_t> h6 = Range(10, 6), h8 = Range(10, 8), h9 = Range(10, 9), h20 = Range(10, 20);
   // Within the window every common prefix is kept.
@@ -81,8 +80,7 @@ TEST(ReusablePrefixTest, KeepsWhatEverySlidingRingStillHolds) {
   EXPECT_EQ(reuse(h20, Cat(Head(h20, 18), {99})), 0);
   EXPECT_EQ(reuse(h20, Cat(Head(h20, 4), {99})), 0);
   // A context shorter than the window: the ring never wraps.
-  const KvCache small(c, 1, 6);
-  EXPECT_EQ(ReusablePrefix(c, small, h6, Cat(Head(h6, 2), {99})), 2);
+  EXPECT_EQ(ReusablePrefix(c, 6, h6, Cat(Head(h6, 2), {99})), 2);
 }
 
 // The condition is exact: a sequence cut back to R tokens and continued gives the same logit bits
@@ -107,7 +105,7 @@ TEST(PrefixReuseTest, TruncatedSequencesMatchAFreshPrefillExactlyWhereReusable) 
         const std::vector<int32_t> prompt = Cat(Head(held, R), tail);
         e->ResetSequence(0);
         ASSERT_TRUE(e->Prefill(0, held, false, nullptr).ok());
-        const bool reusable = ReusablePrefix(e->config(), e->cache(), held, prompt) == R;
+        const bool reusable = ReusablePrefix(e->config(), e->cache().max_context(), held, prompt) == R;
         e->TruncateSequence(0, R);
         ASSERT_EQ(e->SequenceLength(0), R);
         std::vector<float> continued, fresh;

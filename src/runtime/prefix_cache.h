@@ -15,16 +15,15 @@
 #include <span>
 
 #include "model/config.h"
-#include "runtime/kv_cache.h"
 
 namespace g4 {
 
-// The number of leading tokens of `prompt` to keep from a sequence of `cache` (built for
-// `config`) holding `held`:
+// The number of leading tokens of `prompt` to keep from a KV cache sequence (of a cache for
+// `config` with `max_context` positions per sequence) holding `held`:
 // the common prefix of the two, at most prompt.size() - 1 (the last prompt token is always run:
 // its logits give the first generated token), or 0 where a sliding layer's ring no longer holds
-// what that prefix needs (above). held.size() <= cache.max_context().
-int ReusablePrefix(const ModelConfig& config, const KvCache& cache, std::span<const int32_t> held,
+// what that prefix needs (above). held.size() <= max_context.
+int ReusablePrefix(const ModelConfig& config, int max_context, std::span<const int32_t> held,
                    std::span<const int32_t> prompt);
 
 }  // namespace g4

@@ -235,7 +235,7 @@ Scheduler::Slot& Scheduler::PickSlot(const Pending& p) {
   int best_reuse = -1;
   for (auto& sp : slots_) {
     if (sp->p) continue;
-    const int r = reuse ? ReusablePrefix(engine_.config(), engine_.cache(), sp->held, p.req.prompt) : 0;
+    const int r = reuse ? ReusablePrefix(engine_.config(), engine_.cache().max_context(), sp->held, p.req.prompt) : 0;
     if (r > best_reuse || (r == best_reuse && sp->last_used < best->last_used)) {
       best = sp.get();
       best_reuse = r;
