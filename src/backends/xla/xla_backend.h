@@ -27,6 +27,9 @@ namespace g4 {
 struct XlaBackendOptions {
   std::string plugin_path;                   // a PJRT plugin (GetPjrtApi)
   std::vector<xla::NamedOption> client_options;  // PJRT_Client_Create options (e.g. cpu_device_count)
+  // The device memory the memory plan checks against; 0: the device's own limit where the plugin
+  // reports one (PJRT_Device_MemoryStats), else no check.
+  int64_t device_memory_bytes = 0;
 };
 
 // What the device policy line and `gemma4rt info` say about an XLA backend.
