@@ -4,8 +4,9 @@
 #   - pypjrt 0.1.1's source distribution: its vendor/xla/pjrt/c/pjrt_c_api.h (PJRT C API 0.114);
 #   - lammps-jax-pjrt-cpu 0.11.2's wheel: pjrt_c_api_cpu_plugin.so, XLA's CPU plugin (API 0.115),
 #     installed without its dependencies (it declares jax, which the plugin does not need).
-# Prints the two paths: configure with -DGEMMA4RT_XLA_INCLUDE_DIR=<include dir> and run the tests
-# with GEMMA4RT_PJRT_PLUGIN=<plugin>. Idempotent. The CPU plugin wheel exists for x86-64 Linux only:
+# Prints the two paths as NAME=VALUE lines (eval-able): configure with
+# -DGEMMA4RT_XLA_INCLUDE_DIR=<include dir> (the build finds it in the default cache by itself) and run
+# the tests with GEMMA4RT_PJRT_PLUGIN=<plugin>. Idempotent. The CPU plugin wheel exists for x86-64 Linux only:
 # elsewhere only the header is installed and the plugin line says so.
 set -euo pipefail
 CACHE="${GEMMA4RT_XLA_CACHE:-$HOME/.cache/gemma4rt/xla}"
@@ -36,7 +37,8 @@ fi
 echo "GEMMA4RT_XLA_INCLUDE_DIR=$INCLUDE"
 
 if [ "$(uname -m)" != x86_64 ] || [ "$(uname -s)" != Linux ]; then
-  echo "GEMMA4RT_PJRT_PLUGIN= (no CPU plugin wheel for $(uname -s) $(uname -m): XLA tests skip)"
+  echo "# no XLA CPU plugin wheel for $(uname -s) $(uname -m): the XLA tests are skipped" >&2
+  echo "GEMMA4RT_PJRT_PLUGIN="
   exit 0
 fi
 PLUGIN="$CACHE/lammps-jax-pjrt-cpu-0.11.2/lammps_jax_pjrt_cpu/pjrt_c_api_cpu_plugin.so"

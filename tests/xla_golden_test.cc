@@ -11,7 +11,9 @@
 #include <map>
 #include <span>
 
+#include "backends/xla/lower.h"
 #include "backends/xla/xla_backend.h"
+#include "model/gemma.h"
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "runtime/engine.h"
@@ -185,6 +187,41 @@ TEST(XlaWarmupTest, RunsEveryShapeAndLeavesTheCacheEmpty) {
   auto again = engine->Warmup(8);
   ASSERT_FALSE(again.ok());
   EXPECT_EQ(again.status().code(), StatusCode::kFailedPrecondition);
+}
+
+// A plan that does not fit the device is refused at start-up with the arithmetic.
+TEST(XlaMemoryPlanTest, AModelThatDoesNotFitIsRefusedWithTheArithmetic) {
+  G4_REQUIRE_PJRT_PLUGIN();
+  auto m = LoadModel(ModelPath("gemma4-e2b-tiny"));
+  ASSERT_TRUE(m.ok());
+  const size_t kv_bytes = 2 * KvCache::BytesPerSequence((*m)->config, 64, DType::kF32);
+  size_t weight_bytes = 0;  // every tensor the graph reads (all F32: as stored)
+  for (const Tensor* t : xla::GraphWeights(BuildGemmaGraph((*m)->config, (*m)->weights, GraphOptions{true})))
+    weight_bytes += t->nbytes;
+  ASSERT_GT(weight_bytes, 1000000u);
+  XlaBackendOptions xo{xla::testing_util::PluginPath(), {{"cpu_device_count", int64_t{1}}}, 100000};
+  auto backend = MakeXlaBackend(xo);
+  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+  EngineOptions o;
+  o.max_seqs = 2;
+  o.max_context = 64;
+  auto e = Engine::Create(std::move(*m), std::move(*backend), o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(e.status().message().find("weights " + std::to_string(weight_bytes) + " bytes + KV cache " +
+                                      std::to_string(kv_bytes) + " bytes (2 sequences x 64 tokens) = " +
+                                      std::to_string(weight_bytes + kv_bytes) + " bytes"),
+            std::string::npos)
+      << e.status().message();
+  EXPECT_NE(e.status().message().find("(2 sequences x 64 tokens)"), std::string::npos) << e.status().message();
+  EXPECT_NE(e.status().message().find("> 100000 bytes of device memory"), std::string::npos) << e.status().message();
+  // The same model with room enough starts.
+  auto m2 = LoadModel(ModelPath("gemma4-e2b-tiny"));
+  ASSERT_TRUE(m2.ok());
+  xo.device_memory_bytes = 64 << 20;
+  auto roomy = MakeXlaBackend(xo);
+  ASSERT_TRUE(roomy.ok());
+  EXPECT_TRUE(Engine::Create(std::move(*m2), std::move(*roomy), o).ok());
 }
 
 std::vector<std::string> Fixtures() {

@@ -112,7 +112,7 @@ TEST(XlaServeTest, AClientThatHangsUpMidStreamFreesItsSlot) {
   EXPECT_EQ(Complete(on_xla->port(), {2, 17, 300}, 4).size(), 4u);
 }
 
-TEST(XlaCliTest, GenerateAndInfoRunOnXlaWithTheCpuBackendsIds) {
+TEST(XlaCliTest, GenerateLogitsBenchAndInfoRunOnXla) {
   G4_REQUIRE_PJRT_PLUGIN();
   const std::string common = "generate -m " + TinyModel() + " --tokens 2,17,300,41 -n 10 --temp 0 --ignore-eos --show-ids "
                              "--cache-type f32 --f32-activations";
@@ -130,6 +130,16 @@ TEST(XlaCliTest, GenerateAndInfoRunOnXlaWithTheCpuBackendsIds) {
             std::string::npos)
       << on_xla.out;
   EXPECT_NE(on_xla.out.find("platform=cpu"), std::string::npos) << on_xla.out;
+  CliResult logits = RunCli("logits -m " + TinyModel() + " --tokens 2,17,300 --top 2 --json --backend xla --pjrt-plugin " +
+                            xla::testing_util::PluginPath());
+  EXPECT_EQ(logits.status, 0) << logits.out;
+  EXPECT_NE(logits.out.find("\"positions\""), std::string::npos) << logits.out;
+  CliResult bench = RunCli("bench -m " + TinyModel() + " -p 16 -n 4 -r 1 --json --backend xla --pjrt-plugin " +
+                           xla::testing_util::PluginPath());
+  EXPECT_EQ(bench.status, 0) << bench.out;
+  const json bj = test_util::BenchJson(bench);
+  ASSERT_TRUE(bj.is_object()) << bench.out;
+  EXPECT_EQ(bj["backend"], "xla");
   CliResult info = RunCli("info -m " + TinyModel() + " --backend xla --pjrt-plugin " + xla::testing_util::PluginPath());
   EXPECT_EQ(info.status, 0) << info.out;
   EXPECT_NE(info.out.find("device policy: backend=xla"), std::string::npos) << info.out;

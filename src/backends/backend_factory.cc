@@ -102,7 +102,7 @@ std::string DevicePolicyFields(const Backend& backend, const BackendOptions& o) 
     if (x->memory_bytes > 0) std::snprintf(mem, sizeof mem, "%.1fGiB", x->memory_bytes / 1073741824.0);
     return "backend=xla plugin=" + x->plugin_path + " api=" + x->api_version + " platform=" + x->platform +
            " device=\"" + x->device_kind + "\" device_memory=" + mem + " compute=" + x->compute_dtype +
-           " weights_on_device=f32/f16/bf16-as-stored,quantised-as-f32";
+           " weights_on_device=f32/f16/bf16/q8_0/q4_0/w4g32-as-stored,other-quantised-as-f32";
   }
 #endif
   (void)backend;

@@ -898,7 +898,8 @@ int BenchMain(int argc, char** argv) {
       char ts[64];
       std::snprintf(ts, sizeof ts, "%.2f ± %.2f", r.median_ts, r.stddev_ts);  // "±" is 2 bytes, 1 column
       std::printf("| %-24s | %10s | %10s | %-7s | %7d |%s %16s | %21s |\n", desc, HumanBytes(static_cast<double>(size_bytes)).c_str(),
-                  HumanCount(n_params).c_str(), "CPU", threads, extra_cells.c_str(), TestName(r).c_str(), ts);
+                  HumanCount(n_params).c_str(), backend_choice.backend == "cpu" ? "CPU" : "XLA", threads, extra_cells.c_str(),
+                  TestName(r).c_str(), ts);
       std::fflush(stdout);
     }
   };
@@ -1019,7 +1020,7 @@ int BenchMain(int argc, char** argv) {
     out["model_desc"] = desc;
     out["size_bytes"] = size_bytes;
     out["n_params"] = static_cast<int64_t>(n_params);
-    out["backend"] = "cpu";
+    out["backend"] = backend_choice.backend;
     out["device_policy"] = policy;
     out["threads"] = threads;
     out["ubatch"] = ubatch;

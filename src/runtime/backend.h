@@ -79,6 +79,10 @@ class Backend {
   // A KV cache for `config` where this backend's executables read and write it (KvCache's layout
   // and limits; type kF32, kF16 or kBF16). The CPU backend: a host KvCache. Errors: the device's
   // (the cache does not fit).
+  // Checks, before the first step, that the weights `graph` reads and `cache` fit in the memory
+  // the backend runs in. Errors: ResourceExhausted with the arithmetic (what needs how many bytes,
+  // against which limit). The CPU backend checks nothing (the KV cache is allocated already).
+  virtual Status PlanMemory(const Graph& graph, const KvCacheBase& cache) const { return OkStatus(); }
   // Whether the first run of each step shape compiles a program for it (seconds on a real model):
   // a server then runs every shape it will use before it answers /health (Engine::Warmup).
   virtual bool CompilesPerShape() const { return false; }

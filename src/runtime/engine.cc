@@ -150,7 +150,9 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<LoadedModel> mo
   const EngineOptions resolved = Resolve(options, model->config);
   G4_ASSIGN_OR_RETURN(std::unique_ptr<KvCacheBase> cache,
                       backend->CreateKvCache(model->config, resolved.max_seqs, resolved.max_context, resolved.kv_type));
-  return std::unique_ptr<Engine>(new Engine(std::move(model), std::move(backend), resolved, std::move(cache)));
+  std::unique_ptr<Engine> e(new Engine(std::move(model), std::move(backend), resolved, std::move(cache)));
+  G4_RETURN_IF_ERROR(e->backend_->PlanMemory(e->graph_all_, *e->cache_));
+  return e;
 }
 
 Status Engine::CheckTokens(std::span<const int32_t> tokens) const {

@@ -1,6 +1,7 @@
 #include "backends/xla/lower.h"
 
 #include <cmath>
+#include <set>
 #include <variant>
 
 #include "base/check.h"
@@ -111,6 +112,21 @@ class Lowering {
 };
 
 }  // namespace
+
+std::vector<const Tensor*> GraphWeights(const Graph& graph) {
+  std::vector<const Tensor*> out;
+  std::set<const Tensor*> seen;
+  for (const Node& n : graph.nodes())
+    for (const Tensor* t : WeightsOf(n.op))
+      if (seen.insert(t).second) out.push_back(t);
+  return out;
+}
+
+size_t DeviceBytes(const Tensor& t) {
+  if (IsDeviceQuantised(t.dtype) || t.dtype == DType::kF32 || t.dtype == DType::kF16 || t.dtype == DType::kBF16)
+    return t.nbytes;
+  return static_cast<size_t>(t.numel()) * 4;
+}
 
 Shape DeviceShape(const Tensor& t) {
   Shape s(t.shape.begin(), t.shape.end());

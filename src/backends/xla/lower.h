@@ -67,6 +67,12 @@ struct LoweredStep {
   int num_params() const { return 6 + static_cast<int>(weights.size() + 2 * caches.size()); }
 };
 
+// The weight tensors `graph` reads, each once, in the order nodes first read them.
+std::vector<const Tensor*> GraphWeights(const Graph& graph);
+// Bytes a weight takes on the device: as stored for F32/F16/BF16 and IsDeviceQuantised types, 4
+// per element for the other block types (dequantised to F32 at upload).
+size_t DeviceBytes(const Tensor& t);
+
 // ElemType of a device dtype (F32, F16, BF16, I32); Unimplemented otherwise.
 StatusOr<ElemType> ElemTypeOf(DType t);
 // The block types the device keeps as stored and the step dequantises: Q8_0, Q4_0, W4G32.

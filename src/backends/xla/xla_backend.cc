@@ -49,9 +49,11 @@ class XlaKvCache : public KvCacheBase {
 
 class XlaBackend : public Backend {
  public:
-  XlaBackend(std::unique_ptr<xla::Client> client, XlaDeviceInfo info) : client_(std::move(client)), info_(std::move(info)) {}
+  XlaBackend(std::unique_ptr<xla::Client> client, XlaDeviceInfo info, int64_t memory_limit)
+      : client_(std::move(client)), info_(std::move(info)), memory_limit_(memory_limit) {}
   std::string Name() const override { return "xla-" + info_.platform; }
   bool CompilesPerShape() const override { return true; }
+  Status PlanMemory(const Graph& graph, const KvCacheBase& cache) const override;
   StatusOr<std::unique_ptr<Executable>> Compile(const Graph& graph, int num_tokens, int num_output_rows) override;
   StatusOr<std::unique_ptr<KvCacheBase>> CreateKvCache(const ModelConfig& config, int max_seqs, int max_context,
                                                        DType type) override;
@@ -68,6 +70,7 @@ class XlaBackend : public Backend {
   XlaDeviceInfo info_;
   std::map<std::string, std::unique_ptr<LoadedExecutable>> programs_;
   std::map<const Tensor*, Buffer> weights_;
+  int64_t memory_limit_;  // bytes; 0: unknown (no plan check)
 };
 
 class XlaExecutable : public Executable {
@@ -122,6 +125,18 @@ StatusOr<PJRT_Buffer*> XlaBackend::Weight(const Tensor* t, DType type) {
   PJRT_Buffer* raw = b->get();
   weights_.emplace(t, std::move(*b));
   return raw;
+}
+
+Status XlaBackend::PlanMemory(const Graph& graph, const KvCacheBase& cache) const {
+  if (memory_limit_ <= 0) return OkStatus();
+  size_t weights = 0;
+  for (const Tensor* t : xla::GraphWeights(graph)) weights += xla::DeviceBytes(*t);
+  const size_t kv = cache.bytes(), need = weights + kv;
+  if (need <= static_cast<size_t>(memory_limit_)) return OkStatus();
+  return ResourceExhausted("the model does not fit on the device: weights " + std::to_string(weights) + " bytes + KV cache " +
+                           std::to_string(kv) + " bytes (" + std::to_string(cache.max_seqs()) + " sequences x " +
+                           std::to_string(cache.max_context()) + " tokens) = " + std::to_string(need) + " bytes > " +
+                           std::to_string(memory_limit_) + " bytes of device memory, before the steps' working memory");
 }
 
 StatusOr<std::unique_ptr<Executable>> XlaBackend::Compile(const Graph& graph, int num_tokens, int num_output_rows) {
@@ -255,7 +270,8 @@ StatusOr<std::unique_ptr<Backend>> MakeXlaBackend(const XlaBackendOptions& optio
   G4_ASSIGN_OR_RETURN(info.device_kind, client->DeviceKind(0));
   info.memory_bytes = client->DeviceMemoryLimit(0);
   info.compute_dtype = "f32";
-  return std::unique_ptr<Backend>(new XlaBackend(std::move(client), std::move(info)));
+  const int64_t limit = options.device_memory_bytes > 0 ? options.device_memory_bytes : info.memory_bytes;
+  return std::unique_ptr<Backend>(new XlaBackend(std::move(client), std::move(info), limit));
 }
 
 const XlaDeviceInfo* XlaInfo(const Backend& backend) {

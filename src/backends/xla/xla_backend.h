@@ -2,8 +2,8 @@
 // (pjrt.h), with the model's state on the device.
 //
 // Device state: every weight is uploaded once, on first use by a compile (the engine's warm-up),
-// as a device buffer of its stored type (F32, F16, BF16; quantised types dequantised to F32 at
-// upload), and shared by every executable. The KV cache (CreateKvCache) is two device buffers
+// and shared by every executable: F32, F16, BF16 as stored; Q8_0, Q4_0, W4G32 as their blocks'
+// bytes, dequantised in the step (lower.h); other block types dequantised to F32 at upload. The KV cache (CreateKvCache) is two device buffers
 // per cache-owning layer, [max_seqs, slots, Nkv*D] of the cache type, which every step takes as
 // arguments aliased to its results (donated: updated in place, no second copy) and replaces by
 // those results. Only the step's inputs (ids, positions, lengths: a few KB) go to the device and
@@ -27,6 +27,9 @@ namespace g4 {
 struct XlaBackendOptions {
   std::string plugin_path;                   // a PJRT plugin (GetPjrtApi)
   std::vector<xla::NamedOption> client_options;  // PJRT_Client_Create options (e.g. cpu_device_count)
+  // The device memory the memory plan checks against; 0: the device's own limit where the plugin
+  // reports one (PJRT_Device_MemoryStats), else no check.
+  int64_t device_memory_bytes = 0;
 };
 
 // What the device policy line and `gemma4rt info` say about an XLA backend.
