@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "server/api.h"
+#include "model/gguf.h"
 #include "server/chat_tools.h"
 #include "tokenizer/tokenizer.h"
 
@@ -153,6 +154,22 @@ CompletionEvent Final(const std::string& reason = "stop") {
   e.prompt_tokens = 10;
   e.completion_tokens = 5;
   return e;
+}
+
+// The scheduler's text skips control tokens: the channel and call markers are not control tokens
+// in Gemma 4's vocabulary (HF "special": false, GGUF USER_DEFINED), so the parser sees them
+// ("<|tool_response>" need not show: with tools it is a stop token).
+TEST(ChatToolsTest, MarkersSurviveTheSchedulersTextDecoding) {
+  const std::string text = "<|channel>thought\nx<channel|>" + kCallText + "<|\"|>";
+  auto gguf_file = GgufFile::Open(std::string(GEMMA4RT_TEST_DATA_DIR) + "/data/tokenizer_gemma4_tiny/tokenizer_gemma4_tiny.gguf");
+  ASSERT_TRUE(gguf_file.ok()) << gguf_file.status().ToString();
+  auto gguf = Tokenizer::FromGguf(**gguf_file);
+  ASSERT_TRUE(gguf.ok()) << gguf.status().ToString();
+  for (const Tokenizer* tok : std::vector<const Tokenizer*>{&Tok(), gguf->get()}) {
+    const std::vector<int32_t> ids = tok->Encode(text, false, true);
+    EXPECT_EQ(ids.front(), 17);  // <|channel> is one token
+    EXPECT_EQ(tok->Decode(ids, /*skip_special=*/true), text);
+  }
 }
 
 TEST(ChatToolsTest, ResponseCarriesToolCalls) {
