@@ -112,3 +112,13 @@ def test_text_that_is_no_call_stays_content(client):
     assert r.choices[0].finish_reason == "stop"
     assert r.choices[0].message.content == "<|tool_call>call:{oops}<tool_call|>"
     assert not r.choices[0].message.tool_calls
+
+
+def test_tool_choice_required_starts_the_reply_inside_a_call(client):
+    # The prompt ends with "<|tool_call>call:"; the scripted reply goes on from there.
+    r = client.chat.completions.create(model=MODEL, messages=[QUESTION], tools=[WEATHER], tool_choice="required",
+                                       parallel_tool_calls=False)
+    assert r.choices[0].finish_reason == "tool_calls"
+    (call,) = r.choices[0].message.tool_calls
+    assert call.function.name == "get_weather"
+    assert json.loads(call.function.arguments) == {"city": "Oslo"}
