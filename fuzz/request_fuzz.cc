@@ -4,7 +4,9 @@
 //
 // Input: byte 0 picks the endpoint ('C' chat, 'P' completions, 'T' /tokenize, 'D' /detokenize,
 // 'A' /apply-template; any other byte: its value mod 5) and, with its high bit set, a model without
-// a tokenizer; the remaining bytes are the body. Seeds in fuzz/corpus/requests/; dictionary
+// a tokenizer; the remaining bytes are the body. 'O' instead feeds the rest to Gemma 4's output
+// parser (server/tool_calls.h) as model output: byte 1 picks its options and a split point; the
+// channels must not depend on how the text is split, and every call's arguments are a JSON object. Seeds in fuzz/corpus/requests/; dictionary
 // fuzz/request.dict. Built by fuzz/CMakeLists.txt (clang, -fsanitize=fuzzer,address,undefined; not
 // part of the main build), run by scripts/fuzz-requests.sh and scripts/test-fuzz.sh. The tokenizer
 // is the tiny Gemma 4 one from tests/data (path compiled in as REQUEST_FUZZ_TOKENIZER_DIR).
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "server/api.h"
+#include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
 namespace {
@@ -139,11 +142,48 @@ void CheckRequest(const g4::server::ParsedRequest& r, const ModelInfo& m, std::s
   if (out.empty()) Die("no output", body);
 }
 
+// The channels of `text` fed in `pieces` (joined: all of `text`), in one string for comparison.
+std::string Channels(const std::vector<std::string_view>& pieces, const g4::server::OutputParserOptions& o, std::string_view body) {
+  g4::server::Gemma4OutputParser parser(o);
+  g4::server::ChannelDelta all;
+  for (std::string_view p : pieces) all.Append(parser.Push(p));
+  all.Append(parser.Finish());
+  std::string out = all.content + '\0' + all.reasoning;
+  for (const auto& c : all.calls) {
+    if (c.name.empty()) Die("a call without a name", body);
+    auto args = nlohmann::json::parse(c.arguments, nullptr, false);
+    if (!args.is_object()) Die("a call's arguments are not a JSON object", body);
+    out += '\0' + c.name + '\0' + c.arguments;
+  }
+  return out;
+}
+
+void CheckOutputParser(std::string_view data) {
+  if (data.empty()) return;
+  const auto opt = static_cast<uint8_t>(data[0]);
+  const std::string_view text = data.substr(1);
+  g4::server::OutputParserOptions o;
+  o.tools = opt & 1;
+  o.reasoning = opt & 2;
+  o.parallel_calls = opt & 4;
+  if (opt & 8) o.forced_call_prefix = opt & 16 ? "call:" : "call:f{";
+  const size_t cut = text.empty() ? 0 : (opt >> 5) * 977 % (text.size() + 1);
+  const std::string whole = Channels({text}, o, data);
+  if (Channels({text.substr(0, cut), text.substr(cut)}, o, data) != whole) Die("the channels depend on the split", data);
+  std::vector<std::string_view> bytes;
+  for (size_t i = 0; i < text.size(); ++i) bytes.push_back(text.substr(i, 1));
+  if (Channels(bytes, o, data) != whole) Die("the channels differ byte by byte", data);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const uint8_t sel = data[0];
+  if (sel == 'O') {
+    CheckOutputParser(std::string_view(reinterpret_cast<const char*>(data + 1), size - 1));
+    return 0;
+  }
   const bool tokenizer = (sel & 0x80) == 0;
   int ep = sel % 5;
   switch (sel) {

@@ -2,9 +2,12 @@
 # Client compatibility test: the official OpenAI Python SDK against `gemma4rt serve`.
 # Installs openai + pytest from PyPI into a venv under build/ (once), starts ./build/gemma4rt serve
 # on the default model on a free loopback port with an API key, waits for /health, runs
-# tests/clients/test_openai.py with pytest, stops the server. Exits with pytest's status (non-zero
-# on any failure) after printing pytest's summary line.
+# tests/clients/test_openai.py with pytest, stops the server; then the same for the tool-call round
+# trip, tests/clients/test_tools.py, against ./build/gemma4rt_scripted_serve (the server over a
+# backend replaying tests/clients/tools_script.json; a test-only target of scripts/build.sh).
+# Exits non-zero on any failure after printing pytest's summary lines.
 #   GEMMA4RT_BIN            the binary (default ./build/gemma4rt; must have the `serve` subcommand)
+#   GEMMA4RT_SCRIPTED_BIN   the scripted server (default ./build/gemma4rt_scripted_serve)
 #   GEMMA4RT_DEFAULT_MODEL  the model (default: scripts/fetch-default-model.sh)
 #   CLIENTS_VENV            the venv (default build/clients-venv)
 set -euo pipefail
@@ -58,4 +61,24 @@ if [ "$status" != 0 ]; then
   echo "test-clients: FAILED (pytest exit $status); server log tail:" >&2
   tail -n 20 "$LOG" >&2
 fi
+stop_server
+
+SCRIPTED="${GEMMA4RT_SCRIPTED_BIN:-./build/gemma4rt_scripted_serve}"
+[ -x "$SCRIPTED" ] || { echo "test-clients: $SCRIPTED not found (scripts/build.sh builds it)" >&2; exit 1; }
+PORT="$("$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()')"
+LOG=build/test-clients-scripted.log
+"$SCRIPTED" tests/golden/gemma4-e2b-tiny/model-f32.gguf tests/data/tokenizer_gemma4_tiny tests/clients/tools_script.json \
+  "$PORT" >"$LOG" 2>&1 &
+SERVER_PID=$!
+URL="http://127.0.0.1:$PORT"
+for _ in $(seq 1 300); do
+  kill -0 "$SERVER_PID" 2>/dev/null || { echo "test-clients: the scripted server exited; its log:" >&2; cat "$LOG" >&2; exit 1; }
+  "$VENV/bin/python" -c "import sys, urllib.request; sys.exit(0 if urllib.request.urlopen('$URL/health', timeout=2).status == 200 else 1)" 2>/dev/null && break
+  sleep 0.2
+done
+GEMMA4RT_SCRIPTED_URL="$URL" "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/clients/test_tools.py || {
+  status=1
+  echo "test-clients: tool round trip FAILED; scripted server log tail:" >&2
+  tail -n 20 "$LOG" >&2
+}
 exit "$status"

@@ -17,8 +17,8 @@ namespace {
 
 using json = nlohmann::json;
 
-json LoadGolden() {
-  const std::string path = std::string(GEMMA4RT_TEST_DATA_DIR) + "/data/chat_template_golden.json";
+json LoadGolden(const std::string& file = "chat_template_golden.json") {
+  const std::string path = std::string(GEMMA4RT_TEST_DATA_DIR) + "/data/" + file;
   std::ifstream f(path, std::ios::binary);
   EXPECT_TRUE(f.good()) << "cannot open " << path;
   std::stringstream ss;
@@ -26,9 +26,19 @@ json LoadGolden() {
   return json::parse(ss.str());
 }
 
+// OpenAI-shaped messages (content null allowed; tool_calls, tool_call_id, reasoning_content).
 std::vector<ChatMessage> Messages(const json& j) {
   std::vector<ChatMessage> out;
-  for (const json& m : j) out.push_back({m.at("role").get<std::string>(), m.at("content").get<std::string>()});
+  for (const json& m : j) {
+    ChatMessage cm(m.at("role").get<std::string>(), m.at("content").is_null() ? "" : m.at("content").get<std::string>());
+    if (m.contains("tool_calls"))
+      for (const json& c : m.at("tool_calls"))
+        cm.tool_calls.push_back({c.value("id", ""), c.at("function").at("name").get<std::string>(),
+                                 c.at("function").at("arguments").get<std::string>()});
+    cm.tool_call_id = m.value("tool_call_id", "");
+    cm.reasoning_content = m.value("reasoning_content", "");
+    out.push_back(std::move(cm));
+  }
   return out;
 }
 
@@ -93,12 +103,48 @@ TEST(ChatTemplateTest, MatchesHuggingFaceGoldenByteForByte) {
   }
 }
 
+TEST(ChatTemplateTest, ToolsMatchHuggingFaceGoldenByteForByte) {
+  const json golden = LoadGolden("chat_template_tools_golden.json");
+  ASSERT_GE(golden.at("cases").size(), 18u);
+  for (const json& c : golden.at("cases")) {
+    SCOPED_TRACE(c.at("name").get<std::string>());
+    ChatTemplateOptions opt;
+    opt.add_generation_prompt = c.at("add_generation_prompt").get<bool>();
+    opt.enable_thinking = c.at("enable_thinking").is_boolean() && c.at("enable_thinking").get<bool>();
+    opt.tools = c.at("tools");
+    auto out = RenderGemma4Chat(Messages(c.at("messages")), opt);
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    const std::string expected = c.at("expected");
+    EXPECT_EQ(*out, expected) << "got:      " << Visible(*out) << "\nexpected: " << Visible(expected);
+  }
+}
+
+TEST(ChatTemplateTest, ToolMessageNeedsACallBeforeIt) {
+  ChatMessage tool("tool", "{}");
+  auto out = RenderGemma4Chat({{"user", "hi"}, {"assistant", "no calls"}, tool});
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("messages[2].role"), std::string::npos) << out.status().message();
+}
+
+TEST(ChatTemplateTest, Gemma3HasNoToolSyntax) {
+  ChatTemplateOptions opt;
+  opt.tools = json::parse(R"([{"type":"function","function":{"name":"f"}}])");
+  auto out = RenderGemma3Chat({{"user", "hi"}}, opt);
+  ASSERT_FALSE(out.ok());
+  EXPECT_NE(out.status().message().find("no tool syntax"), std::string::npos) << out.status().message();
+  ChatMessage call("assistant", "");
+  call.tool_calls.push_back({"c1", "f", "{}"});
+  auto out2 = RenderGemma3Chat({{"user", "hi"}, call, {"user", "ok"}});
+  ASSERT_FALSE(out2.ok());
+  EXPECT_NE(out2.status().message().find("messages[1].tool_calls"), std::string::npos) << out2.status().message();
+}
+
 TEST(ChatTemplateTest, SpecExamplesGemma4) {
   // ../shared/spec/gemma-architecture.md section 6.4.
   auto plain = RenderGemma4Chat({{"user", "Hello"}});
   ASSERT_TRUE(plain.ok());
   EXPECT_EQ(*plain, "<bos><|turn>user\nHello<turn|>\n<|turn>model\n<|channel>thought\n<channel|>");
-  auto think = RenderGemma4Chat({{"user", "Hello"}}, {.add_generation_prompt = true, .enable_thinking = true});
+  auto think = RenderGemma4Chat({{"user", "Hello"}}, {.add_generation_prompt = true, .enable_thinking = true, .tools = nullptr});
   ASSERT_TRUE(think.ok());
   EXPECT_EQ(*think, "<bos><|turn>system\n<|think|>\n<turn|>\n<|turn>user\nHello<turn|>\n<|turn>model\n");
 }

@@ -328,7 +328,8 @@ TEST(ServerApiTest, UnsupportedFieldsAreRefusedByName) {
   EXPECT_API_ERROR(Compl({{"prompt", "x"}, {"echo", "yes"}}), 400, "echo");
   EXPECT_API_ERROR(Compl({{"prompt", "x"}, {"suffix", "y"}}), 400, "suffix");
   EXPECT_API_ERROR(Compl({{"prompt", "x"}, {"best_of", 3}}), 400, "best_of");
-  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"tools", {{{"type", "function"}}}}}), 400, "tools");
+  EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"tools", {{{"type", "function"}}}}}), 400, "tools[0].function");
+  EXPECT_API_ERROR(Compl({{"prompt", "x"}, {"tools", {{{"type", "function"}}}}}), 400, "tools");
   EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"response_format", {{"type", "json_object"}}}}), 400, "response_format");
   EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"stream_options", {{"include_usage", true}}}}), 400, "stream_options");
   EXPECT_API_ERROR(Chat({{"messages", UserMsg("x")}, {"stream", true}, {"stream_options", {{"include_usage", 1}}}}), 400,

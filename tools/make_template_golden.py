@@ -25,8 +25,13 @@ enable_thinking (omitted means "not passed", which the Gemma 4 template treats l
 
 Error cases record the message of the exception and, for per-message errors, the index of the first
 message that makes the template raise, found by rendering growing prefixes of the conversation
-(independent of how the C++ renderer decides). Tool calls, tool responses and multimodal content
-parts are out of scope: every message is {role, content: str}.
+(independent of how the C++ renderer decides). Multimodal content parts are out of scope.
+
+Tool cases (TOOL_CASES, written to tests/data/chat_template_tools_golden.json) hold OpenAI-shaped
+requests: `tools` and messages with assistant `tool_calls` (arguments as JSON text) and `tool`
+messages. The Gemma 4 template reads calls' arguments as mappings and results as `tool_responses`
+on the model message, so each case is first turned into the template's shapes by
+`openai_to_gemma4` (the rules the C++ renderer documents in chat_template.h), then rendered.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ TEMPLATES = {
     },
 }
 OUT = "tests/data/chat_template_golden.json"
+TOOLS_OUT = "tests/data/chat_template_tools_golden.json"
 SPECIAL_TOKENS = {"bos_token": "<bos>", "eos_token": "<eos>", "unk_token": "<unk>", "pad_token": "<pad>"}
 
 
@@ -158,6 +164,154 @@ CASES = [
 ]
 
 
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather in a city.",
+    "parameters": {"type": "object", "properties": {
+        "city": {"type": "string", "description": "City name, e.g. Paris"},
+        "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "description": "Temperature unit"}},
+        "required": ["city"]}}}
+SEARCH = {"type": "function", "function": {
+    "name": "search_docs", "description": "Search the documentation.",
+    "parameters": {"type": "object", "properties": {
+        "query": {"type": "string"},
+        "limit": {"type": "integer", "description": "Maximum results", "nullable": True},
+        "tags": {"type": "array", "items": {"type": "string"}, "description": "Filter tags"},
+        "filters": {"type": "object", "description": "Field filters", "properties": {
+            "Author": {"type": "string"}, "year": {"type": "integer"}}, "required": ["year"]},
+        "rows": {"type": "array", "items": {"type": "object", "properties": {"id": {"type": "integer"}},
+                                            "required": ["id"]}},
+        "exact": {"type": "boolean"}},
+        "required": ["query", "limit"]}}}
+NO_PARAMS = {"type": "function", "function": {"name": "get_time", "description": "The time now."}}
+EMPTY_PARAMS = {"type": "function", "function": {"name": "ping", "parameters": {"type": "object", "properties": {}}}}
+WITH_RESPONSE = {"type": "function", "function": {
+    "name": "lookup", "description": "Look a key up.",
+    "parameters": {"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]},
+    "response": {"type": "object", "description": "The value found."}}}
+
+
+def A(content=None, tool_calls=None, reasoning=None) -> dict:
+    m = {"role": "assistant", "content": content}
+    if tool_calls is not None:
+        m["tool_calls"] = tool_calls
+    if reasoning is not None:
+        m["reasoning_content"] = reasoning
+    return m
+
+
+def call(id_, name, args) -> dict:
+    return {"id": id_, "type": "function",
+            "function": {"name": name, "arguments": args if isinstance(args, str) else json.dumps(args)}}
+
+
+def T(id_, content) -> dict:
+    return {"role": "tool", "tool_call_id": id_, "content": content}
+
+
+# (name, messages, tools, add_generation_prompt, enable_thinking or None)
+TOOL_CASES = [
+    ("t_declaration_weather", [U("user", "Weather in Paris?")], [WEATHER], True, None),
+    ("t_declarations_many", [U("system", "Be helpful."), U("user", "Find docs")],
+     [WEATHER, SEARCH, NO_PARAMS, EMPTY_PARAMS, WITH_RESPONSE], True, None),
+    ("t_declarations_thinking_on", [U("system", "Be helpful."), U("user", "Weather?")], [WEATHER], True, True),
+    ("t_call_round_trip", [U("user", "Weather in Paris?"),
+                           A(None, [call("call_1", "get_weather", {"city": "Paris", "unit": "celsius"})]),
+                           T("call_1", '{"temperature": 21, "sky": "clear"}')], [WEATHER], True, None),
+    ("t_call_round_trip_answered", [U("user", "Weather in Paris?"),
+                                    A("", [call("call_1", "get_weather", {"city": "Paris"})]),
+                                    T("call_1", '{"temperature": 21.5}'),
+                                    A("It is 21.5 degrees."), U("user", "Thanks")], [WEATHER], True, None),
+    ("t_call_string_result", [U("user", "Weather?"), A(None, [call("c", "get_weather", {"city": "Oslo"})]),
+                              T("c", "sunny, 12 C")], [WEATHER], True, None),
+    ("t_call_non_object_json_result", [U("user", "Weather?"), A(None, [call("c", "get_weather", {"city": "Oslo"})]),
+                                       T("c", "[1, 2]")], [WEATHER], True, None),
+    ("t_parallel_calls", [U("user", "Paris and Rome?"),
+                          A(None, [call("a", "get_weather", {"city": "Paris"}),
+                                   call("b", "get_weather", {"city": "Rome"})]),
+                          T("b", '{"t": 25}'), T("a", '{"t": 20}')], [WEATHER], True, None),
+    ("t_parallel_calls_ids_unmatched", [U("user", "Paris and Rome?"),
+                                        A(None, [call("a", "get_weather", {"city": "Paris"}),
+                                                 call("b", "search_docs", {"query": "Rome"})]),
+                                        T("x", "one"), T("y", "two")], [WEATHER, SEARCH], True, None),
+    ("t_two_rounds", [U("user", "Weather then docs"),
+                      A(None, [call("a", "get_weather", {"city": "Paris"})]), T("a", '{"t": 20}'),
+                      A(None, [call("b", "search_docs", {"query": "umbrella", "limit": 3})]), T("b", '{"hits": []}'),
+                      A("Done.")], [WEATHER, SEARCH], True, None),
+    ("t_argument_types", [U("user", "q"),
+                          A(None, [call("a", "search_docs",
+                                        {"query": "a \"quoted\" text", "limit": 10, "exact": False, "score": 0.25,
+                                         "big": 1e20, "small": 1e-05, "none": None, "tags": ["x", "y"],
+                                         "filters": {"year": 2024, "Author": "Ann", "nested": {"b": [1, {"c": True}]}},
+                                         "Zeta": "upper first"})]),
+                          T("a", '{"Rows": [{"id": 1}], "ok": true, "n": null, "f": 2.0}')], [SEARCH], True, None),
+    ("t_arguments_not_json", [U("user", "q"), A(None, [call("a", "get_weather", "city:<|\"|>Paris<|\"|>")]),
+                              T("a", "ok")], [WEATHER], True, None),
+    ("t_reasoning_kept_after_last_user", [U("user", "Weather?"),
+                                          A(None, [call("a", "get_weather", {"city": "Paris"})], reasoning="Need the tool."),
+                                          T("a", '{"t": 20}')], [WEATHER], True, True),
+    ("t_reasoning_dropped_before_last_user", [U("user", "Weather?"),
+                                              A(None, [call("a", "get_weather", {"city": "Paris"})], reasoning="Need it."),
+                                              T("a", '{"t": 20}'), A("20 degrees."), U("user", "And now?")],
+     [WEATHER], True, True),
+    ("t_tool_result_no_generation_prompt", [U("user", "Weather?"), A(None, [call("a", "get_weather", {"city": "Paris"})]),
+                                            T("a", '{"t": 20}')], [WEATHER], False, None),
+    ("t_history_calls_without_tools", [U("user", "Weather?"), A(None, [call("a", "get_weather", {"city": "Paris"})]),
+                                       T("a", '{"t": 20}'), A("20."), U("user", "ok")], None, True, None),
+    ("t_call_with_content_and_thought", [U("user", "Weather?"),
+                                         A("<|channel>thought\nhm<channel|>Let me check.",
+                                           [call("a", "get_weather", {"city": "Paris"})]),
+                                         T("a", "20")], [WEATHER], True, None),
+    ("t_unicode_arguments", [U("user", "Wetter in München?"),
+                             A(None, [call("a", "get_weather", {"city": "München 🌧"})]), T("a", '{"desc": "Regen ☔"}')],
+     [WEATHER], True, None),
+]
+
+
+def openai_to_gemma4(messages):
+    """OpenAI tool shapes -> the Gemma 4 template's: arguments that are a JSON object become a mapping
+    (other text stays as is); each `tool` message becomes a tool_responses entry {name, response} of
+    the assistant message with tool_calls before it (name: the call whose id is tool_call_id, else the
+    call at the same position, else "unknown"; response: the content if it is a JSON object, else the
+    content text; a tool_call_id matches only when given); an assistant message without tool_calls right after tool results, when the message
+    holding them has no content, gives that message its content instead of a turn of its own."""
+    out = []
+    for m in messages:
+        m = dict(m)
+        if m.get("tool_calls"):
+            calls = []
+            for c in m["tool_calls"]:
+                f = dict(c["function"])
+                try:
+                    args = json.loads(f["arguments"])
+                except ValueError:
+                    args = None
+                if isinstance(args, dict):
+                    f["arguments"] = args
+                calls.append({**c, "function": f})
+            m["tool_calls"] = calls
+        if m["role"] == "tool":
+            host = out[-1]
+            assert host["role"] in ("assistant", "model") and host.get("tool_calls"), "tool message without a call"
+            responses = host.setdefault("tool_responses", [])
+            calls = host["tool_calls"]
+            name = next((c["function"]["name"] for c in calls
+                         if m.get("tool_call_id") and c.get("id") == m.get("tool_call_id")), None)
+            if name is None:
+                name = calls[len(responses)]["function"]["name"] if len(responses) < len(calls) else "unknown"
+            try:
+                value = json.loads(m["content"])
+            except ValueError:
+                value = None
+            responses.append({"name": name, "response": value if isinstance(value, dict) else m["content"]})
+            continue
+        if (m["role"] in ("assistant", "model") and not m.get("tool_calls") and out and out[-1].get("tool_responses")
+                and not out[-1].get("content")):
+            out[-1]["content"] = m["content"]
+            continue
+        out.append(m)
+    return out
+
+
 def read_template(name: str) -> str:
     with open(os.path.join(ROOT, TEMPLATES[name]["file"]), encoding="utf-8") as f:
         text = f.read()
@@ -176,17 +330,17 @@ def jinja_env() -> ImmutableSandboxedEnvironment:
     return env
 
 
-def render_plain(template: str, messages, add_generation_prompt, enable_thinking) -> str:
+def render_plain(template: str, messages, add_generation_prompt, enable_thinking, tools=None) -> str:
     kwargs = dict(SPECIAL_TOKENS)
     if enable_thinking is not None:
         kwargs["enable_thinking"] = enable_thinking
     if not messages:  # apply_chat_template refuses an empty conversation before rendering
         raise ValueError("Cannot apply chat template to an empty conversation.")
     return jinja_env().from_string(template).render(
-        messages=messages, tools=None, documents=None, add_generation_prompt=add_generation_prompt, **kwargs)
+        messages=messages, tools=tools, documents=None, add_generation_prompt=add_generation_prompt, **kwargs)
 
 
-def render_hf(template: str, messages, add_generation_prompt, enable_thinking):
+def render_hf(template: str, messages, add_generation_prompt, enable_thinking, tools=None):
     try:
         from transformers.utils.chat_template_utils import render_jinja_template
     except Exception:  # transformers not installed: the plain rendering stands alone
@@ -196,18 +350,18 @@ def render_hf(template: str, messages, add_generation_prompt, enable_thinking):
         kwargs["enable_thinking"] = enable_thinking
     if not messages:
         raise ValueError("Cannot apply chat template to an empty conversation.")
-    rendered, _ = render_jinja_template(conversations=[messages], tools=None, documents=None,
+    rendered, _ = render_jinja_template(conversations=[messages], tools=tools, documents=None,
                                         chat_template=template, add_generation_prompt=add_generation_prompt,
                                         **kwargs)
     return rendered[0]
 
 
-def render(template, messages, add_generation_prompt, enable_thinking):
+def render(template, messages, add_generation_prompt, enable_thinking, tools=None):
     """Returns ("ok", text) or ("error", message); both renderers must agree."""
     results = []
     for fn in (render_plain, render_hf):
         try:
-            out = fn(template, messages, add_generation_prompt, enable_thinking)
+            out = fn(template, messages, add_generation_prompt, enable_thinking, tools)
             if out is None:
                 continue
             results.append(("ok", out))
@@ -248,37 +402,59 @@ def build() -> dict:
     for name, info in TEMPLATES.items():
         meta[name] = {"file": info["file"], "source": info["source"],
                       "sha256_without_header": hashlib.sha256(templates[name].encode("utf-8")).hexdigest()}
+    return {
+        "generator": "tools/make_template_golden.py",
+        "renderer": renderer_versions(),
+        "templates": meta,
+        "cases": cases,
+    }
+
+
+def renderer_versions() -> dict:
     try:
         import transformers
         hf = transformers.__version__
     except Exception:
         hf = None
-    return {
-        "generator": "tools/make_template_golden.py",
-        "renderer": {"jinja2": jinja2.__version__, "transformers_render_jinja_template": hf},
-        "templates": meta,
-        "cases": cases,
-    }
+    return {"jinja2": jinja2.__version__, "transformers_render_jinja_template": hf}
+
+
+def build_tools() -> dict:
+    template = read_template("gemma4")
+    cases = []
+    for name, messages, tools, agp, thinking in TOOL_CASES:
+        status, value = render(template, openai_to_gemma4(messages), agp, thinking, tools)
+        assert status == "ok", f"{name}: {value}"
+        cases.append({"name": name, "template": "gemma4", "messages": messages, "tools": tools,
+                      "add_generation_prompt": agp, "enable_thinking": thinking, "expected": value})
+    return {"generator": "tools/make_template_golden.py", "renderer": renderer_versions(),
+            "templates": {"gemma4": {"file": TEMPLATES["gemma4"]["file"], "source": TEMPLATES["gemma4"]["source"],
+                                     "sha256_without_header": hashlib.sha256(template.encode("utf-8")).hexdigest()}},
+            "cases": cases}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true", help="compare with the file on disk instead of writing")
     ap.add_argument("--out", default=os.path.join(ROOT, OUT))
+    ap.add_argument("--tools-out", default=os.path.join(ROOT, TOOLS_OUT))
     args = ap.parse_args()
-    text = json.dumps(build(), ensure_ascii=False, indent=1) + "\n"
-    if args.check:
-        with open(args.out, encoding="utf-8") as f:
-            if f.read() != text:
-                print(f"{args.out} is stale; rerun tools/make_template_golden.py", file=sys.stderr)
-                return 1
-        print("golden file up to date")
-        return 0
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w", encoding="utf-8", newline="\n") as f:
-        f.write(text)
-    print(f"wrote {args.out} ({len(CASES)} cases)")
-    return 0
+    stale = 0
+    for path, doc in ((args.out, build()), (args.tools_out, build_tools())):
+        text = json.dumps(doc, ensure_ascii=False, indent=1) + "\n"
+        if args.check:
+            with open(path, encoding="utf-8") as f:
+                if f.read() != text:
+                    print(f"{path} is stale; rerun tools/make_template_golden.py", file=sys.stderr)
+                    stale = 1
+            continue
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+        print(f"wrote {path} ({len(doc['cases'])} cases)")
+    if args.check and not stale:
+        print("golden files up to date")
+    return stale
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@
 #include <limits>
 #include <random>
 
+#include "server/chat_tools.h"
 #include "tokenizer/utf8.h"
 
 namespace g4::server {
@@ -219,11 +220,10 @@ ApiOr<std::vector<ChatMessage>> ParseMessages(const json& o) {
     ChatMessage cm;
     cm.role = role->get<std::string>();
     if (cm.role == "developer") cm.role = "system";  // OpenAI's newer name for the system role
-    if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "model")
-      return BadRequest(at + ".role must be one of system, developer, user, assistant (got '" + utf8::Sanitize(cm.role) + "')",
+    if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "model" && cm.role != "tool")
+      return BadRequest(at + ".role must be one of system, developer, user, assistant, tool (got '" + utf8::Sanitize(cm.role) + "')",
                         at + ".role");
-    if (const json* tc = Field(m, "tool_calls"); tc && !(tc->is_array() && tc->empty()))
-      return BadRequest(at + ".tool_calls: tool calls are not supported", at + ".tool_calls", "unsupported_parameter");
+    API_RETURN_IF_ERROR(ParseMessageToolFields(m, at, &cm));
     const json* c = Field(m, "content");
     if (!c) {
       if (cm.role != "assistant" && cm.role != "model")
@@ -287,18 +287,30 @@ MaybeError ParseTemplateOptions(const json& o, ChatTemplateOptions* opts) {
   return std::nullopt;
 }
 
-ApiOr<std::string> RenderMessages(const json& o, const ModelInfo& model) {
+// The chat prompt; `output` (may be null) gets how the model's text is to be split.
+ApiOr<std::string> RenderMessages(const json& o, const ModelInfo& model, std::optional<OutputParserOptions>* output = nullptr) {
   auto messages = ParseMessages(o);
   if (!messages.ok()) return messages.error();
   ChatTemplateOptions opts;
   API_RETURN_IF_ERROR(ParseTemplateOptions(o, &opts));
+  auto tools = ParseChatToolSettings(o, model.template_kind);
+  if (!tools.ok()) return tools.error();
+  if (tools->enable_thinking) {
+    const json* k = Field(o, "chat_template_kwargs");
+    const json* t = k && k->is_object() ? Field(*k, "enable_thinking") : nullptr;
+    if (t && t->get<bool>() != *tools->enable_thinking)
+      return BadRequest("reasoning_effort and chat_template_kwargs.enable_thinking disagree; give one of them", "reasoning_effort");
+    opts.enable_thinking = *tools->enable_thinking;
+  }
+  opts.tools = tools->tools;
   StatusOr<std::string> text = RenderChatTemplate(model.template_kind, messages.value(), opts);
   if (!text.ok()) {
     std::string param = ParamFromMessage(text.status().message(), false);
-    if (param.rfind("messages", 0) != 0) param = "messages";
+    if (param.rfind("messages", 0) != 0 && param != "tools") param = "messages";
     return BadRequest(text.status().message(), param);
   }
-  return std::move(text).value();
+  if (output && model.template_kind == ChatTemplateKind::kGemma4) *output = tools->output;
+  return std::move(text).value() + tools->prompt_suffix;
 }
 
 MaybeError TokenIds(const json& a, const std::string& param, const ModelInfo& model, std::vector<int32_t>* out) {
@@ -586,9 +598,9 @@ MaybeError ParseUnsupported(const json& o, Endpoint ep) {
     if (!s->get_ref<const std::string&>().empty())
       return BadRequest("suffix is not supported", "suffix", "unsupported_parameter");
   }
-  if (const json* t = Field(o, "tools")) {
+  if (const json* t = Field(o, "tools"); t && ep == Endpoint::kCompletion) {  // chat: chat_tools.h
     if (!t->is_array()) return WrongType("tools", "an array", *t);
-    if (!t->empty()) return BadRequest("tools are not supported", "tools", "unsupported_parameter");
+    if (!t->empty()) return BadRequest("tools are a chat field (/v1/chat/completions)", "tools", "unsupported_parameter");
   }
   if (const json* rf = Field(o, "response_format")) {
     if (!rf->is_object()) return WrongType("response_format", "an object", *rf);
@@ -784,10 +796,15 @@ ApiOr<ParsedRequest> ParseRequestJson(const json& o, Endpoint ep, const ModelInf
   if (ep == Endpoint::kChat) {
     if (!model.tokenizer)
       return BadRequest("messages: this model has no tokenizer; use /v1/completions with token ids", "messages", "unsupported_value");
-    auto text = RenderMessages(o, model);
+    auto text = RenderMessages(o, model, &r.channels);
     if (!text.ok()) return text.error();
     r.prompt_text = std::move(text.value());
     r.completion.prompt = model.tokenizer->Encode(r.prompt_text, /*add_bos=*/false, /*parse_special=*/true);
+    // With tools the model's next move after its calls is "<|tool_response>": the caller's turn.
+    if (r.channels && r.channels->tools) {
+      const std::vector<int32_t> id = model.tokenizer->Encode("<|tool_response>", false, true);
+      if (id.size() == 1) r.completion.stop_ids.push_back(id[0]);
+    }
   } else {
     API_RETURN_IF_ERROR(ParsePrompt(o, model, &r));
   }
@@ -915,6 +932,10 @@ ResponseMeta ResponseMetaFor(const ParsedRequest& p, Endpoint endpoint, const To
   if (p.return_token_ids) meta.prompt_token_ids = p.completion.prompt;
   meta.logprobs = p.completion.logprobs;
   meta.tokenizer = tokenizer;
+  if (endpoint == Endpoint::kChat && p.channels) {
+    meta.channels = p.channels;
+    meta.stream_channels = std::make_shared<Gemma4OutputParser>(*p.channels);
+  }
   if (p.echo) {
     meta.echo = true;
     meta.prompt_token_ids = p.completion.prompt;
@@ -1082,6 +1103,21 @@ json LogprobsJson(const ResponseMeta& meta, const std::vector<TokenLogprobs>& lp
   return json{{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top_logprobs}, {"text_offset", offsets}};
 }
 
+// A chat message's or delta's channel fields: content (null in a message with calls and no text),
+// reasoning_content, tool_calls (ids made here; streamed with their index).
+void ChannelFields(ResponseMeta& meta, const ChannelDelta& d, bool stream, json* out) {
+  if (!d.content.empty() || !stream) (*out)["content"] = d.content.empty() && !d.calls.empty() ? json(nullptr) : json(d.content);
+  if (!d.reasoning.empty()) (*out)["reasoning_content"] = d.reasoning;
+  if (d.calls.empty()) return;
+  json calls = json::array();
+  for (const ParsedToolCall& c : d.calls) calls.push_back(ToolCallJson(c, NewToolCallId(), meta.tool_calls_sent++, stream));
+  (*out)["tool_calls"] = std::move(calls);
+}
+
+std::string ChatFinishReason(const ResponseMeta& meta, const CompletionEvent& e) {
+  return meta.tool_calls_sent > 0 ? "tool_calls" : FinishReason(e);
+}
+
 std::string Chunk(const ResponseMeta& meta, json choice) {
   json j = Envelope(meta, true);
   j["choices"] = json::array({std::move(choice)});
@@ -1094,11 +1130,22 @@ std::string Chunk(const ResponseMeta& meta, json choice) {
 json CompletionResponseJson(const ResponseMeta& meta, const CompletionResult& r) {
   json j = Envelope(meta, false);
   json c = {{"index", 0}};
-  if (meta.endpoint == Endpoint::kChat) c["message"] = json{{"role", "assistant"}, {"content", r.text}};
-  else c["text"] = meta.echo ? meta.echo_text + r.text : r.text;
+  ResponseMeta m = meta;  // counts the calls
+  if (meta.endpoint == Endpoint::kChat && meta.channels) {
+    Gemma4OutputParser parser(*meta.channels);
+    ChannelDelta d = parser.Push(r.text);
+    d.Append(parser.Finish());
+    json message = {{"role", "assistant"}};
+    ChannelFields(m, d, /*stream=*/false, &message);
+    c["message"] = std::move(message);
+  } else if (meta.endpoint == Endpoint::kChat) {
+    c["message"] = json{{"role", "assistant"}, {"content", r.text}};
+  } else {
+    c["text"] = meta.echo ? meta.echo_text + r.text : r.text;
+  }
   int64_t text_offset = 0;
   c["logprobs"] = LogprobsJson(meta, r.logprobs, &text_offset, meta.echo ? &r.prompt_logprobs : nullptr);
-  c["finish_reason"] = FinishReason(r.final_event);
+  c["finish_reason"] = ChatFinishReason(m, r.final_event);
   if (!r.final_event.degenerate.empty()) c["degenerate"] = r.final_event.degenerate;
   if (meta.return_token_ids) c["token_ids"] = r.tokens;
   j["choices"] = json::array({c});
@@ -1124,7 +1171,13 @@ std::string FirstChunk(ResponseMeta& meta) {
 }
 
 std::string DeltaChunk(ResponseMeta& meta, const CompletionEvent& e) {
-  json choice = ChunkChoice(meta, json{{"content", e.text}}, e.text);
+  json delta = {{"content", e.text}};
+  if (meta.stream_channels) {
+    delta = json::object();
+    ChannelFields(meta, meta.stream_channels->Push(e.text), /*stream=*/true, &delta);
+    if (delta.empty()) delta["content"] = "";
+  }
+  json choice = ChunkChoice(meta, delta, e.text);
   choice["logprobs"] = LogprobsJson(meta, e.logprobs, &meta.text_offset);
   if (meta.return_token_ids) choice["token_ids"] = e.tokens;
   return Chunk(meta, std::move(choice));
@@ -1132,10 +1185,16 @@ std::string DeltaChunk(ResponseMeta& meta, const CompletionEvent& e) {
 
 std::string FinalChunks(ResponseMeta& meta, const CompletionEvent& e) {
   json delta = json::object();
-  if (!e.text.empty()) delta["content"] = e.text;
+  if (meta.stream_channels) {
+    ChannelDelta d = meta.stream_channels->Push(e.text);
+    d.Append(meta.stream_channels->Finish());
+    ChannelFields(meta, d, /*stream=*/true, &delta);
+  } else if (!e.text.empty()) {
+    delta["content"] = e.text;
+  }
   json choice = ChunkChoice(meta, delta, e.text);
   choice["logprobs"] = LogprobsJson(meta, e.logprobs, &meta.text_offset);
-  choice["finish_reason"] = FinishReason(e);
+  choice["finish_reason"] = ChatFinishReason(meta, e);
   if (!e.degenerate.empty()) choice["degenerate"] = e.degenerate;
   if (meta.return_token_ids) choice["token_ids"] = e.tokens;
   json j = Envelope(meta, true);

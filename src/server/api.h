@@ -55,7 +55,9 @@
 //                      prompt_logprobs; a token-id prompt as sent, without the BOS the server
 //                      added, its first id then given that BOS); streamed as the first chunk.
 //                      Chat: 400.
-//   suffix / best_of > 1 / tools / non-text response_format: 400 (not supported)
+//   tools, tool_choice, parallel_tool_calls, reasoning_effort, reasoning_format, messages'
+//                      tool_calls / tool messages: chat_tools.h (Gemma 4; tools on Gemma 3: 400)
+//   suffix / best_of > 1 / non-text response_format: 400 (not supported)
 //
 // Field names from other servers (users arrive with llama-server's and vLLM's request bodies). A
 // field that would change what is generated is never silently ignored: it is either
@@ -83,6 +85,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -94,6 +97,7 @@
 
 #include "runtime/sampler.h"
 #include "runtime/scheduler.h"
+#include "server/tool_calls.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -163,6 +167,9 @@ struct ParsedRequest {
   bool return_token_ids = false;
   bool echo = false;            // completions' echo (CompletionRequest::prompt_logprobs with logprobs)
   bool ids_bos_added = false;   // completions: a token-id prompt to which the server added the BOS
+  // Chat on Gemma 4: how the output splits into content, reasoning_content and tool_calls
+  // (chat_tools.h); unset: all of it is content.
+  std::optional<OutputParserOptions> channels;
 };
 
 // Parses the raw body (must be a JSON object) of POST /v1/chat/completions or /v1/completions.
@@ -212,6 +219,11 @@ struct ResponseMeta {
   // sent, and their entries are prompt_logprobs[0..] (the first id's given that BOS), as vLLM
   // echoes id prompts as given (lm-evaluation-harness slices the entries by its own token count).
   bool echo_without_bos = false;
+  // Chat with ParsedRequest::channels: the message's content, reasoning_content and tool_calls
+  // (finish_reason "tool_calls" when there are calls); a stream's parser and the calls it sent.
+  std::optional<OutputParserOptions> channels;
+  std::shared_ptr<Gemma4OutputParser> stream_channels;
+  int tool_calls_sent = 0;
 };
 // A fresh id with the endpoint's prefix and 24 random hex digits.
 std::string NewResponseId(Endpoint endpoint);

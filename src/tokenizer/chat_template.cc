@@ -5,6 +5,8 @@
 #include <cstdint>
 #include <string>
 
+#include "tokenizer/gemma4_tool_format.h"
+
 namespace g4 {
 namespace {
 
@@ -60,27 +62,37 @@ size_t FindInvalidUtf8(std::string_view s) {
 }
 
 // The roles this renderer accepts; the template name each renders under.
-bool IsSupportedRole(const std::string& role) {
-  return role == "system" || role == "user" || role == "assistant" || role == "model";
+bool IsSupportedRole(const std::string& role, bool tools) {
+  return role == "system" || role == "user" || role == "assistant" || role == "model" || (tools && role == "tool");
 }
 
-Status CheckMessages(const std::vector<ChatMessage>& messages, const char* family) {
+Status CheckUtf8(std::string_view text, const std::string& where) {
+  const size_t bad = FindInvalidUtf8(text);
+  if (bad == std::string_view::npos) return OkStatus();
+  return InvalidArgument(where + ": invalid UTF-8 at byte " + std::to_string(bad));
+}
+
+Status CheckMessages(const std::vector<ChatMessage>& messages, const char* family, bool tools) {
   if (messages.empty()) {
     return InvalidArgument(std::string("messages: the ") + family +
                            " chat template needs at least one message (got an empty list)");
   }
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
-    if (!IsSupportedRole(m.role)) {
-      return InvalidArgument("messages[" + std::to_string(i) + "].role: '" + m.role +
-                             "' is not supported by the " + family +
-                             " chat template renderer (system, user, assistant or model; tool "
-                             "messages are out of scope)");
+    const std::string at = "messages[" + std::to_string(i) + "]";
+    if (!IsSupportedRole(m.role, tools)) {
+      return InvalidArgument(at + ".role: '" + m.role + "' is not supported by the " + family +
+                             " chat template renderer (system, user, assistant or model" +
+                             (tools ? ", or tool" : "; the template has no tool syntax") + ")");
     }
-    const size_t bad = FindInvalidUtf8(m.content);
-    if (bad != std::string_view::npos) {
-      return InvalidArgument("messages[" + std::to_string(i) + "].content: invalid UTF-8 at byte " +
-                             std::to_string(bad));
+    if (!tools && !m.tool_calls.empty())
+      return InvalidArgument(at + ".tool_calls: the " + family + " chat template has no tool syntax");
+    G4_RETURN_IF_ERROR(CheckUtf8(m.content, at + ".content"));
+    G4_RETURN_IF_ERROR(CheckUtf8(m.reasoning_content, at + ".reasoning_content"));
+    for (size_t k = 0; k < m.tool_calls.size(); ++k) {
+      const std::string c = at + ".tool_calls[" + std::to_string(k) + "].function";
+      G4_RETURN_IF_ERROR(CheckUtf8(m.tool_calls[k].name, c + ".name"));
+      G4_RETURN_IF_ERROR(CheckUtf8(m.tool_calls[k].arguments, c + ".arguments"));
     }
   }
   return OkStatus();
@@ -89,6 +101,64 @@ Status CheckMessages(const std::vector<ChatMessage>& messages, const char* famil
 // assistant -> model, as both templates do; every other supported role keeps its name.
 std::string_view TemplateRole(const std::string& role) {
   return role == "assistant" ? std::string_view("model") : std::string_view(role);
+}
+
+// A parsed JSON text when it is an object, else null (no exceptions).
+nlohmann::json JsonObjectOrNull(const std::string& text) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() ? j : nlohmann::json();
+}
+
+// One message in the Gemma 4 template's shape: calls with their arguments, results attached.
+struct Gemma4Message {
+  std::string role;  // template role: model for assistant
+  std::string content;
+  std::string reasoning_content;
+  std::vector<std::pair<std::string, nlohmann::json>> tool_calls;      // name, arguments
+  std::vector<std::string> tool_call_ids;
+  std::vector<std::pair<std::string, nlohmann::json>> tool_responses;  // name, response
+};
+
+// OpenAI's tool shapes -> the template's (chat_template.h, RenderGemma4Chat).
+StatusOr<std::vector<Gemma4Message>> ToGemma4Messages(const std::vector<ChatMessage>& messages, size_t first) {
+  std::vector<Gemma4Message> out;
+  for (size_t i = first; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role == "tool") {
+      if (out.empty() || out.back().role != "model" || out.back().tool_calls.empty())
+        return InvalidArgument("messages[" + std::to_string(i) +
+                               "].role: a 'tool' message must follow an assistant message with tool_calls");
+      Gemma4Message& host = out.back();
+      std::string name;
+      for (size_t k = 0; k < host.tool_calls.size() && !m.tool_call_id.empty(); ++k)
+        if (host.tool_call_ids[k] == m.tool_call_id) {
+          name = host.tool_calls[k].first;
+          break;
+        }
+      const size_t position = host.tool_responses.size();
+      if (name.empty()) name = position < host.tool_calls.size() ? host.tool_calls[position].first : "unknown";
+      nlohmann::json value = JsonObjectOrNull(m.content);
+      host.tool_responses.emplace_back(name, value.is_null() ? nlohmann::json(m.content) : std::move(value));
+      continue;
+    }
+    const std::string_view role = TemplateRole(m.role);
+    if (role == "model" && m.tool_calls.empty() && !out.empty() && !out.back().tool_responses.empty() &&
+        out.back().content.empty()) {
+      out.back().content = m.content;
+      continue;
+    }
+    Gemma4Message g;
+    g.role = std::string(role);
+    g.content = m.content;
+    g.reasoning_content = m.reasoning_content;
+    for (const ChatToolCall& c : m.tool_calls) {
+      nlohmann::json args = JsonObjectOrNull(c.arguments);
+      g.tool_calls.emplace_back(c.name, args.is_null() ? nlohmann::json(c.arguments) : std::move(args));
+      g.tool_call_ids.push_back(c.id);
+    }
+    out.push_back(std::move(g));
+  }
+  return out;
 }
 
 }  // namespace
@@ -145,7 +215,9 @@ StatusOr<ChatTemplateKind> ChatTemplateKindFromName(std::string_view name) {
 
 StatusOr<std::string> RenderGemma3Chat(const std::vector<ChatMessage>& messages,
                                        const ChatTemplateOptions& options) {
-  G4_RETURN_IF_ERROR(CheckMessages(messages, "Gemma 3"));
+  G4_RETURN_IF_ERROR(CheckMessages(messages, "Gemma 3", /*tools=*/false));
+  if (options.tools.is_array() && !options.tools.empty())
+    return InvalidArgument("tools: the Gemma 3 chat template has no tool syntax");
   std::string out = "<bos>";
   size_t first = 0;
   std::string first_user_prefix;
@@ -176,34 +248,51 @@ StatusOr<std::string> RenderGemma3Chat(const std::vector<ChatMessage>& messages,
 
 StatusOr<std::string> RenderGemma4Chat(const std::vector<ChatMessage>& messages,
                                        const ChatTemplateOptions& options) {
-  G4_RETURN_IF_ERROR(CheckMessages(messages, "Gemma 4"));
+  G4_RETURN_IF_ERROR(CheckMessages(messages, "Gemma 4", /*tools=*/true));
+  const bool has_tools = options.tools.is_array() && !options.tools.empty();
   std::string out = "<bos>";
   size_t first = 0;
+  // The template's ns.prev_message_type: what the last thing written was.
+  enum class Prev { kNone, kOther, kToolCall, kToolResponse } prev = Prev::kNone;
   const bool system_first = messages[0].role == "system";
-  if (options.enable_thinking || system_first) {
+  if (options.enable_thinking || system_first || has_tools) {
     out += "<|turn>system\n";
-    if (options.enable_thinking) out += "<|think|>\n";
+    if (options.enable_thinking) out += "<|think|>\n", prev = Prev::kOther;
     if (system_first) {
       out += TrimPythonWhitespace(messages[0].content);
       first = 1;
     }
+    if (has_tools) {
+      for (const nlohmann::json& tool : options.tools) out += "<|tool>" + FormatGemma4Declaration(tool) + "<tool|>";
+      prev = Prev::kOther;
+    }
     out += "<turn|>\n";
   }
-  for (size_t i = first; i < messages.size(); ++i) {
-    const ChatMessage& m = messages[i];
-    const std::string_view role = TemplateRole(m.role);
-    out += "<|turn>";
-    out += role;
-    out += '\n';
-    if (role == "model") {
+  G4_ASSIGN_OR_RETURN(std::vector<Gemma4Message> turns, ToGemma4Messages(messages, first));
+  size_t last_user = turns.size();  // none
+  for (size_t i = 0; i < turns.size(); ++i)
+    if (turns[i].role == "user") last_user = i;
+  for (size_t i = 0; i < turns.size(); ++i) {
+    const Gemma4Message& m = turns[i];
+    if (!(prev == Prev::kToolResponse && !m.tool_calls.empty())) out += "<|turn>" + m.role + "\n";
+    prev = Prev::kNone;
+    if (!m.tool_calls.empty()) {
+      if (!m.reasoning_content.empty() && (last_user == turns.size() || i > last_user))
+        out += "<|channel>thought\n" + m.reasoning_content + "<channel|>";
+      for (const auto& [name, args] : m.tool_calls) out += FormatGemma4ToolCall(name, args);
+      prev = Prev::kToolCall;
+    }
+    for (const auto& [name, response] : m.tool_responses) out += FormatGemma4ToolResponse(name, response);
+    if (!m.tool_responses.empty()) prev = Prev::kToolResponse;
+    if (m.role == "model") {
       out += TrimPythonWhitespace(StripGemma4Thinking(m.content));
     } else {
       out += TrimPythonWhitespace(m.content);
     }
-    out += "<turn|>\n";
+    if (m.tool_responses.empty() || !m.content.empty()) out += "<turn|>\n";
   }
   if (options.add_generation_prompt) {
-    out += "<|turn>model\n";
+    if (prev != Prev::kToolResponse) out += "<|turn>model\n";
     if (!options.enable_thinking) out += "<|channel>thought\n<channel|>";
   }
   return out;

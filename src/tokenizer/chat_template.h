@@ -14,9 +14,12 @@
 //   Gemma 4: Google's gemma-4-31B-it template (ggml-org/llama.cpp
 //            models/templates/google-gemma-4-31B-it-interleaved.jinja); spec section 6.4.
 //
-// Scope: text-only messages {role, content string}. Tool declarations, tool calls, tool responses,
-// reasoning_content and multimodal content parts are OUT OF SCOPE and are not accepted (a role
-// outside system|user|assistant|model is an InvalidArgument). Known Gemma 4 template revisions
+// Scope: text messages {role, content string}; Gemma 4 also tools (declarations), assistant
+// tool_calls with reasoning_content, and tool messages (OpenAI's shapes, turned into the
+// template's as RenderGemma4Chat says; golden renderings in
+// tests/data/chat_template_tools_golden.json). Multimodal content parts are out of scope. Other
+// model templates (a GGUF's tokenizer.chat_template, a fine-tune's chat_template.jinja) are not
+// rendered: there is no Jinja engine here. Known Gemma 4 template revisions
 // that render differently (documented so nobody "fixes" a golden by accident):
 //   - llama.cpp models/templates/gemma4.jinja writes "<|think|>" without the "\n" that follows it
 //     here; HF-tokenized prompts seen in the wild ([..., 98, 107, 106, ...]) have the "\n".
@@ -27,7 +30,10 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "base/status.h"
 
@@ -42,11 +48,25 @@ enum class ChatTemplateKind {
 // "gemma3" / "gemma4" (case-sensitive). Errors: InvalidArgument naming the unknown name.
 StatusOr<ChatTemplateKind> ChatTemplateKindFromName(std::string_view name);
 
+// One call in an assistant message (OpenAI's tool_calls[i]: id, function.name, function.arguments).
+struct ChatToolCall {
+  std::string id;
+  std::string name;
+  std::string arguments;  // JSON text as the client sent it
+};
+
 // One chat message. `role` is one of "system", "user", "assistant", "model" ("model" is accepted
-// as a synonym of "assistant", which both templates render as "model"). `content` is UTF-8 text.
+// as a synonym of "assistant", which both templates render as "model") or, Gemma 4 only, "tool".
+// `content` is UTF-8 text.
 struct ChatMessage {
+  ChatMessage() = default;
+  ChatMessage(std::string r, std::string c) : role(std::move(r)), content(std::move(c)) {}
+
   std::string role;
   std::string content;
+  std::vector<ChatToolCall> tool_calls;  // assistant (Gemma 4)
+  std::string reasoning_content;         // assistant with tool_calls (Gemma 4)
+  std::string tool_call_id;              // tool (Gemma 4)
 };
 
 struct ChatTemplateOptions {
@@ -56,6 +76,9 @@ struct ChatTemplateOptions {
   // "<|think|>\n" and omits the empty thought channel after the generation header. Gemma 3 ignores
   // it, as its template does.
   bool enable_thinking = false;
+  // Gemma 4 only: OpenAI's `tools` (an array of {type: "function", function: {name, ...}}), written
+  // as declarations into the system turn; null or empty: none. Gemma 3 refuses a non-empty list.
+  nlohmann::json tools;
 };
 
 // Renders `messages` with the Gemma 3 template.
@@ -82,10 +105,24 @@ StatusOr<std::string> RenderGemma3Chat(const std::vector<ChatMessage>& messages,
 //     "<|channel>...<channel|>" span removed, an unclosed "<|channel>..." dropped to the end of
 //     its segment, stray "<channel|>" removed) and are then trimmed; other roles are trimmed.
 //     No alternation check (consecutive users/assistants are separate turns).
-//   - add_generation_prompt: "<|turn>model\n", plus the empty thought channel
-//     "<|channel>thought\n<channel|>" when enable_thinking is off.
-// Errors: InvalidArgument for an empty list, an unsupported role, or content that is not valid
-// UTF-8, naming the index, e.g. "messages[1].role".
+//   - add_generation_prompt: "<|turn>model\n" (not after tool results, which the model answers
+//     in the same turn), plus the empty thought channel "<|channel>thought\n<channel|>" when
+//     enable_thinking is off.
+//   - tools: each "<|tool>" + declaration + "<tool|>" in the system turn (after its text), which
+//     tools open as thinking does (gemma4_tool_format.h).
+//   - OpenAI's tool shapes become the template's: an assistant's tool_calls are written
+//     "<|tool_call>call:NAME{...}<tool_call|>" with arguments that parse as a JSON object written
+//     as the template writes a mapping (any other text as is), after "<|channel>thought\n" +
+//     reasoning_content + "<channel|>" when the message comes after the last user message; each
+//     "tool" message becomes a "<|tool_response>" of the assistant message before it, which must
+//     have tool_calls (else InvalidArgument naming the tool message's role): its name is the call
+//     whose id is tool_call_id, else the call at the same position, else "unknown"; its value the
+//     content when that is a JSON object, else the content text. A model turn that ends in tool
+//     results stays open; an assistant message without tool_calls that follows them becomes that
+//     turn's text (when it has none yet), as the model writes its answer after the results. An
+//     assistant message with tool_calls after tool results continues the same turn.
+// Errors: InvalidArgument for an empty list, an unsupported role, content that is not valid UTF-8,
+// or a tool message without a call before it, naming the index, e.g. "messages[1].role".
 StatusOr<std::string> RenderGemma4Chat(const std::vector<ChatMessage>& messages,
                                        const ChatTemplateOptions& options = {});
 

@@ -222,6 +222,19 @@ def test_bad_messages_and_prompt_too_long(client, model):
     assert e.value.param == "prompt"
 
 
+def test_tools_on_gemma3_are_refused_saying_why(client, model):
+    # Gemma 3 has no tool-call syntax of its own (Gemma 4 models declare and parse tools).
+    tool = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {}}}}
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}], tools=[tool])
+    assert e.value.param == "tools"
+    assert "Gemma 3" in e.value.message and "tool" in e.value.message
+    # tool_choice "none" without tools is a plain chat.
+    r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=1,
+                                       tool_choice="none")
+    assert r.choices[0].finish_reason in ("stop", "length")
+
+
 def test_unknown_model_is_not_found(client):
     with pytest.raises(openai.NotFoundError) as e:
         client.chat.completions.create(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
