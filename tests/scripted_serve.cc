@@ -52,9 +52,9 @@ class ScriptedExecutable : public g4::Executable {
 
   // A step with output rows either continues the current reply (one token: the one emitted last,
   // at the next position) or starts the next reply.
-  void Run(const g4::StepInput& in, g4::KvCache&) override {
+  g4::Status Run(const g4::StepInput& in, g4::KvCacheBase&) override {
     rows_ = static_cast<int>(in.output_rows.size());
-    if (rows_ == 0) return;
+    if (rows_ == 0) return g4::OkStatus();
     Script& s = *script_;
     const bool continues = in.tokens.size() == 1 && in.tokens[0] == s.last_emitted && in.positions[0] == s.last_position + 1;
     if (!continues) ++s.reply, s.cursor = 0;
@@ -64,6 +64,7 @@ class ScriptedExecutable : public g4::Executable {
     for (int r = 0; r < rows_; ++r) logits_[static_cast<size_t>(r) * vocab_ + next] = 1000.0f;
     s.last_emitted = next;
     s.last_position = in.positions[in.output_rows[rows_ - 1]];
+    return g4::OkStatus();
   }
   g4::OutputView Output(const std::string& name) const override {
     if (name != "logits") return {};

@@ -1272,6 +1272,42 @@ TEST(ServerHttpTinyTest, OversizedHeadsAre431AndTheConnectionCloses) {
   EXPECT_EQ(Get(port, "/health").status, 200);
 }
 
+// A chunked body's size lines (with extensions) and trailer line are bounded like the head's lines:
+// past 4096 bytes, 400 with the reason and the connection closed. cpp-httplib 0.11 kept the whole
+// line in memory, whatever its length (a fresh user's 256 MiB extension was read, then answered
+// 200); chunks of ordinary lines still go through.
+TEST(ServerHttpTinyTest, ChunkLinesOfAChunkedBodyAreBounded) {
+  auto srv = StartServer(Options(TinyModel(), 64, 1));
+  ASSERT_TRUE(srv);
+  const std::string body = R"({"prompt":[2,17],"max_tokens":1,"temperature":0})";
+  char size[32];
+  std::snprintf(size, sizeof size, "%zx", body.size());
+  // The chunked body: a size line (`zeros` before the size, `ext` after it), the data, the last
+  // chunk's line `last`.
+  auto request = [&](const std::string& zeros, const std::string& ext, const std::string& last) {
+    return "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+           "Transfer-Encoding: chunked\r\n\r\n" +
+           zeros + size + ext + "\r\n" + body + "\r\n" + last + "\r\n\r\n";
+  };
+  const std::string message = "a chunk-size or trailer line of the chunked body is longer than 4096 bytes";
+  const std::string long_ext = ";e=" + std::string(5000, 'e');
+  for (const auto& [req, status] : {std::pair<std::string, int>{request("", ";ext=1", "0"), 200},
+                                    {request("", ";e=" + std::string(4000, 'e'), "0"), 200},
+                                    {request("", long_ext, "0"), 400},
+                                    {request("", "", "0" + long_ext), 400},
+                                    {request(std::string(5000, '0'), "", "0"), 400}}) {
+    RawConnection c(srv->port());
+    ASSERT_TRUE(c.Send(req));
+    RawConnection::Response r = c.Read();
+    EXPECT_EQ(r.status, status) << req.size() << ": " << r.body;
+    if (status == 400) {
+      EXPECT_EQ(json::parse(r.body, nullptr, false)["error"]["message"], message) << r.body;
+      EXPECT_TRUE(c.ClosedByServer());
+    }
+  }
+  EXPECT_EQ(Get(srv->port(), "/health").status, 200);
+}
+
 // A client that stops sending in the middle of its request (request line, header fields or body)
 // is answered 408 at the read timeout and its connection closed; one that has sent nothing of a
 // next request is let go without an answer.

@@ -41,6 +41,12 @@ TEST(SimdCapTest, AnUnknownTargetIsRefused) {
               std::string::npos)
         << r.out;
   }
+  // The usage and --help still print.
+  EXPECT_EQ(RunSh("GEMMA4RT_SIMD_MAX=AVX9 \"$BIN\" --help").status, 0);
+  EXPECT_EQ(RunSh("GEMMA4RT_SIMD_MAX=AVX9 \"$BIN\" info --help").status, 0);
+  const CliResult usage = RunSh("GEMMA4RT_SIMD_MAX=AVX9 \"$BIN\"");
+  EXPECT_EQ(usage.status, 2) << usage.out;
+  EXPECT_EQ(usage.out.find("GEMMA4RT_SIMD_MAX"), std::string::npos) << usage.out;
 }
 
 }  // namespace

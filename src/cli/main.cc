@@ -263,7 +263,11 @@ std::string Usage(const CLI::App& app) {
 
 namespace {
 int Main(int argc, char** argv) {
-  if (g4::Status cap = g4::cpu::SimdCapStatus(); !cap.ok()) {
+  // A bad GEMMA4RT_SIMD_MAX stops every command that runs, not the usage or --help.
+  const bool help_only = argc < 2 || std::any_of(argv + 1, argv + argc, [](const char* a) {
+                           return std::strcmp(a, "-h") == 0 || std::strcmp(a, "--help") == 0;
+                         });
+  if (g4::Status cap = g4::cpu::SimdCapStatus(); !cap.ok() && !help_only) {
     std::fprintf(stderr, "gemma4rt: error: %s\n", cap.ToString().c_str());
     return 1;
   }

@@ -1,6 +1,7 @@
 #include "server/http_conn.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <string>
@@ -77,7 +78,17 @@ class GuardedStream : public httplib::Stream {
     if (state_->refusal != ReadRefusal::kNone) return -1;
     if (!in_head_) {
       const ssize_t n = Fill(ptr, size);
-      if (n > 0) moved_ += static_cast<size_t>(n);
+      if (n <= 0) return n;
+      moved_ += static_cast<size_t>(n);
+      // httplib reads a chunked body's size and trailer lines a byte at a time (stream_line_reader)
+      // into a buffer that grows with the line, and its data in larger reads (a 1-byte read of
+      // data ends before a line): a run of 1-byte reads without a newline is such a line.
+      if (size > 1 || *ptr == '\n') {
+        body_line_ = 0;
+      } else if (++body_line_ > limits_.max_body_line) {
+        return Refuse(ReadRefusal::kBodyLineTooLong, "a chunk-size or trailer line of the chunked body is longer than " +
+                                                         std::to_string(limits_.max_body_line) + " bytes");
+      }
       return n;
     }
     char c;
@@ -190,6 +201,7 @@ class GuardedStream : public httplib::Stream {
   size_t off_ = 0, len_ = 0;
   bool in_head_ = true;
   size_t head_bytes_ = 0, line_ = 0, line_len_ = 0, fields_ = 0;
+  size_t body_line_ = 0;  // consecutive 1-byte body reads since a newline
   char prev_ = 0;
   size_t moved_ = 0;  // bytes read and written
 };
@@ -237,7 +249,12 @@ bool GuardedServer::process_and_close_socket(socket_t sock) {
       moved = strm.moved();
     }
 #if defined(__GLIBC__)
-    if (moved >= (1u << 20)) malloc_trim(0);
+    // Counted over all connections: many smaller requests at once free as much as one large one.
+    static std::atomic<size_t> untrimmed{0};
+    if (untrimmed.fetch_add(moved) + moved >= (1u << 20)) {
+      untrimmed.store(0);
+      malloc_trim(0);
+    }
 #endif
     if (state.refusal != ReadRefusal::kNone) {
       // The rest of the head may still be on its way: drain it so that the answer arrives. A

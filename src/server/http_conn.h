@@ -18,6 +18,7 @@ struct HeadLimits {
   size_t max_bytes = 64u << 10;   // request line and header fields together, CRLFs included
   size_t max_line = CPPHTTPLIB_HEADER_MAX_LENGTH;             // one header field line (httplib: 400 past it)
   size_t max_request_line = CPPHTTPLIB_REQUEST_URI_MAX_LENGTH;  // the request line (httplib: 414 past it)
+  size_t max_body_line = 4096;    // a chunked body's chunk-size line (extensions included) or trailer line
 };
 
 // Why the request being read on this thread could not be read in full.
@@ -26,6 +27,7 @@ enum class ReadRefusal {
   kHeadTooLarge,        // over a HeadLimits bound (431); the message says which
   kRequestLineTooLong,  // over max_request_line: httplib answers 414
   kTimedOut,            // the client sent nothing for the read timeout mid-request (408)
+  kBodyLineTooLong,     // a chunked body's size or trailer line over max_body_line (400)
 };
 
 // The refusal of the request this worker thread is serving (kNone outside a connection), and a
@@ -44,8 +46,8 @@ class GuardedServer : public httplib::Server {
 
  private:
   // httplib's keep-alive loop (Server::process_and_close_socket) with our stream: after a
-  // refused request the connection is drained and closed; after a request that read or wrote
-  // 1 MiB or more, malloc_trim returns the freed memory of every malloc arena to the system
+  // refused request the connection is drained and closed; once requests have read or written
+  // 1 MiB since the last time, malloc_trim returns the freed memory of every malloc arena to the system
   // (each worker thread allocates from its own arena, which glibc otherwise keeps).
   bool process_and_close_socket(socket_t sock) override;
 

@@ -862,8 +862,10 @@ void HttpServer::Impl::Routes() {
     // httplib's own 413 (a Content-Length over the limit) has skipped the body: still in step.
     if (too_big || res.status != 413) MarkClose(res);
     if (too_big || res.status == 413) return too_large(req.get_header_value("Content-Length"));
-    std::string stalled;
-    if (CurrentRefusal(&stalled) == ReadRefusal::kTimedOut) return ErrorForStatus(408, stalled);
+    std::string why;
+    const ReadRefusal refusal = CurrentRefusal(&why);
+    if (refusal == ReadRefusal::kTimedOut) return ErrorForStatus(408, why);
+    if (refusal == ReadRefusal::kBodyLineTooLong) return ErrorForStatus(400, why);
     return ErrorForStatus(400, "the request body could not be read in full");
   };
   // `Expect: 100-continue` (curl sends it before bodies over 1 MiB): httplib 0.11 answers "100
