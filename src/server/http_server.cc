@@ -749,8 +749,12 @@ void HttpServer::Impl::Routes() {
   // it by the other header). Clients in common use send bodies with a Content-Length.
   svr.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     counters.Count(res.status);
-    // (A 499, a client that left a completion, has its completion line already.)
-    if (opt.log_requests && res.status >= 400 && res.status < 500 && res.status != 499) LogRefusal(req, res);
+    // (A 499, a client that left a completion, has its completion line already; a 400 for a
+    // request whose connection Stop closed halfway was never sent.)
+    const bool cut_by_stop = res.status == 400 && stopping.load() && CurrentRefusal() == ReadRefusal::kNone &&
+                             res.body.find("malformed HTTP") != std::string::npos;
+    if (opt.log_requests && res.status >= 400 && res.status < 500 && res.status != 499 && !cut_by_stop)
+      LogRefusal(req, res);
     const bool marked = res.has_header(kCloseMarker);
     res.headers.erase(kCloseMarker);
     if (marked || IsChunked(req) || UnreadBodyOfOtherMethod(req)) CloseAfterResponse(req, res);
