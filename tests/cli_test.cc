@@ -524,9 +524,23 @@ TEST(CliTest, InfoKvCacheUsesTheSameContextAsTheOtherCommands) {
   EXPECT_NE(def.out.find(" kv=f16 threads="), std::string::npos) << def.out;
   EXPECT_NE(def.out.find(" activations="), std::string::npos) << def.out;
   EXPECT_NE(f32.out.find(" kv=f32 threads="), std::string::npos) << f32.out;
-  CliResult bad = RunCli("info --cache-type q8_0");
+  CliResult bad = RunCli("info --cache-type q4_0");
   EXPECT_EQ(bad.status, 105) << bad.out;  // CLI11's ValidationError, as for --quantize q9
-  EXPECT_NE(bad.out.find("--cache-type: q8_0 not in {f32,f16,bf16}"), std::string::npos) << bad.out;
+  EXPECT_NE(bad.out.find("--cache-type: q4_0 not in {f32,f16,bf16,q8,q8_0,fp8}"), std::string::npos) << bad.out;
+  // q8: int8 K and V with one f32 scale per token and KV head, 2 x (256 + 4) bytes per slot.
+  for (const std::string flags : {"--cache-type q8", "--cache-type q8_0", "-ctk q8_0 -ctv q8_0"}) {
+    CliResult q8 = RunCli("info " + flags);
+    ASSERT_EQ(q8.status, 0) << flags << ": " << q8.out;
+    EXPECT_NE(q8.out.find("kv cache: 9.902 MiB per sequence at 4096 tokens (q8"), std::string::npos) << q8.out;
+    EXPECT_NE(q8.out.find(" kv=q8 threads="), std::string::npos) << q8.out;
+  }
+  // fp8: refused with the reason, under either spelling.
+  for (const std::string flags : {"--cache-type fp8", "-ctk fp8 -ctv fp8"}) {
+    CliResult fp8 = RunCli("info " + flags);
+    EXPECT_EQ(fp8.status, 1) << flags << ": " << fp8.out;
+    EXPECT_NE(fp8.out.find("fp8: no backend of this build computes in fp8 (e4m3); the CPU has no fp8 arithmetic"),
+              std::string::npos) << fp8.out;
+  }
   // bf16: the bytes of f16, by the same spellings.
   CliResult bf16 = RunCli("info -ctk bf16 -ctv bf16");
   ASSERT_EQ(bf16.status, 0) << bf16.out;
@@ -562,13 +576,13 @@ TEST(CliTest, InfoKvCacheUsesTheSameContextAsTheOtherCommands) {
   CliResult split = RunCli("info --cache-type-k f16 --cache-type-v f32");
   EXPECT_EQ(split.status, 1) << split.out;
   EXPECT_EQ(split.out, "gemma4rt: error: INVALID_ARGUMENT: K and V cache types differ (--cache-type-k f16, --cache-type-v "
-                       "f32): gemma4rt keeps K and V in one type, --cache-type f16, bf16 or f32\n");
+                       "f32): gemma4rt keeps K and V in one type, --cache-type f16, bf16, f32 or q8\n");
   // Found by a fresh user: an alias's bad value was reported under --cache-type, and --cache-type
   // twice got CLI11's "At Most 1 required but received 2".
-  CliResult q8 = RunCli("info -ctk q8_0");
-  EXPECT_EQ(q8.status, 1) << q8.out;
-  EXPECT_EQ(q8.out, "gemma4rt: error: INVALID_ARGUMENT: -ctk: 'q8_0' is not a KV cache type gemma4rt has: f16, bf16 or "
-                    "f32 (8- and 4-bit caches such as q8_0 and q4_0 are not supported yet)\n");
+  CliResult q4 = RunCli("info -ctk q4_0");
+  EXPECT_EQ(q4.status, 1) << q4.out;
+  EXPECT_EQ(q4.out, "gemma4rt: error: INVALID_ARGUMENT: -ctk: 'q4_0' is not a KV cache type gemma4rt has: f16, bf16, "
+                    "f32 or q8_0 (4-bit caches such as q4_0 are not supported)\n");
   CliResult twice = RunCli("info --cache-type bf16 --cache-type f16");
   EXPECT_EQ(twice.status, 1) << twice.out;
   EXPECT_NE(twice.out.find("--cache-type given twice with different types (--cache-type bf16, --cache-type f16)"),
@@ -879,13 +893,13 @@ TEST(CliTest, BenchRunsOncePerCacheTypeOfAList) {
   EXPECT_EQ(differ.status, 1) << differ.out;
   EXPECT_NE(differ.out.find("K and V cache types differ (-ctk f16,bf16, -ctv f16)"), std::string::npos) << differ.out;
   EXPECT_EQ(differ.out.find("tg2"), std::string::npos) << "refused before any run: " << differ.out;
-  CliResult q8 = RunCli(m + " -ctk f16,q8_0");
-  EXPECT_EQ(q8.status, 1) << q8.out;
-  EXPECT_NE(q8.out.find("-ctk: 'q8_0' is not a KV cache type gemma4rt has"), std::string::npos) << q8.out;
-  EXPECT_EQ(q8.out.find("tg2"), std::string::npos) << "refused before any run: " << q8.out;
-  CliResult own = RunCli(m + " --cache-type f16,q8_0");
+  CliResult q4 = RunCli(m + " -ctk f16,q4_0");
+  EXPECT_EQ(q4.status, 1) << q4.out;
+  EXPECT_NE(q4.out.find("-ctk: 'q4_0' is not a KV cache type gemma4rt has"), std::string::npos) << q4.out;
+  EXPECT_EQ(q4.out.find("tg2"), std::string::npos) << "refused before any run: " << q4.out;
+  CliResult own = RunCli(m + " --cache-type f16,q4_0");
   EXPECT_NE(own.status, 0) << own.out;
-  EXPECT_NE(own.out.find("q8_0"), std::string::npos) << own.out;
+  EXPECT_NE(own.out.find("q4_0"), std::string::npos) << own.out;
   EXPECT_EQ(own.out.find("tg2"), std::string::npos) << "refused before any run: " << own.out;
   // A repeated spelling appends its types, as llama-bench's repeats do; gemma4rt's own spelling
   // with = (RunSweep drops it from the children's arguments) and a glued -t list.
