@@ -773,6 +773,33 @@ TEST(CliTest, BenchOfOneGeneratedTokenWarmsUpWithinItsContext) {
 // sample's GB/s), the test's fraction their median, the machine's GB/s the median of the
 // samples, and the peak RSS leaves the tests' two 64 MiB buffers out (the tiny model's run stays
 // far below them).
+// `bench --quality-cache`: each listed KV cache type against an f32 cache on the same ids, the
+// model as stored in f32 activations. gemma3-tiny (no tokenizer: fixed ids), 24 ids: f16 rounds K
+// and V by 2^-11 at most and leaves every top token; q8's int8 rounding moves the logits more.
+TEST(CliTest, BenchQualityCacheComparesEachTypeWithAnF32Cache) {
+  CliResult r = RunCli("bench -m " + Fixture("gemma3-tiny") + " --quality-cache f16,q8_0 --quality-tokens 24 -t 1 --json");
+  ASSERT_EQ(r.status, 0) << r.out;
+  const size_t b = r.out.find('{');
+  ASSERT_NE(b, std::string::npos) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out.substr(b));
+  const nlohmann::json& q = j["cache_quality"];
+  ASSERT_EQ(q.size(), 2u) << r.out;
+  EXPECT_EQ(q[0]["cache_type"], "f16");
+  EXPECT_EQ(q[1]["cache_type"], "q8_0");
+  for (const auto& t : q) {
+    EXPECT_EQ(t["positions"], 23);
+    EXPECT_EQ(t["tokens"], "ids");
+    EXPECT_EQ(t["perplexity_reference"], q[0]["perplexity_reference"]);
+  }
+  EXPECT_EQ(q[0]["top1_agreement"], 1.0);
+  EXPECT_LT(q[0]["mean_kl"].get<double>(), 1e-6);
+  EXPECT_GT(q[1]["mean_kl"].get<double>(), q[0]["mean_kl"].get<double>());
+  EXPECT_LT(q[1]["mean_kl"].get<double>(), 1e-3);
+  CliResult fp8 = RunCli("bench -m " + Fixture("gemma3-tiny") + " --quality-cache fp8");
+  EXPECT_EQ(fp8.status, 1) << fp8.out;
+  EXPECT_NE(fp8.out.find("--cache-type fp8: no backend of this build computes in fp8"), std::string::npos) << fp8.out;
+}
+
 TEST(CliTest, BenchJsonReportsSpeedsMemoryAndBothBandwidthFractions) {
   CliResult r = RunCli("bench -m " + Fixture("gemma4-e2b-tiny") + " -p 8 -n 4 -r 3 -t 1 --bw-mib 64 --bw-iterations 2 --json");
   ASSERT_EQ(r.status, 0) << r.out;

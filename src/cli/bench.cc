@@ -92,13 +92,13 @@ size_t WeightBytesPerToken(const LoadedModel& m) {
 }
 
 // KV bytes one decode step reads when the sequence holds `context` positions after the step:
-// every layer (KV-shared ones read their donor's cache) reads K and V (elements of `elem_bytes`:
-// 4 f32, 2 f16 and bf16) of the positions it attends to.
-size_t KvBytesRead(const ModelConfig& c, int64_t context, size_t elem_bytes) {
+// every layer (KV-shared ones read their donor's cache) reads K and V (rows of KvHeadRowBytes: 4
+// bytes an element f32, 2 f16 and bf16, 1 q8 plus its scale) of the positions it attends to.
+size_t KvBytesRead(const ModelConfig& c, int64_t context, DType type) {
   size_t b = 0;
   for (const LayerPlan& lp : c.layers) {
     const int64_t n = lp.window ? std::min<int64_t>(lp.window, context) : context;
-    b += 2 * static_cast<size_t>(n) * lp.num_kv_heads * lp.head_dim * elem_bytes;
+    b += 2 * static_cast<size_t>(n) * lp.num_kv_heads * KvHeadRowBytes(type, lp.head_dim);
   }
   return b;
 }
@@ -879,7 +879,7 @@ int BenchMain(int argc, char** argv) {
       Summarize(&r);
       r.weight_bytes = weight_read;
       double kv = 0;
-      for (int i = 0; i < n; ++i) kv += static_cast<double>(KvBytesRead(config, static_cast<int64_t>(depth) + i + 1, DTypeSize(kv_type)));
+      for (int i = 0; i < n; ++i) kv += static_cast<double>(KvBytesRead(config, static_cast<int64_t>(depth) + i + 1, kv_type));
       r.kv_bytes = static_cast<size_t>(kv / n);
       const double bytes_per_token = static_cast<double>(r.weight_bytes + r.kv_bytes);
       for (size_t i = 0; i < r.bw_samples.size(); ++i) {  // NaN (null in --json): the test could not run
