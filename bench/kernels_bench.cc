@@ -218,14 +218,19 @@ BENCHMARK(BM_Stream_BF16)->Unit(benchmark::kMillisecond);
 // 73-147 MB at 1024 keys and 287-573 MB at 4000, which no cache does), as decode does;
 // cold = 0: the same layer every time (the kernel's arithmetic). kv: the cache's element type, 0
 // f32, 1 f16 (--cache-type f16: half the bytes), 2 bf16 (--cache-type bf16: half the bytes, bf16
-// arithmetic, on the bf16 dot-product kernels where the CPU has them). Before 2026-12-03 the last
+// arithmetic, on the bf16 dot-product kernels where the CPU has them), 3 i8 (--cache-type q8: a
+// quarter of f32's bytes plus a scale per row, widened to f32 in registers). Before 2026-12-03 the last
 // argument was `f16` (0 or 1): `f16:1` is now `kv:1`.
 void BM_AttentionDecode(benchmark::State& s) {
   const int D = static_cast<int>(s.range(0)), ctx = static_cast<int>(s.range(1));
   const int threads = static_cast<int>(s.range(2));
   const bool cold = s.range(3) != 0;
-  const DType type = s.range(4) == 0 ? DType::kF32 : s.range(4) == 1 ? DType::kF16 : DType::kBF16;
-  const bool half = type != DType::kF32;
+  const DType type = s.range(4) == 0   ? DType::kF32
+                     : s.range(4) == 1 ? DType::kF16
+                     : s.range(4) == 2 ? DType::kBF16
+                                       : DType::kI8;
+  const bool i8 = type == DType::kI8;
+  const bool half = type == DType::kF16 || type == DType::kBF16;
   constexpr int kHeads = 8, kLayers = 35;
   const int layers = cold ? kLayers : 1;
   std::mt19937 rng(7);
@@ -235,6 +240,10 @@ void BM_AttentionDecode(benchmark::State& s) {
   AlignedVector<uint16_t> kh(half ? kc.size() : 0), vh(half ? vc.size() : 0);
   std::vector<float> q(kHeads * D), k(D), v(D), out(kHeads * D);
   std::vector<uint16_t> k16(D), v16(D);  // the step's row as a 16-bit cache passes it
+  AlignedVector<int8_t> k8(i8 ? kc.size() : 0), v8(i8 ? vc.size() : 0);  // i8: the cache, one scale per row
+  std::vector<float> ks8(i8 ? kc.size() / D : 0), vs8(ks8.size());
+  std::vector<int8_t> k8s(D), v8s(D);  // i8: the step's row
+  float step_ks = 0, step_vs = 0;
   for (auto& x : kc) x = 0.1f * nd(rng);
   for (auto& x : vc) x = nd(rng);
   for (auto* b : {&q, &k, &v})
@@ -246,26 +255,49 @@ void BM_AttentionDecode(benchmark::State& s) {
     kc = {};
     vc = {};
   }
+  if (i8) {
+    for (size_t r = 0; r < ks8.size(); ++r) {
+      cpu::QuantizeKvRow(kc.data() + r * D, 1, D, k8.data() + r * D, &ks8[r]);
+      cpu::QuantizeKvRow(vc.data() + r * D, 1, D, v8.data() + r * D, &vs8[r]);
+    }
+    cpu::QuantizeKvRow(k.data(), 1, D, k8s.data(), &step_ks);
+    cpu::QuantizeKvRow(v.data(), 1, D, v8s.data(), &step_vs);
+    kc = {};
+    vc = {};
+  }
   ThreadPool pool(threads);
   cpu::AttentionScratch scratch;
   const cpu::AttentionParams p{kHeads, 1, D, 0, 1.0f / 16, 0.0f};
   const int32_t pos = ctx, first = 0;
   int layer = 0;
-  const void* step_k = half ? static_cast<const void*>(k16.data()) : k.data();
-  const void* step_v = half ? static_cast<const void*>(v16.data()) : v.data();
+  const void* step_k = i8 ? static_cast<const void*>(k8s.data()) : half ? static_cast<const void*>(k16.data()) : k.data();
+  const void* step_v = i8 ? static_cast<const void*>(v8s.data()) : half ? static_cast<const void*>(v16.data()) : v.data();
   for (auto _ : s) {
-    const void* kp = half ? static_cast<const void*>(kh.data() + per_layer * layer) : kc.data() + per_layer * layer;
-    const void* vp = half ? static_cast<const void*>(vh.data() + per_layer * layer) : vc.data() + per_layer * layer;
-    const cpu::AttentionStep step{1, q.data(), step_k, step_v, out.data(), &pos, &first, &kp, &vp, ctx + 1, false, type, type};
+    const void* kp = i8     ? static_cast<const void*>(k8.data() + per_layer * layer)
+                     : half ? static_cast<const void*>(kh.data() + per_layer * layer)
+                            : kc.data() + per_layer * layer;
+    const void* vp = i8     ? static_cast<const void*>(v8.data() + per_layer * layer)
+                     : half ? static_cast<const void*>(vh.data() + per_layer * layer)
+                            : vc.data() + per_layer * layer;
+    cpu::AttentionStep step{1, q.data(), step_k, step_v, out.data(), &pos, &first, &kp, &vp, ctx + 1, false, type, type};
+    const float* ksp = i8 ? ks8.data() + static_cast<size_t>(ctx) * layer : nullptr;
+    const float* vsp = i8 ? vs8.data() + static_cast<size_t>(ctx) * layer : nullptr;
+    if (i8) {
+      step.k_scale = &step_ks;
+      step.v_scale = &step_vs;
+      step.k_scale_cache = &ksp;
+      step.v_scale_cache = &vsp;
+    }
     cpu::Attention(p, step, threads > 1 ? &pool : nullptr, &scratch);
     benchmark::DoNotOptimize(out.data());
     layer = (layer + 1) % layers;
   }
-  s.SetBytesProcessed(static_cast<int64_t>(s.iterations()) * static_cast<int64_t>(2 * per_layer * DTypeSize(type)));
+  const size_t row_bytes = static_cast<size_t>(D) * DTypeSize(type) + (i8 ? sizeof(float) : 0);
+  s.SetBytesProcessed(static_cast<int64_t>(s.iterations()) * static_cast<int64_t>(2 * static_cast<size_t>(ctx) * row_bytes));
 }
 BENCHMARK(BM_AttentionDecode)
     ->ArgNames({"D", "ctx", "threads", "cold", "kv"})
-    ->ArgsProduct({{256, 512}, {128, 1024, 4000}, {1, 2}, {0, 1}, {0, 1, 2}})
+    ->ArgsProduct({{256, 512}, {128, 1024, 4000}, {1, 2}, {0, 1}, {0, 1, 2, 3}})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

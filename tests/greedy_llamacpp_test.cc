@@ -234,6 +234,13 @@ TEST(GreedyLlamaCppTest, Gemma3_270mInt8LogitsWithABf16CacheAreTheSameBitsForEve
   ExpectSameLogitBits(true, configs, DType::kBF16);
 }
 
+// The same with an int8 KV cache (--cache-type q8): the step's own keys and values are quantised
+// as KvWrite stores them (the same int8 and scales), and the kernel widens both alike.
+TEST(GreedyLlamaCppTest, Gemma3_270mInt8LogitsWithAQ8CacheAreTheSameBitsForEveryChunkThreadCountAndBatch) {
+  const InvarianceConfig configs[] = {{2, 512}, {1, 5}, {2, 63}, {3, 129}, {2, 512, true, 0}, {1, 300, true, 9}};
+  ExpectSameLogitBits(true, configs, DType::kI8);
+}
+
 // The same with f32 activations on the file's block-quantised weights (Q5_0/Q8_0/Q4_K/Q6_K...):
 // until 2026-11-29 their decode and prefill tiles summed a row differently, ~1e-5 apart.
 TEST(GreedyLlamaCppTest, Gemma3_270mF32ActivationLogitsAreTheSameBitsForEveryChunkThreadCountAndBatch) {

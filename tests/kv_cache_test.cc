@@ -63,5 +63,25 @@ TEST(KvCacheTest, F16AndBf16HoldHalfTheBytesOfF32) {
   EXPECT_THROW(KvCache::BytesPerSequence(c, 16, DType::kQ8_0), std::invalid_argument);
 }
 
+// q8 (DType::kI8): a byte per element plus one f32 scale per slot and KV head, K's and V's apart.
+// Layer 0: 512 slots x 1 head x (256 + 4) bytes; layer 1: 700 slots x 2 heads x (512 + 4).
+TEST(KvCacheTest, Q8HoldsAByteAnElementAndAScalePerTokenAndKvHead) {
+  const ModelConfig c = ThreeLayers();
+  const size_t per_seq = 2 * (512 * (256 + 4) + 700 * 2 * (512 + 4));
+  KvCache q8(c, 3, 700, DType::kI8);
+  EXPECT_EQ(q8.elem_bytes(), 1u);
+  EXPECT_EQ(q8.bytes(), 3 * per_seq);
+  EXPECT_EQ(KvCache::BytesPerSequence(c, 700, DType::kI8), per_seq);
+  EXPECT_EQ(KvCache::BytesPerSequence(c, 100, DType::kI8), 2 * (100 * (256 + 4) + 100 * 2 * (512 + 4)));
+  EXPECT_EQ(static_cast<char*>(q8.k(1, 0, 1)) - static_cast<char*>(q8.k(1, 0, 0)), 1024);
+  EXPECT_EQ(q8.k_scale(1, 0, 1) - q8.k_scale(1, 0, 0), 2);
+  EXPECT_EQ(q8.v_scale(1, 2, 0) - q8.v_scale(1, 0, 0), 2 * 700 * 2);
+  EXPECT_EQ(q8.k_scale(0, 1, 3) - q8.k_scale(0, 0, 0), 512 + 3);
+  EXPECT_NE(q8.k_scale(0, 0, 0), q8.v_scale(0, 0, 0));
+  KvCache f16(c, 1, 16, DType::kF16);
+  EXPECT_EQ(f16.k_scale(0, 0, 0), nullptr);
+  EXPECT_EQ(f16.v_scale(1, 0, 0), nullptr);
+}
+
 }  // namespace
 }  // namespace g4

@@ -2,6 +2,7 @@
 #include "backends/backend_flags.h"
 #include "backends/cpu/kernels.h"
 #include "cli/bench.h"
+#include "cli/bench_quality.h"
 #include "cli/parse_error.h"
 #include "cli/progress.h"
 
@@ -92,13 +93,13 @@ size_t WeightBytesPerToken(const LoadedModel& m) {
 }
 
 // KV bytes one decode step reads when the sequence holds `context` positions after the step:
-// every layer (KV-shared ones read their donor's cache) reads K and V (elements of `elem_bytes`:
-// 4 f32, 2 f16 and bf16) of the positions it attends to.
-size_t KvBytesRead(const ModelConfig& c, int64_t context, size_t elem_bytes) {
+// every layer (KV-shared ones read their donor's cache) reads K and V (rows of KvHeadRowBytes: 4
+// bytes an element f32, 2 f16 and bf16, 1 q8 plus its scale) of the positions it attends to.
+size_t KvBytesRead(const ModelConfig& c, int64_t context, DType type) {
   size_t b = 0;
   for (const LayerPlan& lp : c.layers) {
     const int64_t n = lp.window ? std::min<int64_t>(lp.window, context) : context;
-    b += 2 * static_cast<size_t>(n) * lp.num_kv_heads * lp.head_dim * elem_bytes;
+    b += 2 * static_cast<size_t>(n) * lp.num_kv_heads * KvHeadRowBytes(type, lp.head_dim);
   }
   return b;
 }
@@ -346,118 +347,6 @@ std::string HumanBytes(double b) {
 }
 
 
-// The fixed text of the quality measurement (any English prose works; this one is ours).
-constexpr const char* kQualityText =
-    "The old lighthouse stood at the end of a narrow spit of rock, and for more than a century its lamp had "
-    "turned every night without fail. Ships coming up the coast in bad weather looked for it the way a tired "
-    "walker looks for the lights of home. When the keeper retired, the town argued for a whole winter about "
-    "whether to replace him with an automatic lamp. In the end the council voted to keep a keeper, partly "
-    "out of habit and partly because nobody wanted to be the one who had switched off the last human light "
-    "on that stretch of sea. The new keeper was a young woman who had studied engineering, and in her first "
-    "year she rebuilt the clockwork, repainted the tower and wrote down, every evening, the wind, the sea and "
-    "the names of the ships that passed.";
-
-struct QualityResult {
-  int tokens = 0;               // positions compared (prompt length - 1)
-  std::string token_source;     // "text" (the fixed text through the tokenizer) or "ids" (fixed pseudo-random ids)
-  double mean_kl = 0;           // mean over positions of KL(p_ref || p_quant), nats
-  double max_kl = 0;
-  double top1_agreement = 0;    // fraction of positions whose argmax agrees
-  double ppl_ref = 0, ppl_quant = 0;  // exp(mean NLL of the next token)
-};
-
-// --quality's loads of the model as stored (for its fixed text's ids, and the reference logits):
-// one pass each, used from the file mapping rather than copied (LoadOptions::mmap).
-LoadOptions MappedOnly() {
-  LoadOptions lo;
-  lo.mmap = true;
-  return lo;
-}
-
-// All-position logits of `path` loaded with `lo` for `ids`.
-
-StatusOr<std::vector<float>> QualityLogits(const std::string& path, const LoadOptions& lo, int threads, int ubatch,
-                                           const std::vector<int32_t>& ids, bool f32_activations) {
-  G4_ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> m, LoadModel(path, lo));
-  EngineOptions o;
-  o.max_seqs = 1;
-  o.max_context = static_cast<int>(ids.size());
-  o.prefill_chunk = ubatch;
-  G4_ASSIGN_OR_RETURN(std::unique_ptr<Engine> e, Engine::Create(std::move(m), MakeCpuBackend(threads, CpuBackendOptionsFor(f32_activations)), o));
-  std::vector<float> logits;
-  G4_RETURN_IF_ERROR(e->Prefill(0, ids, /*all_logits=*/true, &logits));
-  return logits;
-}
-
-// log-softmax of one row in f64.
-void LogSoftmax(const float* x, int n, std::vector<double>* out) {
-  out->resize(n);
-  double mx = -INFINITY;
-  for (int i = 0; i < n; ++i) mx = std::max(mx, static_cast<double>(x[i]));
-  double sum = 0;
-  for (int i = 0; i < n; ++i) sum += std::exp(static_cast<double>(x[i]) - mx);
-  const double lse = mx + std::log(sum);
-  for (int i = 0; i < n; ++i) (*out)[i] = static_cast<double>(x[i]) - lse;
-}
-
-// The model as stored against the model loaded with `quantized`, on the fixed text (or, without a
-// tokenizer, `max_tokens` fixed pseudo-random ids after BOS), one prefill each.
-// The reference always runs with f32 activations; the quantised side with the run's activation
-// mode, so with int8 activations the figures include their cost (and without --quantize they
-// are only that cost). Both sides keep an f32 KV cache whatever --cache-type says: the figures are
-// the weights' and activations' cost only.
-StatusOr<QualityResult> MeasureQuality(const std::string& path, const LoadOptions& quantized, int threads, int ubatch,
-                                       int max_tokens, bool f32_activations) {
-  QualityResult r;
-  std::vector<int32_t> ids;
-  int vocab = 0;
-  {
-    G4_ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> m, LoadModel(path, MappedOnly()));
-    const ModelConfig& c = m->config;
-    vocab = c.vocab;
-    max_tokens = std::min(max_tokens, c.max_position);
-    auto tok = LoadTokenizerFor(*m);
-    if (tok.ok()) {
-      ids = (*tok)->Encode(kQualityText, /*add_bos=*/true, /*parse_special=*/false);
-      r.token_source = "text";
-    } else {
-      const int limit = c.ple_dim > 0 ? std::min(c.vocab, c.ple_vocab) : c.vocab;
-      std::mt19937_64 rng(1234);
-      std::uniform_int_distribution<int32_t> dist(std::min(4, limit - 1), limit - 1);
-      ids.push_back(c.bos_id);
-      while (static_cast<int>(ids.size()) < max_tokens) ids.push_back(dist(rng));
-      r.token_source = "ids";
-    }
-    if (static_cast<int>(ids.size()) > max_tokens) ids.resize(max_tokens);
-  }
-  if (ids.size() < 2) return InvalidArgument("--quality: fewer than 2 tokens to compare");
-  G4_ASSIGN_OR_RETURN(std::vector<float> ref, QualityLogits(path, MappedOnly(), threads, ubatch, ids, /*f32_activations=*/true));
-  G4_ASSIGN_OR_RETURN(std::vector<float> q, QualityLogits(path, quantized, threads, ubatch, ids, f32_activations));
-  const int T = static_cast<int>(ids.size()) - 1;
-  std::vector<double> lp, lq;
-  double kl_sum = 0, nll_ref = 0, nll_q = 0;
-  int agree = 0;
-  for (int t = 0; t < T; ++t) {
-    const float* a = ref.data() + static_cast<size_t>(t) * vocab;
-    const float* b = q.data() + static_cast<size_t>(t) * vocab;
-    LogSoftmax(a, vocab, &lp);
-    LogSoftmax(b, vocab, &lq);
-    double kl = 0;
-    for (int i = 0; i < vocab; ++i) kl += std::exp(lp[i]) * (lp[i] - lq[i]);
-    kl = std::max(kl, 0.0);
-    kl_sum += kl;
-    r.max_kl = std::max(r.max_kl, kl);
-    agree += (std::max_element(a, a + vocab) - a) == (std::max_element(b, b + vocab) - b);
-    nll_ref -= lp[ids[t + 1]];
-    nll_q -= lq[ids[t + 1]];
-  }
-  r.tokens = T;
-  r.mean_kl = kl_sum / T;
-  r.top1_agreement = static_cast<double>(agree) / T;
-  r.ppl_ref = std::exp(nll_ref / T);
-  r.ppl_quant = std::exp(nll_q / T);
-  return r;
-}
 
 // Set in RunSweep's children, whose arguments name one cache type and one thread count: a child
 // that still asked for a sweep (a flag RunSweep failed to replace) would fork without end.
@@ -611,6 +500,12 @@ int BenchMain(int argc, char** argv) {
                "arithmetic; slower) instead of int8 activation blocks and, where the CPU has a bf16 dot product, bf16 "
                "activations (llama.cpp's)");
   app.add_option("--quality-tokens", quality_tokens, "most tokens of the quality text")->check(CLI::Range(2, 1 << 16));
+  std::vector<std::string> quality_cache;
+  app.add_option("--quality-cache", quality_cache, "compare KV cache types (comma-separated, e.g. f16,bf16,q8) with an "
+                 "f32 cache on --quality's text, the model as stored in f32 activations on both sides (the cache's "
+                 "cost alone): mean KL, top-1 agreement and perplexities, one line (--json: object) per type; runs "
+                 "alone (no pp/tg tests)")
+      ->delimiter(',')->check(CLI::IsMember(kCacheTypeNames));
   app.add_option("-m,--model", model, "GGUF file or Hugging Face checkpoint directory (default: $GEMMA4RT_MODEL or the fetched Gemma 3 270M)");
   // llama-bench's -t takes a comma-separated list too (a fresh user's `-t 1,2` got CLI11's "Value
   // 1,2 not in range 0 to 1024"), and so do its -ctk/-ctv: RunSweep.
@@ -695,7 +590,8 @@ int BenchMain(int argc, char** argv) {
   n_gen.erase(std::remove(n_gen.begin(), n_gen.end(), 0), n_gen.end());
   dedupe(n_prompt);
   dedupe(n_gen);
-  if (n_prompt.empty() && n_gen.empty() && !quality) return FailUsage(InvalidArgument("nothing to measure: -p and -n are both 0"));
+  if (n_prompt.empty() && n_gen.empty() && !quality && quality_cache.empty())
+    return FailUsage(InvalidArgument("nothing to measure: -p and -n are both 0"));
   LoadOptions load_options;
   load_options.ple_bits = ple_bits;
   load_options.mmap = mmap;
@@ -712,6 +608,33 @@ int BenchMain(int argc, char** argv) {
   if (!std::filesystem::exists(model))
     return Fail(NotFound("model '" + model + "' does not exist" +
                          (model == DefaultModelFile() ? " (run scripts/fetch-default-model.sh to get the default model)" : "")));
+  if (!quality_cache.empty()) {
+    std::vector<DType> types;
+    for (const std::string& t : quality_cache) {
+      auto type = ParseCacheType(t);
+      if (!type.ok()) return Fail(type.status());
+      types.push_back(*type);
+    }
+    auto results = MeasureCacheQuality(model, threads, ubatch, quality_tokens, types);
+    if (!results.ok()) return Fail(results.status());
+    nlohmann::json arr = nlohmann::json::array();
+    for (size_t i = 0; i < types.size(); ++i) {
+      const QualityResult& q = (*results)[i];
+      if (json) {
+        arr.push_back({{"cache_type", quality_cache[i]}, {"reference", "f32"}, {"positions", q.tokens},
+                       {"tokens", q.token_source}, {"mean_kl", q.mean_kl}, {"max_kl", q.max_kl},
+                       {"top1_agreement", q.top1_agreement}, {"perplexity_reference", q.ppl_ref},
+                       {"perplexity_cache", q.ppl_quant}});
+      } else {
+        std::printf("cache quality (%s vs f32 cache, model as stored, f32 activations; %d positions of the fixed %s): "
+                    "mean KL %.6g nats/token (max %.4g), top-1 agreement %.2f%%, perplexity %.4f -> %.4f\n",
+                    quality_cache[i].c_str(), q.tokens, q.token_source == "text" ? "text" : "token ids", q.mean_kl,
+                    q.max_kl, 100 * q.top1_agreement, q.ppl_ref, q.ppl_quant);
+      }
+    }
+    if (json) std::printf("%s\n", nlohmann::json{{"model", model}, {"cache_quality", arr}}.dump(1).c_str());
+    return 0;
+  }
   std::optional<QualityResult> quality_result;
   // What the compared side is: the model quantised at load, or (no --quantize) only its activations.
   const char* quality_label = load_options.quantize ? "quantised" : "with int8 activations";
@@ -965,7 +888,7 @@ int BenchMain(int argc, char** argv) {
       Summarize(&r);
       r.weight_bytes = weight_read;
       double kv = 0;
-      for (int i = 0; i < n; ++i) kv += static_cast<double>(KvBytesRead(config, static_cast<int64_t>(depth) + i + 1, DTypeSize(kv_type)));
+      for (int i = 0; i < n; ++i) kv += static_cast<double>(KvBytesRead(config, static_cast<int64_t>(depth) + i + 1, kv_type));
       r.kv_bytes = static_cast<size_t>(kv / n);
       const double bytes_per_token = static_cast<double>(r.weight_bytes + r.kv_bytes);
       for (size_t i = 0; i < r.bw_samples.size(); ++i) {  // NaN (null in --json): the test could not run

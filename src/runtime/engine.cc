@@ -28,13 +28,19 @@ StatusOr<DType> ParseCacheType(const std::string& name) {
   if (name == "f32") return DType::kF32;
   if (name == "f16") return DType::kF16;
   if (name == "bf16") return DType::kBF16;
-  return InvalidArgument("--cache-type must be f32, f16 or bf16, got '" + name + "'");
+  if (name == "q8" || name == "q8_0") return DType::kI8;
+  if (name == "fp8")
+    return InvalidArgument("--cache-type fp8: no backend of this build computes in fp8 (e4m3); the CPU has no fp8 "
+                           "arithmetic, so an fp8 cache would be widened to f32 for every use and save no more memory "
+                           "than q8 (int8 with per-token scales): use --cache-type q8");
+  return InvalidArgument("--cache-type must be f32, f16, bf16 or q8, got '" + name + "'");
 }
 
 const char* CacheTypeName(DType type) {
   switch (type) {
     case DType::kF16: return "f16";
     case DType::kBF16: return "bf16";
+    case DType::kI8: return "q8";
     default: return "f32";
   }
 }
@@ -73,7 +79,7 @@ StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(std::vector<std::stri
       if (a == name && i + 1 < args.size()) {
         value = args[++i];
       } else if (a == name && !own) {
-        return InvalidArgument(name + " needs a value (f16, bf16 or f32)");
+        return InvalidArgument(name + " needs a value (f16, bf16, f32 or q8_0)");
       } else if (a.rfind(name + "=", 0) == 0) {
         value = a.substr(name.size() + 1);
       } else {
@@ -82,17 +88,20 @@ StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(std::vector<std::stri
       // One type per flag outside bench (a list runs bench once per type).
       if (!lists && value.find(',') != std::string::npos)
         return InvalidArgument(name + ": '" + value + "' is a list of cache types, which only `gemma4rt bench` runs "
-                               "(once per type); give one type: f16, bf16 or f32");
+                               "(once per type); give one type: f16, bf16, f32 or q8_0");
       // An alias's value is checked here, under the name the user typed (CLI11 would name --cache-type);
       // with lists, each type of a comma-separated list (bench's sweep, as llama-bench's), and those
       // of --cache-type too (CLI11 would drop an empty item).
       if (!own || lists) {
         std::vector<std::string> types{value};
         if (lists) types = SplitCacheTypeList(value);
-        for (const std::string& t : types)
-          if (!ParseCacheType(t).ok())
-            return InvalidArgument(name + ": '" + t + "' is not a KV cache type gemma4rt has: f16, bf16 or f32 "
-                                   "(8- and 4-bit caches such as q8_0 and q4_0 are not supported yet)");
+        for (const std::string& t : types) {
+          const auto parsed = ParseCacheType(t);
+          if (parsed.ok()) continue;
+          if (t == "fp8") return InvalidArgument(name + ": " + parsed.status().message());
+          return InvalidArgument(name + ": '" + t + "' is not a KV cache type gemma4rt has: f16, bf16, f32 or q8_0 "
+                                 "(4-bit caches such as q4_0 are not supported)");
+        }
       }
       // The same spelling again: with lists its types join the list (llama-bench appends repeats);
       // otherwise a second, different type is refused as such.
@@ -103,7 +112,7 @@ StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(std::vector<std::stri
         same->second += "," + value;
       } else if (same->second != value) {
         return InvalidArgument(name + " given twice with different types (" + name + " " + same->second + ", " + name +
-                               " " + value + "): give one type, f16, bf16 or f32");
+                               " " + value + "): give one type, f16, bf16, f32 or q8_0");
       }
       ++occurrences;
       alias = alias || !own;
@@ -118,7 +127,7 @@ StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(std::vector<std::stri
   for (const auto& [name, value] : given)
     if (value != given[0].second)
       return InvalidArgument("K and V cache types differ (" + given[0].first + " " + given[0].second + ", " + name + " " +
-                             value + "): gemma4rt keeps K and V in one type, --cache-type f16, bf16 or f32");
+                             value + "): gemma4rt keeps K and V in one type, --cache-type f16, bf16, f32 or q8");
   out.push_back("--cache-type");
   out.push_back(given[0].second);
   return out;
@@ -145,8 +154,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<LoadedModel> mo
   if (options.max_seqs < 1 || options.max_seqs > 4096) return InvalidArgument("max_seqs must be in [1, 4096]");
   G4_RETURN_IF_ERROR(ResolveContextSize(model->config, options.max_context).status());
   if (options.prefill_chunk < 1) return InvalidArgument("prefill chunk must be >= 1");
-  if (!IsKvCacheType(options.kv_type))
-    return InvalidArgument("KV cache type must be f32, f16 or bf16, not " + std::string(DTypeName(options.kv_type)));
+  if (!IsHostKvCacheType(options.kv_type))
+    return InvalidArgument("KV cache type must be f32, f16, bf16 or i8, not " + std::string(DTypeName(options.kv_type)));
   const EngineOptions resolved = Resolve(options, model->config);
   G4_ASSIGN_OR_RETURN(std::unique_ptr<KvCacheBase> cache,
                       backend->CreateKvCache(model->config, resolved.max_seqs, resolved.max_context, resolved.kv_type));

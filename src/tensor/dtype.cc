@@ -16,6 +16,7 @@ size_t DTypeSize(DType t) {
     case DType::kBF16: return 2;
     case DType::kI32: return 4;
     case DType::kI64: return 8;
+    case DType::kI8: return 1;
     default: return 0;
   }
 }
@@ -62,6 +63,7 @@ std::string_view DTypeName(DType t) {
     case DType::kQ6_K: return "Q6_K";
     case DType::kW4G32: return "W4G32";
     case DType::kQ4_0x4: return "Q4_0x4";
+    case DType::kI8: return "I8";
   }
   return "?";
 }

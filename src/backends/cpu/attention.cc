@@ -42,23 +42,27 @@ int AttentionKeyRuns(const AttentionParams& p, const AttentionStep& s, int t, in
   const int start = s.positions[first];
   const int lo = p.window > 0 ? std::max(0, pos - p.window + 1) : 0;
   int n = 0;
-  // Rows `row` .. row + count - 1 of K at k and V at v (elements of `type`).
-  auto add = [&](const void* k, const void* v, int64_t row, int count, DType type) {
-    if (count > 0) runs[n++] = KvRun{k, v, 0, type}.Offset(row * ld + off, count);
+  // Rows `row` .. row + count - 1 of K at k and V at v (elements of `type`; i8: scales at ks, vs).
+  auto add = [&](const void* k, const void* v, int64_t row, int count, DType type, const float* ks, const float* vs) {
+    const int group = type == DType::kI8 ? p.head_dim : 0;
+    if (count > 0) runs[n++] = KvRun{k, v, 0, type, ks, vs, group}.Offset(row * ld + off, count);
   };
+  const bool i8 = s.cache_type == DType::kI8;
+  const float* cks = i8 ? s.k_scale_cache[t] : nullptr;
+  const float* cvs = i8 ? s.v_scale_cache[t] : nullptr;
   // Cache: positions lo .. start - 1.
   const int cache_end = std::min(start, pos + 1);
   if (lo < cache_end) {
     const int slot = s.ring ? lo % s.slots : lo;
     const int count = cache_end - lo;
     const int first_part = s.ring ? std::min(count, s.slots - slot) : count;
-    add(s.k_cache[t], s.v_cache[t], slot, first_part, s.cache_type);
-    add(s.k_cache[t], s.v_cache[t], 0, count - first_part, s.cache_type);  // the ring's wrap
+    add(s.k_cache[t], s.v_cache[t], slot, first_part, s.cache_type, cks, cvs);
+    add(s.k_cache[t], s.v_cache[t], 0, count - first_part, s.cache_type, cks, cvs);  // the ring's wrap
   }
   // Step: positions max(lo, start) .. pos, rows first + (j - start).
   const int j0 = std::max(lo, start);
   const int64_t row = first + (j0 - start);
-  add(s.k, s.v, row, pos - j0 + 1, s.step_type);
+  add(s.k, s.v, row, pos - j0 + 1, s.step_type, s.k_scale, s.v_scale);
   *num_runs = n;
   return pos - lo + 1;
 }
@@ -114,11 +118,37 @@ void ToKvType(DType type, const float* x, int64_t n, void* out) {
   }
 }
 
+void QuantizeKvRow(const float* x, int heads, int D, int8_t* q, float* scale) {
+  for (int h = 0; h < heads; ++h) {
+    const float* xh = x + static_cast<size_t>(h) * D;
+    int8_t* qh = q + static_cast<size_t>(h) * D;
+    float amax = 0.0f;
+    bool finite = true;
+    for (int d = 0; d < D; ++d) {
+      finite = finite && std::isfinite(xh[d]);
+      amax = std::max(amax, std::abs(xh[d]));
+    }
+    if (!finite || amax == 0.0f) {
+      std::fill(qh, qh + D, int8_t{0});
+      scale[h] = finite ? 0.0f : NAN;
+      continue;
+    }
+    const float inv = 127.0f / amax;
+    scale[h] = amax / 127.0f;
+    // |x * inv| <= 127 (x * inv rounds to at most 127 for x = amax); the clamp guards it anyway.
+    for (int d = 0; d < D; ++d) qh[d] = static_cast<int8_t>(std::clamp(std::nearbyint(xh[d] * inv), -127.0f, 127.0f));
+  }
+}
+
 void Attention(const AttentionParams& p, const AttentionStep& s, ThreadPool* pool, AttentionScratch* scratch) {
   const int D = p.head_dim, Nq = p.num_heads, Nkv = p.num_kv_heads;
   G4_CHECK(Nkv > 0 && Nq % Nkv == 0 && D > 0);
-  // The kernel decides bf16 arithmetic by the rows' type (attention.h): both bf16 or neither.
+  // The kernel decides bf16 arithmetic by the rows' type (attention.h): both bf16 or neither; i8
+  // rows come with their scales.
   G4_CHECK((s.cache_type == DType::kBF16) == (s.step_type == DType::kBF16));
+  G4_CHECK((s.cache_type == DType::kI8) == (s.step_type == DType::kI8));
+  G4_CHECK(s.cache_type != DType::kI8 || (s.k_scale != nullptr && s.v_scale != nullptr && s.k_scale_cache != nullptr &&
+                                          s.v_scale_cache != nullptr));
   const int G = Nq / Nkv;
   const int64_t ld = static_cast<int64_t>(Nkv) * D;
   const int items = s.tokens * Nkv;
@@ -280,6 +310,13 @@ void AttentionReference(const AttentionParams& p, const AttentionStep& s) {
       const void* base = cached ? (is_v ? s.v_cache[t] : s.k_cache[t]) : (is_v ? s.v : s.k);
       const DType type = cached ? s.cache_type : s.step_type;
       if (type == DType::kF32) return static_cast<const float*>(base) + at;
+      if (type == DType::kI8) {  // x = q * scale, the scale of (row r, head kvh)
+        const float* scales = cached ? (is_v ? s.v_scale_cache[t] : s.k_scale_cache[t]) : (is_v ? s.v_scale : s.k_scale);
+        const float sc = scales[r * Nkv + kvh];
+        const int8_t* qi = static_cast<const int8_t*>(base) + at;
+        for (int d = 0; d < D; ++d) row_f32[d] = static_cast<float>(qi[d]) * sc;
+        return row_f32.data();
+      }
       const uint16_t* h = static_cast<const uint16_t*>(base) + at;
       for (int d = 0; d < D; ++d) row_f32[d] = type == DType::kF16 ? F16ToF32(h[d]) : Bf16ToF32(h[d]);
       return row_f32.data();

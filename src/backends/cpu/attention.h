@@ -48,13 +48,16 @@ struct AttentionParams {
 
 // One attention op's inputs for one step. Rows of q/out are Nq*D floats, rows of k/v Nkv*D
 // elements of step_type, rows of the cache Nkv*D elements of cache_type: DType::kF32, kF16 (IEEE
-// binary16) or kBF16. Token t of sequence s at position p attends to the cache rows of positions
+// binary16), kBF16 or kI8. Token t of sequence s at position p attends to the cache rows of positions
 // before the step (first step position of s = positions[seq_first[t]]) and to the step rows of s.
 // With an f16 cache, the step rows must hold f16 values (step_type kF16: the rows in f16, as the
 // CPU backend passes them; or f32 rows of values that f16 represents exactly, RoundToF16), so a
 // key reads the same whether it comes from the step or, in a later step, from the cache. With a
 // bf16 cache the step rows are bf16 (step_type kBF16): the kernel then computes with q and the
-// softmax weights rounded to bf16 (attention_bf16.h), which it decides by the rows' type.
+// softmax weights rounded to bf16 (attention_bf16.h), which it decides by the rows' type. With an
+// i8 cache (kv_cache.h) the step rows are i8 too (QuantizeKvRow), with their scales: per KV head,
+// the score is (q . k_int) * k_scale and the V sum adds (p * v_scale) * v_int, on the integers
+// widened to f32 in registers (exact), so a key scores the same bits from the step or the cache.
 struct AttentionStep {
   int tokens;
   const float* q;  // [tokens, Nq*D]
@@ -67,8 +70,14 @@ struct AttentionStep {
   const void* const* v_cache;    // [tokens] cache V row of slot 0 of t's sequence
   int slots;                     // cache rows per sequence
   bool ring;                     // slot of position j = j % slots (sliding layer), else j
-  DType cache_type = DType::kF32;  // the cache rows' elements: kF32, kF16 or kBF16
+  DType cache_type = DType::kF32;  // the cache rows' elements: kF32, kF16, kBF16 or kI8
   DType step_type = DType::kF32;   // the step's k and v rows' (as the cache holds them; kF32 with an f32 cache)
+  // kI8 only: the step rows' scales [tokens, Nkv], and per token the scale row (Nkv floats) of
+  // slot 0 of its sequence's cache (slot j's at + j * Nkv).
+  const float* k_scale = nullptr;
+  const float* v_scale = nullptr;
+  const float* const* k_scale_cache = nullptr;
+  const float* const* v_scale_cache = nullptr;
 };
 
 // x[i] = the f16 nearest to x[i] (round to nearest even, as F32ToF16), as f32; n floats.
@@ -78,6 +87,13 @@ void ToF16(const float* x, int64_t n, uint16_t* out);
 // n floats x as a KV cache of `type` holds them at out: kF32 copied, kF16 ToF16, kBF16
 // ConvertRowsToBf16 (round to nearest even); G4_CHECK on other types.
 void ToKvType(DType type, const float* x, int64_t n, void* out);
+
+// One row of `heads` KV heads of D floats x as the i8 cache holds it: per head h, scale[h] = max_d
+// |x[h*D + d]| / 127 and q[h*D + d] = x / scale rounded to nearest even (|q| <= 127), so that
+// q * scale is within scale / 2 of x; an all-zero head has scale 0 and q 0; a head with a NaN or
+// infinity has scale NaN (its scores and outputs become NaN, as in an f32 cache) and q 0. The
+// same bits on every CPU (scalar IEEE arithmetic).
+void QuantizeKvRow(const float* x, int heads, int D, int8_t* q, float* scale);
 
 // Scratch the threaded driver reuses across calls (grown on first use only).
 struct AttentionScratch {
@@ -95,16 +111,23 @@ void AttentionReference(const AttentionParams& p, const AttentionStep& s);
 // ---- The kernel and its pieces (for the driver and the tests) ----------------------------------
 
 // `n` consecutive K and V rows (row stride `ld` elements, given to the kernel) of `type`: DType::kF32,
-// kF16 or kBF16. The runs of one kernel call are all bf16 or none (attention_bf16.h).
+// kF16, kBF16 or kI8. The runs of one kernel call are all bf16 or none (attention_bf16.h), and all
+// i8 or none. i8: one scale per `group` elements (a KV head's D), the scale of element e of the
+// rows at ks[e / group] and vs[e / group] (so row j's, at stride ld, is ks[j * ld / group]).
 struct KvRun {
   const void* k;
   const void* v;
   int n;
   DType type = DType::kF32;
+  const float* ks = nullptr;
+  const float* vs = nullptr;
+  int group = 0;
   // The `count` rows starting `elems` elements (DTypeSize(type) bytes each) after k and v.
   KvRun Offset(int64_t elems, int count) const {
     const int64_t bytes = elems * static_cast<int64_t>(DTypeSize(type));
-    return KvRun{static_cast<const unsigned char*>(k) + bytes, static_cast<const unsigned char*>(v) + bytes, count, type};
+    const int64_t se = group > 0 ? elems / group : 0;
+    return KvRun{static_cast<const unsigned char*>(k) + bytes, static_cast<const unsigned char*>(v) + bytes, count, type,
+                 ks != nullptr ? ks + se : nullptr, vs != nullptr ? vs + se : nullptr, group};
   }
 };
 

@@ -3,8 +3,9 @@
 // NEON, SVE, SVE2); HWY_DYNAMIC_DISPATCH picks the best one the CPU supports. Portable Highway ops
 // only (plus GCC's __builtin_prefetch, which x86 and Arm both have: Highway 1.0's Prefetch has no
 // locality level), and no vectors in arrays or structs (SVE vectors are sizeless). K and V rows are
-// f32, f16 or bf16, one type per run (attention.h); a bf16 cache's tiles run on the bf16
-// dot-product kernels of attention_bf16.h where the CPU has them (x86 AVX512_BF16).
+// f32, f16, bf16 or i8, one type per run (attention.h); a bf16 cache's tiles run on the bf16
+// dot-product kernels of attention_bf16.h where the CPU has them (x86 AVX512_BF16); i8 rows are
+// widened to f32 in registers, and their per-row scales applied to the scores and the weights.
 //
 // Per tile of up to kTile keys: scores of all G heads (head blocks of up to 8 heads on targets with
 // 32 vector registers, 4 on the others, times 2-4 keys, so each K row chunk is loaded once per head
@@ -78,6 +79,14 @@ HWY_INLINE VF LoadRow(DF df, const hwy::bfloat16_t* HWY_RESTRICT p) {
   const auto bits = hn::LoadU(DU16(), reinterpret_cast<const uint16_t*>(p));
   return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(DU32(), bits)));
 }
+// i8 (the int8 cache, DType::kI8): the integers widened to f32 (exact); the kernel applies the
+// rows' scales to the scores and the weights (AttentionPartialHwy).
+using DI8 = hn::Rebind<int8_t, DF>;
+using DI32 = hn::RebindToSigned<DF>;
+HWY_INLINE VF LoadRow(DF df, const int8_t* HWY_RESTRICT p) {
+  return hn::ConvertTo(df, hn::PromoteTo(DI32(), hn::LoadU(DI8(), p)));
+}
+HWY_INLINE float ElemF32(const int8_t* p, size_t i) { return static_cast<float>(p[i]); }
 HWY_INLINE float ElemF32(const float* p, size_t i) { return p[i]; }
 HWY_INLINE float ElemF32(const hwy::float16_t* p, size_t i) {
   uint16_t bits;
@@ -394,12 +403,23 @@ HWY_INLINE void AccumulateV(const float* HWY_RESTRICT p, size_t G, size_t D, con
   }
 }
 
-// Calls fn(kv.k, kv.v as pointers to the run's element type: float, hwy::float16_t or hwy::bfloat16_t).
+// x[h * kTile + j] *= sc[j * stride] for heads h < H and keys j < n: an i8 run's scores (K scales) or
+// weights (V scales). One f32 multiply per key and head.
+HWY_INLINE void ScaleKeys(const float* HWY_RESTRICT sc, int64_t stride, int n, size_t H, float* HWY_RESTRICT x) {
+  float row[kTile];
+  for (int j = 0; j < n; ++j) row[j] = sc[j * stride];
+  for (size_t h = 0; h < H; ++h)
+    for (int j = 0; j < n; ++j) x[h * kTile + static_cast<size_t>(j)] *= row[j];
+}
+
+// Calls fn(kv.k, kv.v as pointers to the run's element type: float, hwy::float16_t, hwy::bfloat16_t
+// or int8_t).
 template <class Fn>
 HWY_INLINE void WithRowType(const KvRun& kv, const Fn& fn) {
   switch (kv.type) {
     case DType::kF16: return fn(static_cast<const hwy::float16_t*>(kv.k), static_cast<const hwy::float16_t*>(kv.v));
     case DType::kBF16: return fn(static_cast<const hwy::bfloat16_t*>(kv.k), static_cast<const hwy::bfloat16_t*>(kv.v));
+    case DType::kI8: return fn(static_cast<const int8_t*>(kv.k), static_cast<const int8_t*>(kv.v));
     default: return fn(static_cast<const float*>(kv.k), static_cast<const float*>(kv.v));
   }
 }
@@ -448,6 +468,7 @@ void AttentionPartialHwy(const float* HWY_RESTRICT q, int G_, int D_, const KvRu
     l[g] = 0.0f;
   }
   const VF vscale = hn::Set(df, scale), vcap = hn::Set(df, softcap);
+  const int64_t scale_stride = ld / D_;  // i8: scales per row (Nkv)
   // Tiles of kTile keys of the runs' concatenation: a tile may span runs, so the tiles (and with
   // them every rounding of the streaming softmax) depend only on the keys' indices, not on where
   // the cache ends and the step's rows begin.
@@ -485,6 +506,7 @@ void AttentionPartialHwy(const float* HWY_RESTRICT q, int G_, int D_, const KvRu
           continue;
         }
         WithRowType(kv, [&](auto k, auto v) { DotHeads<H>(q + g0 * D, D, k, v, ld, static_cast<size_t>(kv.n), sg); });
+        if (kv.type == DType::kI8) ScaleKeys(kv.ks, scale_stride, kv.n, H, sg);  // q . k_int -> q . k
       }
     });
     const size_t nv = (nk + N - 1) / N * N;  // whole vectors (<= kTile)
@@ -557,6 +579,8 @@ void AttentionPartialHwy(const float* HWY_RESTRICT q, int G_, int D_, const KvRu
     }
     for (size_t i = 0; i < nseg; ++i) {
       const KvRun& kv = seg[i].rows;
+      // i8: the weights times the V rows' scales, p v = (p * v_scale) v_int (l summed them unscaled).
+      if (kv.type == DType::kI8) ScaleKeys(kv.vs, scale_stride, kv.n, G, s + seg[i].at);
       WithRowType(kv, [&](auto, auto v) { AccumulateV(s + seg[i].at, G, D, v, ld, static_cast<size_t>(kv.n), acc, next_k); });
     }
   }

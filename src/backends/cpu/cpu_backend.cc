@@ -51,6 +51,8 @@ class CpuWorkspace {
   std::vector<std::vector<float>> mlp;  // per pool task: a fused MLP's second matmul, [rows, kMlpCols]
   std::vector<float> rope_cs;           // the current step's RoPE tables (CpuExecutable::rope_offset_)
   std::vector<uint16_t> attn_kv_16;     // with an f16 or bf16 cache: the attention step's K then V rows in that type
+  std::vector<int8_t> attn_kv_8;        // with an i8 cache: the step's K then V rows as i8
+  std::vector<float> attn_kv_scales;    // and their scales, K's [tokens, Nkv] then V's
   std::vector<std::vector<float>> task_scratch;  // per pool task: one converted weight row (max K)
   cpu::AttentionScratch attn;           // split-K attention's units and chunk states
   // CpuBackendOptions::profile: the per-op table (Backend::Profile) and each entry's index by
@@ -252,6 +254,7 @@ class CpuExecutable : public Executable {
   std::vector<float> scratch_;       // one converted weight row (max K)
   std::vector<int32_t> seq_first_;   // per token: index of its sequence's first step token
   std::vector<const void*> attn_cache_rows_;  // per token: K, then V cache row of slot 0 of its sequence
+  std::vector<const float*> attn_scale_rows_;  // i8 cache: per token, K's then V's scale row of slot 0
   std::vector<float> moe_scratch_;
   std::vector<cpu::ActBlockQ8> moe_q8_;  // int8 blocks of the experts' inputs
   std::vector<float> moe_sums_;
@@ -612,6 +615,7 @@ void CpuExecutable::Plan() {
     }
   }
   attn_cache_rows_.assign(2 * static_cast<size_t>(num_tokens_), nullptr);
+  attn_scale_rows_.assign(2 * static_cast<size_t>(num_tokens_), nullptr);
   seq_first_.assign(num_tokens_, 0);
   profile_slot_.assign(n, -1);
   if (opts_.profile) {
@@ -723,12 +727,18 @@ Status CpuExecutable::Run(const StepInput& in, KvCacheBase& base) {
         [&](const KvWriteOp& op) {
           const float* k = input(0);
           const float* v = input(1);
-          const int width = cache.kv_width(op.cache_layer);
-          auto put = [&](void* dst, const float* src) { cpu::ToKvType(cache.type(), src, width, dst); };
+          const int layer = op.cache_layer;
+          const int width = cache.kv_width(layer);
+          const bool i8 = cache.type() == DType::kI8;
+          const int heads = cache.kv_heads(layer);
+          auto put = [&](void* dst, float* scales, const float* src) {
+            if (i8) return cpu::QuantizeKvRow(src, heads, width / heads, static_cast<int8_t*>(dst), scales);
+            cpu::ToKvType(cache.type(), src, width, dst);
+          };
           for (int t = 0; t < rows; ++t) {
-            const int slot = cache.slot_of(op.cache_layer, in.positions[t]);
-            put(cache.k(op.cache_layer, in.seq_ids[t], slot), k + static_cast<size_t>(t) * width);
-            put(cache.v(op.cache_layer, in.seq_ids[t], slot), v + static_cast<size_t>(t) * width);
+            const int seq = in.seq_ids[t], slot = cache.slot_of(layer, in.positions[t]);
+            put(cache.k(layer, seq, slot), cache.k_scale(layer, seq, slot), k + static_cast<size_t>(t) * width);
+            put(cache.v(layer, seq, slot), cache.v_scale(layer, seq, slot), v + static_cast<size_t>(t) * width);
           }
         },
         [&](const GeGluOp&) {
@@ -979,7 +989,30 @@ void CpuExecutable::RunAttention(const AttentionOp& op, const float* q, const fl
   const DType type = cache.type();
   const void* step_k = k;
   const void* step_v = v;
-  if (type != DType::kF32) {
+  const float* step_ks = nullptr;
+  const float* step_vs = nullptr;
+  const float** ksc = attn_scale_rows_.data();
+  const float** vsc = ksc + num_tokens_;
+  if (type == DType::kI8) {
+    // The step's rows quantised as KvWrite stores them (the same bits), with their scales.
+    const int heads = op.num_kv_heads, D = op.head_dim;
+    const size_t n = static_cast<size_t>(num_tokens_) * heads * D, ns = static_cast<size_t>(num_tokens_) * heads;
+    std::vector<int8_t>& kv = ws_->attn_kv_8;
+    std::vector<float>& sc = ws_->attn_kv_scales;
+    if (kv.size() < 2 * n) kv.resize(2 * n);
+    if (sc.size() < 2 * ns) sc.resize(2 * ns);
+    for (int t = 0; t < num_tokens_; ++t) {
+      const size_t r = static_cast<size_t>(t) * heads;
+      cpu::QuantizeKvRow(k + r * D, heads, D, kv.data() + r * D, sc.data() + r);
+      cpu::QuantizeKvRow(v + r * D, heads, D, kv.data() + n + r * D, sc.data() + ns + r);
+      ksc[t] = cache.k_scale(layer, in.seq_ids[t], 0);
+      vsc[t] = cache.v_scale(layer, in.seq_ids[t], 0);
+    }
+    step_k = kv.data();
+    step_v = kv.data() + n;
+    step_ks = sc.data();
+    step_vs = sc.data() + ns;
+  } else if (type != DType::kF32) {
     // The step's keys and values as the cache holds them (attention.h: AttentionStep), in the
     // workspace (one buffer for every executable: steps run one at a time).
     const size_t n = static_cast<size_t>(num_tokens_) * cache.kv_width(layer);
@@ -994,7 +1027,7 @@ void CpuExecutable::RunAttention(const AttentionOp& op, const float* q, const fl
     step_v = kv.data() + n;
   }
   cpu::AttentionStep step{num_tokens_, q, step_k, step_v, out, in.positions.data(), seq_first_.data(), kc, vc,
-                          cache.slots(layer), cache.window(layer) > 0, type, type};
+                          cache.slots(layer), cache.window(layer) > 0, type, type, step_ks, step_vs, ksc, vsc};
   cpu::Attention(params, step, pool_, &ws_->attn);
 }
 
