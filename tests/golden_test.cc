@@ -21,46 +21,12 @@
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "runtime/engine.h"
+#include "golden_reference.h"
 
 namespace g4 {
 namespace {
 
-constexpr double kRelTol = 1e-4;
-
-// A test parameter is a fixture name, or "<fixture>+gguf" for the same weights converted to GGUF by
-// llama.cpp's own converter (tools/convert_golden_to_gguf.py): same reference, other loader.
-std::string FixtureDir(const std::string& param) {
-  const std::string name = param.substr(0, param.find('+'));
-  return std::string(GEMMA4RT_TEST_DATA_DIR) + "/golden/" + name;
-}
-std::string ModelPath(const std::string& param) {
-  return param.find("+gguf") != std::string::npos ? FixtureDir(param) + "/model-f32.gguf" : FixtureDir(param);
-}
-
-struct Reference {
-  std::unique_ptr<SafetensorsStore> store;
-  std::vector<int32_t> ids;
-  std::vector<float> Get(const std::string& name) const {
-    const Tensor* t = store->Find(name);
-    if (t == nullptr) return {};
-    std::vector<float> v(t->numel());
-    for (int64_t i = 0; i < t->numel(); ++i) v[i] = t->GetF32(i);
-    return v;
-  }
-};
-
-Reference LoadReference(const std::string& fixture) {
-  Reference r;
-  auto s = SafetensorsStore::OpenFile(FixtureDir(fixture) + "/reference.safetensors");
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
-  if (!s.ok()) return r;
-  r.store = std::move(s).value();
-  const Tensor* ids = r.store->Find("input_ids");
-  EXPECT_NE(ids, nullptr);
-  if (ids)
-    for (int64_t i = 0; i < ids->numel(); ++i) r.ids.push_back(static_cast<int32_t>(ids->GetF32(i)));
-  return r;
-}
+using namespace golden;
 
 // The parity tests against transformers (float32) run f32 activations: BF16 weights would
 // otherwise meet bf16-rounded activations where the CPU has a bf16 dot product (see
@@ -78,25 +44,6 @@ std::unique_ptr<Engine> MakeEngine(const std::string& fixture, int chunk, int ma
   auto e = Engine::Create(std::move(m).value(), MakeCpuBackend(threads, backend), o);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   return e.ok() ? std::move(e).value() : nullptr;
-}
-
-// max|a-b| / max|b|.
-double RelErr(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  if (a.size() != b.size() || b.empty()) return INFINITY;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num = std::max(num, std::fabs(static_cast<double>(a[i]) - b[i]));
-    den = std::max(den, std::fabs(static_cast<double>(b[i])));
-  }
-  return num / std::max(den, 1e-30);
-}
-
-std::vector<int> ArgmaxRows(const std::vector<float>& x, int cols) {
-  std::vector<int> out;
-  for (size_t r = 0; r * cols < x.size(); ++r)
-    out.push_back(static_cast<int>(std::max_element(x.begin() + r * cols, x.begin() + (r + 1) * cols) - (x.begin() + r * cols)));
-  return out;
 }
 
 class GoldenTest : public ::testing::TestWithParam<std::string> {};

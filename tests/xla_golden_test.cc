@@ -17,43 +17,13 @@
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "runtime/engine.h"
+#include "golden_reference.h"
 #include "xla/xla_test_util.h"
 
 namespace g4 {
 namespace {
 
-constexpr double kRelTol = 1e-4;
-
-std::string FixtureDir(const std::string& param) {
-  return std::string(GEMMA4RT_TEST_DATA_DIR) + "/golden/" + param.substr(0, param.find('+'));
-}
-std::string ModelPath(const std::string& param) {
-  return param.find("+gguf") != std::string::npos ? FixtureDir(param) + "/model-f32.gguf" : FixtureDir(param);
-}
-
-struct Reference {
-  std::unique_ptr<SafetensorsStore> store;
-  std::vector<int32_t> ids;
-  std::vector<float> Get(const std::string& name) const {
-    const Tensor* t = store ? store->Find(name) : nullptr;
-    if (t == nullptr) return {};
-    std::vector<float> v(t->numel());
-    for (int64_t i = 0; i < t->numel(); ++i) v[i] = t->GetF32(i);
-    return v;
-  }
-};
-
-Reference LoadReference(const std::string& fixture) {
-  Reference r;
-  auto s = SafetensorsStore::OpenFile(FixtureDir(fixture) + "/reference.safetensors");
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
-  if (!s.ok()) return r;
-  r.store = std::move(s).value();
-  const Tensor* ids = r.store->Find("input_ids");
-  if (ids)
-    for (int64_t i = 0; i < ids->numel(); ++i) r.ids.push_back(static_cast<int32_t>(ids->GetF32(i)));
-  return r;
-}
+using namespace golden;
 
 std::unique_ptr<Engine> MakeXlaEngine(const std::string& fixture, int chunk, int max_seqs = 1) {
   auto m = LoadModel(ModelPath(fixture));
@@ -69,24 +39,6 @@ std::unique_ptr<Engine> MakeXlaEngine(const std::string& fixture, int chunk, int
   auto e = Engine::Create(std::move(m).value(), std::move(backend).value(), o);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   return e.ok() ? std::move(e).value() : nullptr;
-}
-
-double RelErr(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  if (a.size() != b.size() || b.empty()) return INFINITY;
-  double num = 0, den = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    num = std::max(num, std::fabs(static_cast<double>(a[i]) - b[i]));
-    den = std::max(den, std::fabs(static_cast<double>(b[i])));
-  }
-  return num / std::max(den, 1e-30);
-}
-
-std::vector<int> ArgmaxRows(const std::vector<float>& x, int cols) {
-  std::vector<int> out;
-  for (size_t r = 0; r * cols < x.size(); ++r)
-    out.push_back(static_cast<int>(std::max_element(x.begin() + r * cols, x.begin() + (r + 1) * cols) - (x.begin() + r * cols)));
-  return out;
 }
 
 class XlaGoldenTest : public ::testing::TestWithParam<std::string> {};
