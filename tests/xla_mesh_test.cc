@@ -298,6 +298,50 @@ TEST(XlaMeshErrorsTest, InvalidMeshesAreRefusedWithMessages) {
   EXPECT_NE(e2.status().message().find("3 slot(s) do not divide by data=2"), std::string::npos) << e2.status().message();
 }
 
+// The memory plan is per device: a model too big for one device starts on a mesh where each
+// device's shard fits, and is refused with the per-device arithmetic where it does not.
+TEST(XlaMeshErrorsTest, MemoryPlanIsCheckedPerDevice) {
+  G4_REQUIRE_PJRT_PLUGIN();
+  auto m = LoadModel(ModelPath("gemma3-tiny"));
+  ASSERT_TRUE(m.ok());
+  size_t whole = 0;
+  for (const Tensor* t : xla::GraphWeights(BuildGemmaGraph((*m)->config, (*m)->weights, GraphOptions{true}))) whole += t->nbytes;
+  const size_t kv = 2 * KvCache::BytesPerSequence((*m)->config, 64, DType::kF32);
+  XlaBackendOptions xo;
+  xo.plugin_path = xla::testing_util::PluginPath();
+  xo.client_options = {{"cpu_device_count", int64_t{4}}};
+  xo.device_memory_bytes = static_cast<int64_t>((whole + kv) * 3 / 4);  // one device: too small
+  EngineOptions o;
+  o.max_seqs = 2;
+  o.max_context = 64;
+  {
+    auto m1 = LoadModel(ModelPath("gemma3-tiny"));
+    auto b = MakeXlaBackend(xo);
+    ASSERT_TRUE(m1.ok() && b.ok());
+    auto e = Engine::Create(std::move(*m1), std::move(*b), o);
+    ASSERT_FALSE(e.ok());
+    EXPECT_EQ(e.status().code(), StatusCode::kResourceExhausted);
+    EXPECT_NE(e.status().message().find("weights " + std::to_string(whole) + " bytes + KV cache " + std::to_string(kv)),
+              std::string::npos)
+        << e.status().message();
+  }
+  xo.mesh = Mesh{1, 4};
+  auto b4 = MakeXlaBackend(xo);
+  ASSERT_TRUE(b4.ok());
+  EXPECT_TRUE(Engine::Create(std::move(*m), std::move(*b4), o).ok());
+  // Too small even split four ways: refused per device.
+  auto m2 = LoadModel(ModelPath("gemma3-tiny"));
+  ASSERT_TRUE(m2.ok());
+  xo.device_memory_bytes = static_cast<int64_t>(whole / 8);
+  auto small = MakeXlaBackend(xo);
+  ASSERT_TRUE(small.ok());
+  auto e = Engine::Create(std::move(*m2), std::move(*small), o);
+  ASSERT_FALSE(e.ok());
+  EXPECT_NE(e.status().message().find("does not fit on each device of the mesh data=1,model=4: weights "),
+            std::string::npos)
+      << e.status().message();
+}
+
 // The per-device plan: what is split, what is replicated and why.
 TEST(XlaMeshPlanTest, PlanSplitsHeadsMlpAndVocabAndNamesWhatIsReplicated) {
   auto m = LoadModel(ModelPath("gemma4-e2b-tiny"));

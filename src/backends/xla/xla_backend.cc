@@ -169,8 +169,8 @@ Status XlaBackend::PlanMemory(const Graph& graph, const KvCacheBase& cache) cons
   const auto* xc = dynamic_cast<const XlaKvCache*>(&cache);
   const size_t kv = xc ? xc->device_bytes : cache.bytes(), need = weights + kv;
   if (need <= static_cast<size_t>(memory_limit_)) return OkStatus();
-  const std::string per = mesh_.size() > 1 ? " per device of the mesh " + mesh_.ToString() : "";
-  return ResourceExhausted("the model does not fit on the device" + per + ": weights " + std::to_string(weights) +
+  const std::string where = mesh_.size() > 1 ? "each device of the mesh " + mesh_.ToString() : "the device";
+  return ResourceExhausted("the model does not fit on " + where + ": weights " + std::to_string(weights) +
                            " bytes + KV cache " + std::to_string(kv) + " bytes (" + std::to_string(cache.max_seqs()) +
                            " sequences x " + std::to_string(cache.max_context()) + " tokens) = " + std::to_string(need) +
                            " bytes > " + std::to_string(memory_limit_) +
