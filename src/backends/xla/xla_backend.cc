@@ -71,8 +71,8 @@ class XlaBackend : public Backend {
   StatusOr<std::vector<PJRT_Buffer*>> Weight(const Tensor* t, DType type, xla::TensorSplit split);
   const xla::Mesh& mesh() const { return mesh_; }
   int64_t memory_limit() const { return memory_limit_; }
-  // The shard plan of `graph` for caches of `max_seqs` sequences (planned once per graph).
-  StatusOr<const xla::ShardPlan*> Plan(const Graph& graph, int max_seqs) const;
+  // The shard plan of `graph` for caches of `max_seqs` sequences (PlanShards).
+  StatusOr<std::shared_ptr<const xla::ShardPlan>> Plan(const Graph& graph, int max_seqs) const;
 
  private:
   std::unique_ptr<xla::Client> client_;
@@ -81,7 +81,6 @@ class XlaBackend : public Backend {
   std::map<const Tensor*, std::vector<Buffer>> weights_;  // one buffer per mesh device
   int64_t memory_limit_;  // bytes; 0: unknown (no plan check)
   xla::Mesh mesh_;
-  mutable std::map<std::pair<const Graph*, int>, xla::ShardPlan> plans_;
 };
 
 class XlaExecutable : public Executable {
@@ -95,7 +94,7 @@ class XlaExecutable : public Executable {
   struct Variant {
     LoweredStep lowered;
     LoadedExecutable* program = nullptr;
-    const xla::ShardPlan* plan = nullptr;
+    std::shared_ptr<const xla::ShardPlan> plan;
   };
   StatusOr<Variant*> GetVariant(StepMode mode, const XlaKvCache& cache);
 
@@ -127,42 +126,42 @@ StatusOr<LoadedExecutable*> XlaBackend::Program(const std::string& module) {
   return raw;
 }
 
-StatusOr<const xla::ShardPlan*> XlaBackend::Plan(const Graph& graph, int max_seqs) const {
-  auto key = std::make_pair(&graph, max_seqs);
-  auto it = plans_.find(key);
-  if (it != plans_.end()) return &it->second;
+StatusOr<std::shared_ptr<const xla::ShardPlan>> XlaBackend::Plan(const Graph& graph, int max_seqs) const {
   G4_ASSIGN_OR_RETURN(xla::ShardPlan plan, xla::PlanShards(graph, mesh_, max_seqs));
-  return &plans_.emplace(key, std::move(plan)).first->second;
+  return std::make_shared<const xla::ShardPlan>(std::move(plan));
 }
 
 StatusOr<std::vector<PJRT_Buffer*>> XlaBackend::Weight(const Tensor* t, DType type, xla::TensorSplit split) {
+  auto raw_of = [](const std::vector<Buffer>& shards) {
+    std::vector<PJRT_Buffer*> raw;
+    for (const Buffer& b : shards) raw.push_back(b.get());
+    return raw;
+  };
   auto it = weights_.find(t);
-  if (it == weights_.end()) {
-    if (t->dtype == DType::kQ4_0x4)
-      return Unimplemented("weight '" + t->name + "' is packed for the CPU's kernels (Q4_0x4): load it unpacked for XLA");
-    StatusOr<std::vector<Buffer>> b = InvalidArgument("");
-    if (xla::IsDeviceQuantised(type)) {  // the blocks' bytes, as stored
-      b = xla::UploadShards(*client_, mesh_, t->data, PJRT_Buffer_Type_U8, 1, xla::DeviceShape(*t), split);
-    } else if (type == t->dtype) {
-      b = xla::UploadShards(*client_, mesh_, t->data, PjrtType(type), DTypeSize(type), t->shape, split);
-    } else {
-      G4_CHECK(type == DType::kF32 && !t->shape.empty());
-      const int64_t K = t->shape.back(), rows = t->numel() / K;
-      std::vector<float> f(static_cast<size_t>(t->numel()));
-      const size_t row_bytes = DTypeRowBytes(t->dtype, K);
-      for (int64_t r = 0; r < rows; ++r) ConvertToF32(t->dtype, t->data + r * row_bytes, f.data() + r * K, K);
-      b = xla::UploadShards(*client_, mesh_, f.data(), PJRT_Buffer_Type_F32, 4, t->shape, split);
-    }
-    if (!b.ok()) return Status(b.status().code(), "uploading weight '" + t->name + "': " + b.status().message());
-    it = weights_.emplace(t, std::move(*b)).first;
+  if (it != weights_.end()) return raw_of(it->second);
+  if (t->dtype == DType::kQ4_0x4)
+    return Unimplemented("weight '" + t->name + "' is packed for the CPU's kernels (Q4_0x4): load it unpacked for XLA");
+  StatusOr<std::vector<Buffer>> b = InvalidArgument("");
+  if (xla::IsDeviceQuantised(type)) {  // the blocks' bytes, as stored
+    b = xla::UploadShards(*client_, mesh_, t->data, PJRT_Buffer_Type_U8, 1, xla::DeviceShape(*t), split);
+  } else if (type == t->dtype) {
+    b = xla::UploadShards(*client_, mesh_, t->data, PjrtType(type), DTypeSize(type), t->shape, split);
+  } else {
+    G4_CHECK(type == DType::kF32 && !t->shape.empty());
+    const int64_t K = t->shape.back(), rows = t->numel() / K;
+    std::vector<float> f(static_cast<size_t>(t->numel()));
+    const size_t row_bytes = DTypeRowBytes(t->dtype, K);
+    for (int64_t r = 0; r < rows; ++r) ConvertToF32(t->dtype, t->data + r * row_bytes, f.data() + r * K, K);
+    b = xla::UploadShards(*client_, mesh_, f.data(), PJRT_Buffer_Type_F32, 4, t->shape, split);
   }
-  std::vector<PJRT_Buffer*> raw;
-  for (const Buffer& b : it->second) raw.push_back(b.get());
+  if (!b.ok()) return Status(b.status().code(), "uploading weight '" + t->name + "': " + b.status().message());
+  std::vector<PJRT_Buffer*> raw = raw_of(*b);
+  weights_.emplace(t, std::move(*b));
   return raw;
 }
 
 Status XlaBackend::PlanMemory(const Graph& graph, const KvCacheBase& cache) const {
-  G4_ASSIGN_OR_RETURN(const xla::ShardPlan* plan, Plan(graph, cache.max_seqs()));
+  G4_ASSIGN_OR_RETURN(auto plan, Plan(graph, cache.max_seqs()));
   if (memory_limit_ <= 0) return OkStatus();
   size_t weights = 0;
   for (const Tensor* t : xla::GraphWeights(graph)) weights += xla::ShardBytes(*t, mesh_, plan->Weight(t));
@@ -220,8 +219,8 @@ StatusOr<XlaExecutable::Variant*> XlaExecutable::GetVariant(StepMode mode, const
   sh.kv_type = cache.type();
   sh.caches = cache.layers;
   sh.quantised_as_f32 = true;
-  G4_ASSIGN_OR_RETURN(const xla::ShardPlan* plan, backend_->Plan(graph_, cache.max_seqs()));
-  sh.shards = plan;
+  G4_ASSIGN_OR_RETURN(auto plan, backend_->Plan(graph_, cache.max_seqs()));
+  sh.shards = plan.get();
   Variant v;
   G4_ASSIGN_OR_RETURN(v.lowered, xla::LowerGraph(graph_, sh));
   G4_ASSIGN_OR_RETURN(v.program, backend_->Program(v.lowered.module));
@@ -348,7 +347,7 @@ StatusOr<std::vector<std::string>> XlaMeshPlan(const Backend& backend, const Gra
                                                int max_seqs, int max_context, DType kv_type) {
   const auto* x = dynamic_cast<const XlaBackend*>(&backend);
   if (x == nullptr) return InvalidArgument("the mesh plan is the XLA backend's");
-  G4_ASSIGN_OR_RETURN(const xla::ShardPlan* plan, x->Plan(graph, max_seqs));
+  G4_ASSIGN_OR_RETURN(auto plan, x->Plan(graph, max_seqs));
   const xla::Mesh& mesh = x->mesh();
   size_t split = 0, replicated = 0, whole = 0;
   int num_split = 0, num_replicated = 0;
