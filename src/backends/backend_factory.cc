@@ -7,6 +7,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/kernels.h"
 #if GEMMA4RT_HAVE_XLA
+#include "backends/xla/mesh.h"
 #include "backends/xla/xla_backend.h"
 #endif
 
@@ -74,12 +75,20 @@ StatusOr<std::string> FindPjrtPlugin(std::vector<std::string>* searched) {
 
 StatusOr<std::unique_ptr<Backend>> MakeBackend(const BackendOptions& o) {
   if (o.backend == "cpu") {
+    if (!o.mesh.empty() || o.devices != 0) return InvalidArgument("--mesh and --devices need --backend xla");
     CpuBackendOptions co = CpuBackendOptionsFor(o.f32_activations);
     co.profile = o.profile;
     return MakeCpuBackend(o.threads, co);
   }
   if (o.backend != "xla") return InvalidArgument("--backend must be cpu or xla, got '" + o.backend + "'");
 #if GEMMA4RT_HAVE_XLA
+  xla::Mesh mesh;
+  if (!o.mesh.empty() && o.devices > 0) return InvalidArgument("give --mesh or --devices, not both");
+  if (!o.mesh.empty()) {
+    G4_ASSIGN_OR_RETURN(mesh, xla::ParseMesh(o.mesh));
+  } else if (o.devices != 0) {
+    G4_ASSIGN_OR_RETURN(mesh, xla::MeshOfDevices(o.devices));
+  }
   std::string path = o.pjrt_plugin;
   if (path.empty()) {
     std::vector<std::string> searched;
@@ -88,6 +97,7 @@ StatusOr<std::unique_ptr<Backend>> MakeBackend(const BackendOptions& o) {
   }
   XlaBackendOptions xo;
   xo.plugin_path = path;
+  xo.mesh = mesh;
   return MakeXlaBackend(xo);
 #else
   return Unimplemented("--backend xla: this build has no XLA backend (configure with the PJRT C API header: "
@@ -101,13 +111,33 @@ std::string DevicePolicyFields(const Backend& backend, const BackendOptions& o) 
     char mem[64] = "unreported";
     if (x->memory_bytes > 0) std::snprintf(mem, sizeof mem, "%.1fGiB", x->memory_bytes / 1073741824.0);
     return "backend=xla plugin=" + x->plugin_path + " api=" + x->api_version + " platform=" + x->platform +
-           " device=\"" + x->device_kind + "\" device_memory=" + mem + " compute=" + x->compute_dtype +
+           " device=\"" + x->device_kind + "\" device_memory=" + mem +
+           (x->mesh.size() > 1 ? " mesh=" + x->mesh.ToString() : std::string()) + " compute=" + x->compute_dtype +
            " weights_on_device=f32/f16/bf16/q8_0/q4_0/w4g32-as-stored,other-quantised-as-f32";
   }
 #endif
   (void)backend;
   return std::string("backend=cpu simd=") + cpu::SimdTargetName() +
          " compute=f32 activations=" + ActivationPolicy(CpuBackendOptionsFor(o.f32_activations));
+}
+
+StatusOr<std::vector<std::string>> MeshPlanLines(const Backend& backend, const Graph& graph, const ModelConfig& config,
+                                                 int max_seqs, int max_context, DType kv_type) {
+#if GEMMA4RT_HAVE_XLA
+  if (const XlaDeviceInfo* x = XlaInfo(backend); x != nullptr && x->mesh.size() > 1)
+    return XlaMeshPlan(backend, graph, config, max_seqs, max_context, kv_type);
+#endif
+  (void)backend, (void)graph, (void)config, (void)max_seqs, (void)max_context, (void)kv_type;
+  return std::vector<std::string>{};
+}
+
+int MeshDataAxis(const BackendOptions& o) {
+#if GEMMA4RT_HAVE_XLA
+  if (!o.mesh.empty())
+    if (auto m = xla::ParseMesh(o.mesh); m.ok()) return m->data;
+#endif
+  (void)o;
+  return 1;
 }
 
 bool PackQ4_0For(const BackendOptions& o, bool no_repack) {

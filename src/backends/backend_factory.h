@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "graph/graph.h"
 #include "runtime/backend.h"
 
 namespace g4 {
@@ -19,6 +20,9 @@ struct BackendOptions {
   // --pjrt-plugin: the PJRT plugin for "xla"; "" = $GEMMA4RT_PJRT_PLUGIN, else the first plugin
   // FindPjrtPlugin finds.
   std::string pjrt_plugin;
+  // --mesh "data=D,model=M" / --devices N (model=N): SPMD over D x M devices (xla only); "" and 0: one device.
+  std::string mesh;
+  int devices = 0;
   int threads = 1;               // CPU worker threads (>= 1)
   bool f32_activations = false;  // CPU: CpuBackendOptionsFor
   bool profile = false;          // CPU: CpuBackendOptions::profile (`bench --profile`)
@@ -33,6 +37,15 @@ StatusOr<std::unique_ptr<Backend>> MakeBackend(const BackendOptions& options);
 // "backend=cpu simd=AVX2 compute=f32 activations=..." or "backend=xla plugin=PATH api=0.115
 // platform=cpu device=cpu device_memory=... compute=f32 weights_on_device=...".
 std::string DevicePolicyFields(const Backend& backend, const BackendOptions& options);
+
+// The per-device memory plan of `graph` on the backend's device mesh (--mesh), for `info --mesh`:
+// a few lines (weights and KV cache per device, what is replicated and why), for `max_seqs`
+// sequences of `max_context` tokens of `kv_type`. Empty for a backend without a mesh (cpu, one
+// device). Errors: an invalid plan (an axis that divides nothing).
+StatusOr<std::vector<std::string>> MeshPlanLines(const Backend& backend, const Graph& graph, const ModelConfig& config,
+                                                 int max_seqs, int max_context, DType kv_type);
+// The sequences the smallest valid plan of `options`' mesh holds (its data axis; 1 without a mesh).
+int MeshDataAxis(const BackendOptions& options);
 
 // Whether the loader should repack Q4_0 weights for the CPU kernels (LoadOptions::pack_q4_0):
 // only for the CPU backend (PackQ4_0ForCpu); the XLA backend reads weights as stored.

@@ -15,6 +15,11 @@ inline void AddBackendFlags(CLI::App* app, BackendOptions* o) {
   app->add_option("--pjrt-plugin", o->pjrt_plugin,
                   "the PJRT plugin for --backend xla (a .so exporting GetPjrtApi); default: $GEMMA4RT_PJRT_PLUGIN, "
                   "else one found in Python site-packages or ~/.cache/gemma4rt/xla");
+  auto* mesh = app->add_option("--mesh", o->mesh,
+                               "with --backend xla: run SPMD over a data x model device mesh, e.g. data=2,model=4 (model "
+                               "splits heads, MLP, vocabulary, experts; data splits the sequence slots)");
+  app->add_option("--devices", o->devices, "with --backend xla: split the model over N devices (--mesh model=N)")
+      ->excludes(mesh);
 }
 
 }  // namespace g4

@@ -37,6 +37,7 @@
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/simd_cap.h"
 #include "base/thread_pool.h"
+#include "model/gemma.h"
 #include "model/model.h"
 #include "runtime/engine.h"
 #include "runtime/generate.h"
@@ -438,6 +439,11 @@ int Main(int argc, char** argv) {
                 g4::KvCache::BytesPerSequence(c, *context, *kv_type) / 1048576.0, *context, cache_type.c_str(),
                 c.NumCacheOwners());
     std::printf("%s", c.Describe().c_str());
+    // --mesh: the per-device plan for the fewest sequences the mesh takes (its data axis).
+    auto plan = g4::MeshPlanLines(**backend, g4::BuildGemmaGraph(c, w, g4::GraphOptions{}), c,
+                                  g4::MeshDataAxis(backend_options), *context, *kv_type);
+    if (!plan.ok()) return Fail(plan.status());
+    for (const std::string& line : *plan) std::printf("mesh plan: %s\n", line.c_str());
     return 0;
   }
 

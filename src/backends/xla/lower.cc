@@ -202,6 +202,24 @@ StatusOr<LoweredStep> LowerGraph(const Graph& graph, const StepShape& sh) {
     cache_k.push_back(b.Param({S, c.slots, c.width}, kv_type, num_out + 2 * static_cast<int>(i)));
     cache_v.push_back(b.Param({S, c.slots, c.width}, kv_type, num_out + 2 * static_cast<int>(i) + 1));
   }
+  if (sh.shards != nullptr && sh.shards->mesh.size() > 1) {  // SPMD (shard_plan.h)
+    const ShardPlan& plan = *sh.shards;
+    b.SetNumPartitions(plan.mesh.size());
+    for (const Value* p : {&tokens, &positions, &seq_ids, &out_rows, &kv_len, &kv_end}) b.ShardParam(*p, "{replicated}");
+    for (const Tensor* t : out.weights) {
+      const Value& p = weight.at(t);
+      b.ShardParam(p, HloSharding(plan.mesh, static_cast<int>(p.shape.size()), plan.Weight(t)));
+    }
+    std::vector<std::string> result_shardings(out.outputs.size(), "{replicated}");
+    for (size_t i = 0; i < sh.caches.size(); ++i) {
+      const std::string s = HloSharding(plan.mesh, 3, plan.Cache(sh.caches[i].layer));
+      b.ShardParam(cache_k[i], s);
+      b.ShardParam(cache_v[i], s);
+      result_shardings.push_back(s);
+      result_shardings.push_back(s);
+    }
+    b.ShardResults(std::move(result_shardings));
+  }
   auto cache_of = [&](int layer) -> StatusOr<size_t> {
     auto it = cache_index.find(layer);
     if (it == cache_index.end()) return InvalidArgument("the step shape lists no KV cache for layer " + std::to_string(layer));

@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/xla/shard_plan.h"
 #include "backends/xla/stablehlo.h"
 #include "base/status.h"
 #include "graph/graph.h"
@@ -56,6 +57,9 @@ struct StepShape {
   // parameters of type F32 (the backend dequantises them at upload); false: such a weight is an
   // Unimplemented error.
   bool quantised_as_f32 = false;
+  // SPMD over a mesh of more than one device: the module is partitioned over plan->mesh, weights
+  // and caches carry the plan's shardings, the step inputs and exported outputs are replicated.
+  const ShardPlan* shards = nullptr;
 };
 
 struct LoweredStep {

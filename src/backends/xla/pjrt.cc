@@ -220,27 +220,55 @@ StatusOr<CompiledMemory> LoadedExecutable::MemoryStats() const {
 
 StatusOr<std::vector<Buffer>> LoadedExecutable::Execute(std::span<PJRT_Buffer* const> args,
                                                         std::span<const int64_t> non_donatable) {
+  G4_ASSIGN_OR_RETURN(auto outs, ExecuteSharded({std::vector<PJRT_Buffer*>(args.begin(), args.end())}, non_donatable));
+  return std::move(outs[0]);
+}
+
+StatusOr<std::vector<PJRT_Device*>> LoadedExecutable::AddressableDevices() const {
+  auto a = G4_ARGS(PJRT_LoadedExecutable_AddressableDevices_Args);
+  a.executable = exe_;
+  G4_RETURN_IF_ERROR(G4_PJRT_CALL(*plugin_, PJRT_LoadedExecutable_AddressableDevices, &a, "executable devices"));
+  return std::vector<PJRT_Device*>(a.addressable_devices, a.addressable_devices + a.num_addressable_devices);
+}
+
+StatusOr<std::vector<std::vector<Buffer>>> LoadedExecutable::ExecuteSharded(
+    const std::vector<std::vector<PJRT_Buffer*>>& args, std::span<const int64_t> non_donatable) {
   G4_ASSIGN_OR_RETURN(size_t num_outputs, NumOutputs());
-  std::vector<PJRT_Buffer*> outputs(num_outputs, nullptr);
-  PJRT_Buffer** output_list = outputs.data();
-  PJRT_Buffer* const* arg_list = args.data();
-  PJRT_Event* done = nullptr;
+  const size_t n = args.size();
+  if (n == 0) return InvalidArgument("execute: no argument list");
+  for (const auto& list : args)
+    if (list.size() != args[0].size()) return InvalidArgument("execute: the devices' argument lists differ in length");
+  std::vector<std::vector<PJRT_Buffer*>> outputs(n, std::vector<PJRT_Buffer*>(num_outputs, nullptr));
+  std::vector<PJRT_Buffer**> output_lists(n);
+  std::vector<PJRT_Buffer* const*> arg_lists(n);
+  for (size_t d = 0; d < n; ++d) {
+    output_lists[d] = outputs[d].data();
+    arg_lists[d] = args[d].data();
+  }
+  std::vector<PJRT_Event*> done(n, nullptr);
   auto opts = G4_ARGS(PJRT_ExecuteOptions);
   opts.non_donatable_input_indices = non_donatable.data();
   opts.num_non_donatable_input_indices = non_donatable.size();
   auto a = G4_ARGS(PJRT_LoadedExecutable_Execute_Args);
   a.executable = exe_;
   a.options = &opts;
-  a.argument_lists = &arg_list;
-  a.num_devices = 1;
-  a.num_args = args.size();
-  a.output_lists = &output_list;
-  a.device_complete_events = &done;
+  a.argument_lists = arg_lists.data();
+  a.num_devices = n;
+  a.num_args = args[0].size();
+  a.output_lists = output_lists.data();
+  a.device_complete_events = done.data();
   G4_RETURN_IF_ERROR(G4_PJRT_CALL(*plugin_, PJRT_LoadedExecutable_Execute, &a, "execute"));
-  std::vector<Buffer> result;
-  result.reserve(num_outputs);
-  for (PJRT_Buffer* b : outputs) result.emplace_back(plugin_.get(), b);
-  G4_RETURN_IF_ERROR(AwaitEvent(*plugin_, done, "execute"));
+  std::vector<std::vector<Buffer>> result(n);
+  for (size_t d = 0; d < n; ++d) {
+    result[d].reserve(num_outputs);
+    for (PJRT_Buffer* b : outputs[d]) result[d].emplace_back(plugin_.get(), b);
+  }
+  Status status = OkStatus();
+  for (PJRT_Event* e : done) {
+    Status s = AwaitEvent(*plugin_, e, "execute");
+    if (status.ok()) status = s;
+  }
+  G4_RETURN_IF_ERROR(status);
   return result;
 }
 
@@ -307,6 +335,12 @@ StatusOr<std::string> Client::DeviceKind(int device) const {
   k.device_description = d.device_description;
   G4_RETURN_IF_ERROR(G4_PJRT_CALL(*plugin_, PJRT_DeviceDescription_Kind, &k, "device kind"));
   return std::string(k.device_kind, k.device_kind_size);
+}
+
+int Client::DeviceIndex(const PJRT_Device* device) const {
+  for (size_t i = 0; i < devices_.size(); ++i)
+    if (devices_[i] == device) return static_cast<int>(i);
+  return -1;
 }
 
 int64_t Client::DeviceMemoryLimit(int device) const {

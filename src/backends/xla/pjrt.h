@@ -111,6 +111,13 @@ class LoadedExecutable {
   // never donated; an argument the program aliases to an output and that is not listed is
   // donated: its buffer is invalid afterwards (destroy it). Waits until the outputs are ready.
   StatusOr<std::vector<Buffer>> Execute(std::span<PJRT_Buffer* const> args, std::span<const int64_t> non_donatable);
+  // Runs an SPMD program on all its devices: args[d] is device d's argument list (its shards), in
+  // the order of AddressableDevices(); returns each device's outputs in that order. Donation as
+  // Execute. Waits until every device's outputs are ready.
+  StatusOr<std::vector<std::vector<Buffer>>> ExecuteSharded(const std::vector<std::vector<PJRT_Buffer*>>& args,
+                                                            std::span<const int64_t> non_donatable);
+  // The devices the program runs on, in argument-list order.
+  StatusOr<std::vector<PJRT_Device*>> AddressableDevices() const;
 
  private:
   std::shared_ptr<const Plugin> plugin_;
@@ -133,6 +140,8 @@ class Client {
   int num_devices() const { return static_cast<int>(devices_.size()); }
   // The addressable device's kind ("cpu", "NVIDIA H200"). InvalidArgument for an unknown device.
   StatusOr<std::string> DeviceKind(int device) const;
+  // The index of an addressable device (as Upload takes it), -1 for another.
+  int DeviceIndex(const PJRT_Device* device) const;
   // bytes_limit of PJRT_Device_MemoryStats where the plugin reports it; 0 where it does not.
   int64_t DeviceMemoryLimit(int device) const;
 

@@ -58,23 +58,37 @@ std::string TensorType(const Shape& shape, ElemType type) {
 
 Value Builder::Param(Shape shape, ElemType type, int alias_output) {
   Value v{"%p" + std::to_string(params_.size()), std::move(shape), type};
-  params_.push_back({v, alias_output});
+  params_.push_back({v, alias_output, {}});
   return v;
 }
 
+void Builder::ShardParam(const Value& param, std::string sharding) {
+  for (ParamInfo& p : params_)
+    if (p.v.name == param.name) p.sharding = std::move(sharding);
+}
+
 std::string Builder::Module(const std::vector<Value>& results) const {
-  std::string s = "module @g4_step {\n  func.func public @main(";
+  std::string s = "module @g4_step";
+  if (num_partitions_ > 1)
+    s += " attributes {mhlo.num_partitions = " + std::to_string(num_partitions_) + " : i32, mhlo.num_replicas = 1 : i32}";
+  s += " {\n  func.func public @main(";
   for (size_t i = 0; i < params_.size(); ++i) {
     s += (i ? ", " : "") + params_[i].v.name + ": " + TensorType(params_[i].v);
-    if (params_[i].alias_output >= 0) s += " {tf.aliasing_output = " + std::to_string(params_[i].alias_output) + " : i32}";
+    std::string attrs;
+    if (params_[i].alias_output >= 0) attrs = "tf.aliasing_output = " + std::to_string(params_[i].alias_output) + " : i32";
+    if (!params_[i].sharding.empty()) attrs += (attrs.empty() ? "" : ", ") + std::string("mhlo.sharding = \"") + params_[i].sharding + "\"";
+    if (!attrs.empty()) s += " {" + attrs + "}";
   }
   s += ") -> (";
-  std::string names, types;
+  std::string names, types, result_types;
   for (size_t i = 0; i < results.size(); ++i) {
     types += (i ? ", " : "") + TensorType(results[i]);
+    result_types += (i ? ", " : "") + TensorType(results[i]);
+    if (i < result_shardings_.size() && !result_shardings_[i].empty())
+      result_types += " {mhlo.sharding = \"" + result_shardings_[i] + "\"}";
     names += (i ? ", " : "") + results[i].name;
   }
-  s += types + ") {\n" + body_;
+  s += result_types + ") {\n" + body_;
   s += "    \"func.return\"(" + names + ") : (" + types + ") -> ()\n  }\n}\n";
   return s;
 }

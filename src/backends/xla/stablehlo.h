@@ -36,6 +36,12 @@ class Builder {
   // A parameter of @main, in order. alias_output >= 0: the parameter's buffer may be donated to
   // result `alias_output` (tf.aliasing_output), which must have its shape and type.
   Value Param(Shape shape, ElemType type, int alias_output = -1);
+  // SPMD: the module is partitioned over `num_partitions` devices (mhlo.num_partitions); a
+  // parameter's and a result's layout over them is an XLA HloSharding string ("{replicated}",
+  // "{devices=[1,4]<=[4]}"), printed as its mhlo.sharding attribute. Unset: replicated.
+  void SetNumPartitions(int n) { num_partitions_ = n; }
+  void ShardParam(const Value& param, std::string sharding);
+  void ShardResults(std::vector<std::string> shardings) { result_shardings_ = std::move(shardings); }
   // The module text: func.func public @main(params) -> (results) returning `results`.
   std::string Module(const std::vector<Value>& results) const;
 
@@ -95,7 +101,10 @@ class Builder {
   struct ParamInfo {
     Value v;
     int alias_output;
+    std::string sharding;
   };
+  int num_partitions_ = 1;
+  std::vector<std::string> result_shardings_;
   std::vector<ParamInfo> params_;
   std::string body_;
   int next_ = 0;

@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <map>
 #include <set>
 
 #include "backends/xla/compile_options.h"
 #include "backends/xla/lower.h"
+#include "backends/xla/shard_plan.h"
+#include "backends/xla/sharded_buffers.h"
 #include "base/check.h"
 
 namespace g4 {
@@ -43,14 +46,15 @@ class XlaKvCache : public KvCacheBase {
 
   const XlaBackend* owner;
   std::vector<CacheLayer> layers;  // every cache-owning layer, in layer order
-  std::vector<Buffer> k, v;        // [max_seqs, slots, width] each
-  size_t bytes_ = 0;
+  std::vector<std::vector<Buffer>> k, v;  // [layer][device]: shards of [max_seqs, slots, width]
+  size_t bytes_ = 0;        // the whole cache
+  size_t device_bytes = 0;  // what one device of the mesh holds
 };
 
 class XlaBackend : public Backend {
  public:
   XlaBackend(std::unique_ptr<xla::Client> client, XlaDeviceInfo info, int64_t memory_limit)
-      : client_(std::move(client)), info_(std::move(info)), memory_limit_(memory_limit) {}
+      : client_(std::move(client)), info_(std::move(info)), memory_limit_(memory_limit), mesh_(info_.mesh) {}
   std::string Name() const override { return "xla-" + info_.platform; }
   bool CompilesPerShape() const override { return true; }
   Status PlanMemory(const Graph& graph, const KvCacheBase& cache) const override;
@@ -62,15 +66,21 @@ class XlaBackend : public Backend {
   xla::Client& client() { return *client_; }
   // The compiled program of a module (compiled on first request).
   StatusOr<LoadedExecutable*> Program(const std::string& module);
-  // The device buffer of a weight, uploaded on first request as `type` (its own dtype or F32).
-  StatusOr<PJRT_Buffer*> Weight(const Tensor* t, DType type);
+  // The device buffers of a weight (one shard per mesh device, laid out as `split`), uploaded on
+  // first request as `type` (its own dtype or F32).
+  StatusOr<std::vector<PJRT_Buffer*>> Weight(const Tensor* t, DType type, xla::TensorSplit split);
+  const xla::Mesh& mesh() const { return mesh_; }
+  int64_t memory_limit() const { return memory_limit_; }
+  // The shard plan of `graph` for caches of `max_seqs` sequences (PlanShards).
+  StatusOr<std::shared_ptr<const xla::ShardPlan>> Plan(const Graph& graph, int max_seqs) const;
 
  private:
   std::unique_ptr<xla::Client> client_;
   XlaDeviceInfo info_;
   std::map<std::string, std::unique_ptr<LoadedExecutable>> programs_;
-  std::map<const Tensor*, Buffer> weights_;
+  std::map<const Tensor*, std::vector<Buffer>> weights_;  // one buffer per mesh device
   int64_t memory_limit_;  // bytes; 0: unknown (no plan check)
+  xla::Mesh mesh_;
 };
 
 class XlaExecutable : public Executable {
@@ -84,6 +94,7 @@ class XlaExecutable : public Executable {
   struct Variant {
     LoweredStep lowered;
     LoadedExecutable* program = nullptr;
+    std::shared_ptr<const xla::ShardPlan> plan;
   };
   StatusOr<Variant*> GetVariant(StepMode mode, const XlaKvCache& cache);
 
@@ -97,46 +108,72 @@ class XlaExecutable : public Executable {
 StatusOr<LoadedExecutable*> XlaBackend::Program(const std::string& module) {
   auto it = programs_.find(module);
   if (it != programs_.end()) return it->second.get();
-  G4_ASSIGN_OR_RETURN(auto exe, client_->Compile(module, xla::SerializeCompileOptions()));
+  xla::CompileOptions co;
+  if (mesh_.size() > 1) {
+    co.num_partitions = mesh_.size();
+    co.use_spmd_partitioning = true;
+  }
+  G4_ASSIGN_OR_RETURN(auto exe, client_->Compile(module, xla::SerializeCompileOptions(co)));
+  if (mesh_.size() > 1) {  // argument list i goes to client device i (XLA's default assignment)
+    G4_ASSIGN_OR_RETURN(auto devices, exe->AddressableDevices());
+    for (size_t i = 0; i < devices.size(); ++i)
+      if (client_->DeviceIndex(devices[i]) != static_cast<int>(i) || devices.size() != static_cast<size_t>(mesh_.size()))
+        return Internal("the SPMD program was assigned to devices other than the mesh's first " +
+                        std::to_string(mesh_.size()));
+  }
   LoadedExecutable* raw = exe.get();
   programs_.emplace(module, std::move(exe));
   return raw;
 }
 
-StatusOr<PJRT_Buffer*> XlaBackend::Weight(const Tensor* t, DType type) {
+StatusOr<std::shared_ptr<const xla::ShardPlan>> XlaBackend::Plan(const Graph& graph, int max_seqs) const {
+  G4_ASSIGN_OR_RETURN(xla::ShardPlan plan, xla::PlanShards(graph, mesh_, max_seqs));
+  return std::make_shared<const xla::ShardPlan>(std::move(plan));
+}
+
+StatusOr<std::vector<PJRT_Buffer*>> XlaBackend::Weight(const Tensor* t, DType type, xla::TensorSplit split) {
+  auto raw_of = [](const std::vector<Buffer>& shards) {
+    std::vector<PJRT_Buffer*> raw;
+    for (const Buffer& b : shards) raw.push_back(b.get());
+    return raw;
+  };
   auto it = weights_.find(t);
-  if (it != weights_.end()) return it->second.get();
+  if (it != weights_.end()) return raw_of(it->second);
   if (t->dtype == DType::kQ4_0x4)
     return Unimplemented("weight '" + t->name + "' is packed for the CPU's kernels (Q4_0x4): load it unpacked for XLA");
-  StatusOr<Buffer> b = InvalidArgument("");
+  StatusOr<std::vector<Buffer>> b = InvalidArgument("");
   if (xla::IsDeviceQuantised(type)) {  // the blocks' bytes, as stored
-    b = client_->Upload(t->data, PJRT_Buffer_Type_U8, xla::DeviceShape(*t));
+    b = xla::UploadShards(*client_, mesh_, t->data, PJRT_Buffer_Type_U8, 1, xla::DeviceShape(*t), split);
   } else if (type == t->dtype) {
-    b = client_->Upload(t->data, PjrtType(type), t->shape);
+    b = xla::UploadShards(*client_, mesh_, t->data, PjrtType(type), DTypeSize(type), t->shape, split);
   } else {
     G4_CHECK(type == DType::kF32 && !t->shape.empty());
     const int64_t K = t->shape.back(), rows = t->numel() / K;
     std::vector<float> f(static_cast<size_t>(t->numel()));
     const size_t row_bytes = DTypeRowBytes(t->dtype, K);
     for (int64_t r = 0; r < rows; ++r) ConvertToF32(t->dtype, t->data + r * row_bytes, f.data() + r * K, K);
-    b = client_->Upload(f.data(), PJRT_Buffer_Type_F32, t->shape);
+    b = xla::UploadShards(*client_, mesh_, f.data(), PJRT_Buffer_Type_F32, 4, t->shape, split);
   }
   if (!b.ok()) return Status(b.status().code(), "uploading weight '" + t->name + "': " + b.status().message());
-  PJRT_Buffer* raw = b->get();
+  std::vector<PJRT_Buffer*> raw = raw_of(*b);
   weights_.emplace(t, std::move(*b));
   return raw;
 }
 
 Status XlaBackend::PlanMemory(const Graph& graph, const KvCacheBase& cache) const {
+  G4_ASSIGN_OR_RETURN(auto plan, Plan(graph, cache.max_seqs()));
   if (memory_limit_ <= 0) return OkStatus();
   size_t weights = 0;
-  for (const Tensor* t : xla::GraphWeights(graph)) weights += xla::DeviceBytes(*t);
-  const size_t kv = cache.bytes(), need = weights + kv;
+  for (const Tensor* t : xla::GraphWeights(graph)) weights += xla::ShardBytes(*t, mesh_, plan->Weight(t));
+  const auto* xc = dynamic_cast<const XlaKvCache*>(&cache);
+  const size_t kv = xc ? xc->device_bytes : cache.bytes(), need = weights + kv;
   if (need <= static_cast<size_t>(memory_limit_)) return OkStatus();
-  return ResourceExhausted("the model does not fit on the device: weights " + std::to_string(weights) + " bytes + KV cache " +
-                           std::to_string(kv) + " bytes (" + std::to_string(cache.max_seqs()) + " sequences x " +
-                           std::to_string(cache.max_context()) + " tokens) = " + std::to_string(need) + " bytes > " +
-                           std::to_string(memory_limit_) + " bytes of device memory, before the steps' working memory");
+  const std::string where = mesh_.size() > 1 ? "each device of the mesh " + mesh_.ToString() : "the device";
+  return ResourceExhausted("the model does not fit on " + where + ": weights " + std::to_string(weights) +
+                           " bytes + KV cache " + std::to_string(kv) + " bytes (" + std::to_string(cache.max_seqs()) +
+                           " sequences x " + std::to_string(cache.max_context()) + " tokens) = " + std::to_string(need) +
+                           " bytes > " + std::to_string(memory_limit_) +
+                           " bytes of device memory, before the steps' working memory");
 }
 
 StatusOr<std::unique_ptr<Executable>> XlaBackend::Compile(const Graph& graph, int num_tokens, int num_output_rows) {
@@ -147,17 +184,17 @@ StatusOr<std::unique_ptr<Executable>> XlaBackend::Compile(const Graph& graph, in
 StatusOr<std::unique_ptr<KvCacheBase>> XlaBackend::CreateKvCache(const ModelConfig& config, int max_seqs, int max_context,
                                                                  DType type) {
   if (!IsKvCacheType(type)) return InvalidArgument("KV cache type must be f32, f16 or bf16");
+  G4_RETURN_IF_ERROR(xla::CheckDataAxis(mesh_, max_seqs));
   auto cache = std::make_unique<XlaKvCache>(this, max_seqs, max_context, type);
-  std::vector<uint8_t> zeros;
   for (int l = 0; l < config.num_layers; ++l) {
     const LayerPlan& lp = config.layers[l];
     if (lp.kv_donor >= 0) continue;
     CacheLayer c{l, lp.window ? std::min(lp.window, max_context) : max_context, lp.window, lp.num_kv_heads * lp.head_dim};
     const std::vector<int64_t> dims{max_seqs, c.slots, c.width};
     const size_t bytes = static_cast<size_t>(max_seqs) * c.slots * c.width * DTypeSize(type);
-    if (zeros.size() < bytes) zeros.assign(bytes, 0);
+    const xla::TensorSplit split = xla::CacheSplit(mesh_, lp.num_kv_heads);
     for (auto* list : {&cache->k, &cache->v}) {
-      auto b = client_->Upload(zeros.data(), PjrtType(type), dims);
+      auto b = xla::ZeroShards(*client_, mesh_, PjrtType(type), DTypeSize(type), dims, split);
       if (!b.ok())
         return Status(b.status().code(), "allocating the KV cache of layer " + std::to_string(l) + " (" +
                                              std::to_string(bytes) + " bytes) on the device: " + b.status().message());
@@ -165,6 +202,8 @@ StatusOr<std::unique_ptr<KvCacheBase>> XlaBackend::CreateKvCache(const ModelConf
     }
     cache->layers.push_back(c);
     cache->bytes_ += 2 * bytes;
+    cache->device_bytes +=
+        2 * bytes / (split.data_dim >= 0 ? mesh_.data : 1) / (split.model_dim >= 0 ? mesh_.model : 1);
   }
   return std::unique_ptr<KvCacheBase>(std::move(cache));
 }
@@ -180,11 +219,14 @@ StatusOr<XlaExecutable::Variant*> XlaExecutable::GetVariant(StepMode mode, const
   sh.kv_type = cache.type();
   sh.caches = cache.layers;
   sh.quantised_as_f32 = true;
+  G4_ASSIGN_OR_RETURN(auto plan, backend_->Plan(graph_, cache.max_seqs()));
+  sh.shards = plan.get();
   Variant v;
   G4_ASSIGN_OR_RETURN(v.lowered, xla::LowerGraph(graph_, sh));
   G4_ASSIGN_OR_RETURN(v.program, backend_->Program(v.lowered.module));
   for (size_t i = 0; i < v.lowered.weights.size(); ++i)
-    G4_RETURN_IF_ERROR(backend_->Weight(v.lowered.weights[i], v.lowered.weight_types[i]).status());
+    G4_RETURN_IF_ERROR(backend_->Weight(v.lowered.weights[i], v.lowered.weight_types[i], plan->Weight(v.lowered.weights[i])).status());
+  v.plan = plan;
   return &variants_.emplace(mode, std::move(v)).first->second;
 }
 
@@ -211,32 +253,41 @@ Status XlaExecutable::Run(const StepInput& in, KvCacheBase& base) {
     ++kv_end[in.seq_ids[t]];
   }
   xla::Client& client = backend_->client();
-  std::vector<Buffer> inputs;
+  const int devices = backend_->mesh().size();
+  std::vector<Buffer> inputs;  // the step inputs, replicated: one copy per device
+  std::vector<std::vector<PJRT_Buffer*>> args(devices);
   for (const std::vector<int32_t>* data : {&tokens, &positions, &seqs, &rows, &kv_len, &kv_end}) {
     const int64_t dims[1] = {static_cast<int64_t>(data->size())};
-    G4_ASSIGN_OR_RETURN(Buffer b, client.Upload(data->data(), PJRT_Buffer_Type_S32, dims));
-    inputs.push_back(std::move(b));
+    for (int d = 0; d < devices; ++d) {
+      G4_ASSIGN_OR_RETURN(Buffer b, client.Upload(data->data(), PJRT_Buffer_Type_S32, dims, d));
+      args[d].push_back(b.get());
+      inputs.push_back(std::move(b));
+    }
   }
-  std::vector<PJRT_Buffer*> args;
-  for (const Buffer& b : inputs) args.push_back(b.get());
   for (size_t i = 0; i < v->lowered.weights.size(); ++i) {
-    G4_ASSIGN_OR_RETURN(PJRT_Buffer * w, backend_->Weight(v->lowered.weights[i], v->lowered.weight_types[i]));
-    args.push_back(w);
+    const Tensor* t = v->lowered.weights[i];
+    G4_ASSIGN_OR_RETURN(auto w, backend_->Weight(t, v->lowered.weight_types[i], v->plan->Weight(t)));
+    for (int d = 0; d < devices; ++d) args[d].push_back(w[d]);
   }
-  std::vector<int64_t> keep(args.size());
+  std::vector<int64_t> keep(args[0].size());
   for (size_t i = 0; i < keep.size(); ++i) keep[i] = static_cast<int64_t>(i);
   for (size_t i = 0; i < cache->layers.size(); ++i) {  // donated
-    args.push_back(cache->k[i].get());
-    args.push_back(cache->v[i].get());
+    for (int d = 0; d < devices; ++d) {
+      args[d].push_back(cache->k[i][d].get());
+      args[d].push_back(cache->v[i][d].get());
+    }
   }
-  G4_ASSIGN_OR_RETURN(std::vector<Buffer> outs, v->program->Execute(args, keep));
+  G4_ASSIGN_OR_RETURN(std::vector<std::vector<Buffer>> per_device, v->program->ExecuteSharded(args, keep));
   const size_t num_out = v->lowered.outputs.size();
-  G4_CHECK(outs.size() == num_out + 2 * cache->layers.size());
+  for (const auto& outs : per_device) G4_CHECK(outs.size() == num_out + 2 * cache->layers.size());
   // The donated cache buffers are invalid now: their storage is the new caches'.
   for (size_t i = 0; i < cache->layers.size(); ++i) {
-    cache->k[i] = std::move(outs[num_out + 2 * i]);
-    cache->v[i] = std::move(outs[num_out + 2 * i + 1]);
+    for (int d = 0; d < devices; ++d) {
+      cache->k[i][d] = std::move(per_device[d][num_out + 2 * i]);
+      cache->v[i][d] = std::move(per_device[d][num_out + 2 * i + 1]);
+    }
   }
+  std::vector<Buffer>& outs = per_device[0];  // exported outputs are replicated
   const auto& nodes = graph_.nodes();
   for (size_t j = 0; j < num_out; ++j) {
     const Node& n = nodes[v->lowered.outputs[j].second];
@@ -262,6 +313,17 @@ OutputView XlaExecutable::Output(const std::string& name) const {
 StatusOr<std::unique_ptr<Backend>> MakeXlaBackend(const XlaBackendOptions& options) {
   G4_ASSIGN_OR_RETURN(auto plugin, xla::Plugin::Load(options.plugin_path));
   G4_ASSIGN_OR_RETURN(auto client, xla::Client::Create(plugin, options.client_options));
+  const xla::Mesh& mesh = options.mesh;
+  bool count_given = false;
+  for (const auto& o : options.client_options) count_given |= o.name == "cpu_device_count";
+  if (mesh.size() > client->num_devices() && client->platform_name() == "cpu" && !count_given) {
+    // XLA's CPU plugin exposes as many devices as asked for: one per mesh position.
+    std::vector<xla::NamedOption> with_count = options.client_options;
+    with_count.push_back({"cpu_device_count", int64_t{mesh.size()}});
+    client.reset();
+    G4_ASSIGN_OR_RETURN(client, xla::Client::Create(plugin, with_count));
+  }
+  G4_RETURN_IF_ERROR(xla::CheckMeshFits(mesh, client->num_devices(), client->platform_name()));
   XlaDeviceInfo info;
   info.plugin_path = plugin->path();
   info.api_version = plugin->VersionString();
@@ -270,6 +332,8 @@ StatusOr<std::unique_ptr<Backend>> MakeXlaBackend(const XlaBackendOptions& optio
   G4_ASSIGN_OR_RETURN(info.device_kind, client->DeviceKind(0));
   info.memory_bytes = client->DeviceMemoryLimit(0);
   info.compute_dtype = "f32";
+  info.num_devices = client->num_devices();
+  info.mesh = mesh;
   const int64_t limit = options.device_memory_bytes > 0 ? options.device_memory_bytes : info.memory_bytes;
   return std::unique_ptr<Backend>(new XlaBackend(std::move(client), std::move(info), limit));
 }
@@ -277,6 +341,58 @@ StatusOr<std::unique_ptr<Backend>> MakeXlaBackend(const XlaBackendOptions& optio
 const XlaDeviceInfo* XlaInfo(const Backend& backend) {
   const auto* x = dynamic_cast<const XlaBackend*>(&backend);
   return x ? &x->info() : nullptr;
+}
+
+StatusOr<std::vector<std::string>> XlaMeshPlan(const Backend& backend, const Graph& graph, const ModelConfig& config,
+                                               int max_seqs, int max_context, DType kv_type) {
+  const auto* x = dynamic_cast<const XlaBackend*>(&backend);
+  if (x == nullptr) return InvalidArgument("the mesh plan is the XLA backend's");
+  G4_ASSIGN_OR_RETURN(auto plan, x->Plan(graph, max_seqs));
+  const xla::Mesh& mesh = x->mesh();
+  size_t split = 0, replicated = 0, whole = 0;
+  int num_split = 0, num_replicated = 0;
+  for (const Tensor* t : xla::GraphWeights(graph)) {
+    const xla::TensorSplit s = plan->Weight(t);
+    whole += xla::DeviceBytes(*t);
+    if (s.model_dim >= 0 || s.data_dim >= 0) {
+      split += xla::ShardBytes(*t, mesh, s);
+      ++num_split;
+    } else {
+      replicated += xla::DeviceBytes(*t);
+      ++num_replicated;
+    }
+  }
+  size_t kv = 0, kv_device = 0;
+  for (int l = 0; l < config.num_layers; ++l) {
+    const LayerPlan& lp = config.layers[l];
+    if (lp.kv_donor >= 0) continue;
+    const int slots = lp.window ? std::min(lp.window, max_context) : max_context;
+    const size_t bytes = 2 * static_cast<size_t>(max_seqs) * slots * lp.num_kv_heads * lp.head_dim * DTypeSize(kv_type);
+    const xla::TensorSplit s = xla::CacheSplit(mesh, lp.num_kv_heads);
+    kv += bytes;
+    kv_device += bytes / (s.data_dim >= 0 ? mesh.data : 1) / (s.model_dim >= 0 ? mesh.model : 1);
+  }
+  const auto mib = [](size_t b) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.1f MiB", b / 1048576.0);
+    return std::string(buf);
+  };
+  const size_t total = split + replicated + kv_device;
+  const int64_t limit = x->memory_limit();
+  std::vector<std::string> lines;
+  lines.push_back("mesh " + mesh.ToString() + ": " + std::to_string(mesh.size()) + " of " +
+                  std::to_string(x->info().num_devices) + " " + x->info().platform + " device(s)");
+  lines.push_back("weights per device: " + mib(split + replicated) + " = " + std::to_string(num_split) + " split tensors " +
+                  mib(split) + " + " + std::to_string(num_replicated) + " replicated " + mib(replicated) +
+                  " (whole model " + mib(whole) + ")");
+  lines.push_back("KV cache per device: " + mib(kv_device) + " of " + mib(kv) + " (" + std::to_string(max_seqs) +
+                  " sequences x " + std::to_string(max_context) + " tokens)");
+  lines.push_back("total per device: " + mib(total) + " (" + std::to_string(total) + " bytes) of " +
+                  (limit > 0 ? std::to_string(limit) + " bytes" : std::string("unreported")) +
+                  " device memory, before the steps' working memory" +
+                  (limit > 0 && total > static_cast<size_t>(limit) ? ": does NOT fit" : ""));
+  for (const std::string& n : plan->notes) lines.push_back("replicated: " + n);
+  return lines;
 }
 
 }  // namespace g4

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/xla/mesh.h"
 #include "backends/xla/pjrt.h"
 #include "runtime/backend.h"
 
@@ -30,6 +31,9 @@ struct XlaBackendOptions {
   // The device memory the memory plan checks against; 0: the device's own limit where the plugin
   // reports one (PJRT_Device_MemoryStats), else no check.
   int64_t device_memory_bytes = 0;
+  // SPMD over data x model devices (mesh.h, shard_plan.h); 1x1: one device. On the CPU plugin
+  // without a cpu_device_count client option, the client exposes the mesh's device count.
+  xla::Mesh mesh;
 };
 
 // What the device policy line and `gemma4rt info` say about an XLA backend.
@@ -37,12 +41,20 @@ struct XlaDeviceInfo {
   std::string plugin_path, api_version, platform, platform_version, device_kind;
   int64_t memory_bytes = 0;     // the device's memory limit where the plugin reports it, else 0
   std::string compute_dtype;    // "f32" (the CPU plugin; every plugin for now)
+  int num_devices = 1;          // the client's addressable devices
+  xla::Mesh mesh;               // the mesh steps run on
 };
 
 // Errors: Plugin::Load's and Client::Create's (a missing file, not a plugin, another major
-// version, the plugin's own).
+// version, the plugin's own); InvalidArgument for a mesh of more devices than the client has.
 StatusOr<std::unique_ptr<Backend>> MakeXlaBackend(const XlaBackendOptions& options);
 // The device information of a backend MakeXlaBackend made (nullptr for another backend).
 const XlaDeviceInfo* XlaInfo(const Backend& backend);
+// The per-device memory plan of `graph` with a KV cache of `max_seqs` x `max_context` of
+// `kv_type` on an XLA backend's mesh, without allocating anything: one line per term (weights,
+// KV cache, total per device against the device's memory and whether it fits, what is replicated).
+// PlanShards' errors.
+StatusOr<std::vector<std::string>> XlaMeshPlan(const Backend& backend, const Graph& graph, const ModelConfig& config,
+                                               int max_seqs, int max_context, DType kv_type);
 
 }  // namespace g4

@@ -1,0 +1,107 @@
+// `serve` and the CLI with --backend xla over a device mesh (XLA's CPU plugin exposing the mesh's
+// devices; skipped without GEMMA4RT_PJRT_PLUGIN), on the tiny E2B-like golden checkpoint: greedy
+// completions on a 2x2 mesh give the CPU backend's ids, alone and four at once (continuous
+// batching across both data shards); generate, info --mesh and invalid meshes through the CLI.
+#include <gtest/gtest.h>
+
+#include <httplib.h>
+
+#include <future>
+#include <nlohmann/json.hpp>
+
+#include "cli_runner.h"
+#include "server/serve.h"
+#include "xla/xla_test_util.h"
+
+namespace g4::server {
+namespace {
+
+using json = nlohmann::json;
+using test_util::CliResult;
+using test_util::RunCli;
+
+std::string TinyModel() { return std::string(GEMMA4RT_TEST_DATA_DIR) + "/golden/gemma4-e2b-tiny"; }
+
+std::unique_ptr<ServeInstance> StartServer(const std::string& backend, const std::string& mesh, int parallel) {
+  ServeOptions o;
+  o.model = TinyModel();
+  o.ctx = 64;
+  o.parallel = parallel;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.threads = 1;
+  o.log_requests = false;
+  o.cache_type = "f32";
+  o.f32_activations = true;
+  o.prefill_chunk = 8;
+  o.backend.backend = backend;
+  o.backend.mesh = mesh;
+  o.backend.pjrt_plugin = xla::testing_util::PluginPath();
+  auto s = ServeInstance::Start(o);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  if (!s.ok()) return nullptr;
+  Status st = (*s)->WaitLoaded();
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return std::move(s).value();
+}
+
+json Complete(int port, const std::vector<int32_t>& prompt, int n) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(300, 0);
+  json req = {{"prompt", prompt}, {"max_tokens", n}, {"temperature", 0}, {"ignore_eos", true}, {"return_token_ids", true}};
+  auto r = c.Post("/v1/completions", req.dump(), "application/json");
+  if (!r || r->status != 200) return json();
+  return json::parse(r->body, nullptr, false)["choices"][0]["token_ids"];
+}
+
+TEST(XlaMeshServeTest, ConcurrentGreedyRequestsOnTwoByTwoEqualSoloRuns) {
+  G4_REQUIRE_PJRT_PLUGIN();
+  auto cpu = StartServer("cpu", "", 1);
+  auto mesh = StartServer("xla", "data=2,model=2", 4);
+  ASSERT_TRUE(cpu && mesh);
+  const std::vector<std::vector<int32_t>> prompts = {
+      {2, 17, 300, 41}, {2, 9, 8, 7, 6, 5, 4, 3, 250, 11, 12}, {2, 400, 5}, {2, 33, 34, 35, 36, 37, 38}};
+  std::vector<json> want;
+  for (const auto& p : prompts) {
+    want.push_back(Complete(cpu->port(), p, 10));
+    ASSERT_EQ(want.back().size(), 10u);
+  }
+  EXPECT_EQ(Complete(mesh->port(), prompts[0], 10), want[0]);  // solo
+  std::vector<std::future<json>> runs;
+  for (const auto& p : prompts) runs.push_back(std::async(std::launch::async, [&, p] { return Complete(mesh->port(), p, 10); }));
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(runs[i].get(), want[i]) << "request " << i;
+}
+
+TEST(XlaMeshCliTest, GenerateInfoAndInvalidMeshes) {
+  G4_REQUIRE_PJRT_PLUGIN();
+  const std::string plugin = " --backend xla --pjrt-plugin " + xla::testing_util::PluginPath();
+  const std::string gen = "generate -m " + TinyModel() + " --tokens 2,17,300,41 -n 6 --temp 0 --ignore-eos --show-ids "
+                          "--cache-type f32 --f32-activations";
+  CliResult one = RunCli(gen + plugin);
+  CliResult four = RunCli(gen + plugin + " --devices 4");
+  ASSERT_EQ(one.status, 0) << one.out;
+  ASSERT_EQ(four.status, 0) << four.out;
+  const size_t p = one.out.find("ids: ");
+  ASSERT_NE(p, std::string::npos) << one.out;
+  EXPECT_NE(four.out.find(one.out.substr(p, one.out.find('\n', p) - p)), std::string::npos) << four.out;
+  EXPECT_NE(four.out.find("mesh=data=1,model=4"), std::string::npos) << four.out;
+
+  CliResult info = RunCli("info -m " + TinyModel() + plugin + " --mesh data=2,model=2 -c 64");
+  EXPECT_EQ(info.status, 0) << info.out;
+  EXPECT_NE(info.out.find("mesh plan: mesh data=2,model=2: 4 of 4 cpu device(s)"), std::string::npos) << info.out;
+  EXPECT_NE(info.out.find("mesh plan: KV cache per device:"), std::string::npos) << info.out;
+  EXPECT_NE(info.out.find("mesh plan: replicated: "), std::string::npos) << info.out;  // one KV head
+
+  CliResult bad = RunCli(gen + plugin + " --mesh model=3");
+  EXPECT_NE(bad.status, 0);
+  EXPECT_NE(bad.out.find("the model axis divides no weight of this model"), std::string::npos) << bad.out;
+  CliResult malformed = RunCli(gen + plugin + " --mesh rows=2");
+  EXPECT_NE(malformed.status, 0);
+  EXPECT_NE(malformed.out.find("unknown axis 'rows'"), std::string::npos) << malformed.out;
+  CliResult cpu = RunCli(gen + " --mesh model=2");
+  EXPECT_NE(cpu.status, 0);
+  EXPECT_NE(cpu.out.find("--mesh and --devices need --backend xla"), std::string::npos) << cpu.out;
+}
+
+}  // namespace
+}  // namespace g4::server
