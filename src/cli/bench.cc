@@ -135,28 +135,23 @@ int BenchMain(int argc, char** argv) {
   AddBackendFlags(&app, &backend_choice);
   app.add_option("--ple-bits", ple_bits, "with --quantize: bits of the embedding and PLE tables (8 = Q8_0, 16 = as stored)")
       ->check(CLI::IsMember({8, 16}));
-  app.add_flag("--quality", quality, "compare the model as run (with --quantize, and int8 activations unless "
-               "--f32-activations) with the model as stored in f32 activations on a fixed text (fixed token ids "
-               "without a tokenizer): mean KL divergence, top-1 agreement, both perplexities (both with an f32 KV cache)");
+  app.add_flag("--quality", quality, "compare the model as run (--quantize, int8 activations) with the model as stored "
+               "in f32 activations on a fixed text: mean KL divergence, top-1 agreement, both perplexities");
   app.add_flag("--f32-activations", f32_activations, "multiply quantised and BF16 weights with f32 activations (transformers' "
-               "arithmetic; slower) instead of int8 activation blocks and, where the CPU has a bf16 dot product, bf16 "
-               "activations (llama.cpp's)");
+               "arithmetic; slower) instead of int8 or bf16 ones");
   app.add_option("--quality-tokens", quality_tokens, "most tokens of the quality text")->check(CLI::Range(2, 1 << 16));
   std::vector<std::string> quality_cache;
   app.add_option("--quality-cache", quality_cache, "compare KV cache types (comma-separated, e.g. f16,bf16,q8) with an "
-                 "f32 cache on --quality's text, the model as stored in f32 activations on both sides (the cache's "
-                 "cost alone): mean KL, top-1 agreement and perplexities, one line (--json: object) per type; runs "
-                 "alone (no pp/tg tests)")
+                 "f32 cache on --quality's text; runs alone (no pp/tg tests)")
       ->delimiter(',')->check(CLI::IsMember(kCacheTypeNames));
   app.add_option("-m,--model", model, "GGUF file or Hugging Face checkpoint directory (default: $GEMMA4RT_MODEL or the fetched Gemma 3 270M)");
-  // llama-bench's -t takes a comma-separated list too (a fresh user's `-t 1,2` got CLI11's "Value
-  // 1,2 not in range 0 to 1024"), and so do its -ctk/-ctv: RunSweep.
+  // llama-bench's -t takes a comma-separated list too, and so do its -ctk/-ctv: RunSweep.
   std::vector<int> thread_list;
   app.add_option("-t,--threads", thread_list, "CPU threads (0 = all cores, the default); a comma-separated list runs "
                  "the whole bench once per count, each in its own process (--json: an array of their objects)")
       ->delimiter(',')->check(CLI::Range(0, 1024));
-  app.add_option("--cache-type", cache_types, std::string(kCacheTypeHelp) + "; a comma-separated list (or -ctk f16,bf16) "
-                 "runs the whole bench once per type, each in its own process, as -t lists do")
+  app.add_option("--cache-type", cache_types, std::string(kCacheTypeHelp) + "; a comma-separated list runs the whole "
+                 "bench once per type, as -t lists do")
       ->delimiter(',')->check(CLI::IsMember(kCacheTypeNames));
   app.add_option("-p,--n-prompt", n_prompt, "prompt tokens per pp test, comma-separated list (0 = no pp test)")
       ->delimiter(',')->check(CLI::Range(0, 1 << 20));
@@ -173,12 +168,10 @@ int BenchMain(int argc, char** argv) {
   app.add_option("--seed", seed, "seed of the random token ids");
   app.add_flag("--no-warmup", no_warmup, "skip the warm-up run");
   bool profile = false;
-  app.add_flag("--profile", profile, "time every op of every step and print, after each test, where its time went, on "
-               "stderr: per op kind and step size (tokens per step), ms per token, share, calls, us per call and the GB/s "
-               "of weights read; costs two clock reads per op");
-  app.add_option("--bw-mib", bw_mib, "buffer size of the memory-bandwidth tests (copy and read) in MiB, run after each "
-                 "tg repetition with two such buffers; the peak RSS (VmHWM, and getrusage's ru_maxrss with it) is reset "
-                 "around them so that they are not counted (0 = skip)")->check(CLI::Range(0, 1 << 20));
+  app.add_flag("--profile", profile, "time every op and print after each test, on stderr, where its time went per op "
+               "kind and step size");
+  app.add_option("--bw-mib", bw_mib, "buffer size in MiB of the memory-bandwidth tests (copy and read) run after each tg "
+                 "repetition (0 = skip)")->check(CLI::Range(0, 1 << 20));
   app.add_option("--bw-iterations", bw_iters, "passes of each bandwidth test (the best is kept)")->check(CLI::Range(1, 100));
   // llama-bench's two-letter short options are not CLI11 short options: rename them (-ub, and
   // -ctk/-ctv with llama.cpp's other cache-type spellings), leaving option values as given.
@@ -206,8 +199,8 @@ int BenchMain(int argc, char** argv) {
   threads = ResolveThreadCount(threads);
   const bool json = json_flag || output == "json";
   // The bandwidth tests run right after each tg repetition, so that each repetition's fraction is
-  // taken against the bandwidth of the same moment (this VM's moves by a third from minute to
-  // minute), when their buffers can be left out of the peak RSS: VmHWM is read before each test
+  // taken against the bandwidth of the same moment (a VM's can move from minute to minute), when
+  // their buffers can be left out of the peak RSS: VmHWM is read before each test
   // and reset after it. Where the reset is refused, they run once, after the tests.
   const size_t bw_bytes = static_cast<size_t>(bw_mib) << 20;
   if (const size_t avail = MemAvailableBytes(); bw_bytes > 0 && avail > 0 && 2 * bw_bytes > avail) {

@@ -32,10 +32,8 @@ size_t PeakRssBytes();
 //   read: the threads sum the source buffer's 64-bit words (8 chains, which the compiler
 //     vectorises; each line prefetched 4 KiB ahead, as the matmul kernels prefetch their next
 //     tile); GB/s of bytes read: what a decode, which only reads its weights, can get.
-// On the 2-core Zen 4 VM of docs/PERFORMANCE.md the copy figure is 39-48 GB/s while this read test
-// gives 31-53 GB/s, both moving from minute to minute; AVX-512 read loops with 1-16 streams per
-// thread measured no more than it, but BF16 decode has read up to 12% faster (not a hard
-// ceiling). Zero bytes: nothing measured (all zero).
+// Neither is a hard ceiling for decode (its kernels can read faster than the read test). Zero
+// bytes: nothing measured (all zero).
 struct BandwidthSample {
   double copy_gbps = 0, read_gbps = 0;
   double copy_seconds = 0, read_seconds = 0;  // best times

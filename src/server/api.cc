@@ -58,8 +58,7 @@ MaybeError OptNumber(const json& o, const char* key, std::optional<double>* out)
 }
 
 MaybeError IntValue(const json& v, const std::string& param, int64_t lo, int64_t hi, int64_t* out) {
-  // The range in the message (found by a fresh user: "top_k is out of range (-5)" did not say
-  // what is allowed; the CLI's flags do).
+  // The message names the range allowed, as the CLI's flags do.
   const auto out_of_range = [&](const std::string& got) {
     return BadRequest(param + " must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + got,
                       param);

@@ -243,9 +243,8 @@ MaybeError ParseSampling(const json& o, const ModelInfo& model, SamplingParams* 
     s->top_k = static_cast<int>(k);
   }
   // seed: [0, 2^64) fixes the RNG; -1 is llama.cpp's "random seed", the same as no seed (a fresh
-  // one per request); other negative values are a 400 (they used to wrap around to 2^64 - n).
-  // One message for every out-of-range value, integer or float (1e30 and 2^64 used to name
-  // int64's range instead).
+  // one per request); other negative values are a 400, not wrapped around to 2^64 - n. One
+  // message for every out-of-range value, integer or float (1e30, 2^64).
   if (const json* v = Field(o, "seed")) {
     auto out_of_range = [](const std::string& got) {
       return BadRequest("seed must be an integer in [0, 2^64), or -1 for a random seed; got " + got, "seed");
@@ -393,7 +392,7 @@ MaybeError ParseInert(const json& o, SamplingParams& sampling) {
     sampling.repetition_window = static_cast<int>(n);
   } else if (Field(o, "repeat_penalty") != nullptr && Field(o, "repetition_penalty") == nullptr) {
     // A penalty under llama-server's name means what llama-server does with it: the last 64
-    // tokens (its repeat_last_n default), not the whole context (a reviewer's finding).
+    // tokens (its repeat_last_n default), not the whole context.
     sampling.repetition_window = 64;
   }
   return std::nullopt;

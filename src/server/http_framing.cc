@@ -203,7 +203,7 @@ void CloseAfterResponse(const httplib::Request& req, httplib::Response& res) {
     // called sink.done() (the last chunk is written), the connection is drained and reported
     // failed, which ends httplib's keep-alive loop as below. Only chunked or length-less
     // providers call sink.done() (the server's streams are chunked); one with a length would
-    // keep the connection despite its "Connection: close" (a reviewer's note; none exists).
+    // keep the connection despite its "Connection: close" (none exists).
     res.content_provider_ = [inner = std::move(res.content_provider_), fd](size_t offset, size_t length,
                                                                           httplib::DataSink& sink) {
       bool ended = false;

@@ -57,7 +57,7 @@ bool IsChunked(const httplib::Request& req);
 //    field `chunked` (it would read any other body as having none, and parse the body's bytes as
 //    the connection's next request). Where `chunked` is not the final coding, or is applied more
 //    than once ("gzip", "identity", "chunked, chunked", a `chunked` field then a `gzip` one), the
-//    body's length cannot be known: 400 (RFC 9112 6.3, found by a reviewer: it was 501). Where it
+//    body's length cannot be known: 400 (RFC 9112 6.3). Where it
 //    is final after other codings ("gzip, chunked"): 501 (RFC 9112 6.1: a transfer coding the
 //    server does not implement).
 // Answered without reading the body, and the connection closed (MarkClose by the callers).

@@ -63,12 +63,12 @@ void HttpServer::Impl::Routes() {
   // carries Access-Control-Allow-Origin: *, and a browser's preflight (OPTIONS, sent without
   // credentials) is answered 204 before the API-key check, allowing GET/POST and the headers it
   // asks for (Authorization, Content-Type, X-Api-Key by default). Without this a page on another
-  // origin could not call the server at all (found by a fresh user: OPTIONS was 404). Requests
-  // themselves still need the key where one is set.
+  // origin could not call the server at all. Requests themselves still need the key where one is
+  // set.
   // The key is checked here for requests without a body to read (GET, HEAD, ...); for POST, PUT,
   // PATCH and DELETE the content-reader handlers below check it after reading and dropping the
   // body: a 401 given here would leave the body on a keep-alive connection, to be parsed as the
-  // client's next request (found by a reviewer: the request after a 401 got a stray 400).
+  // client's next request.
   api_keys = DecodedKeys(opt.api_keys);
   if (opt.cors) svr.set_default_headers({{"Access-Control-Allow-Origin", "*"}});
   svr.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
@@ -97,7 +97,7 @@ void HttpServer::Impl::Routes() {
   // A HEAD response has no body, so CloseAfterResponse's provider never runs for a HEAD that
   // carried a body (which httplib never reads): httplib's logger, which runs once the response is
   // written, drains what the client sends and shuts the socket's reading side, so the keep-alive
-  // loop ends there instead of parsing the body as the next request (found by a reviewer).
+  // loop ends there instead of parsing the body as the next request.
   svr.set_logger([](const httplib::Request& req, const httplib::Response& res) {
     if (req.method != "HEAD" || (!UnreadBodyOfOtherMethod(req) && res.get_header_value("Connection") != "close")) return;
     const int fd = ConnectionSocket(req);
@@ -111,7 +111,7 @@ void HttpServer::Impl::Routes() {
   // which httplib never reads), the connection is closed after the response: whatever follows on
   // it is not the client's next request. So is it after every chunked request: httplib 0.11
   // parses chunks leniently (chunk data not followed by CRLF ends the body there, as a success;
-  // sizes like `0x2f`, `+2f`; bare-LF lines; found by a fresh user), so where it and a client or
+  // sizes like `0x2f`, `+2f`; bare-LF lines), so where it and a client or
   // proxy disagree on a body's end, the rest would be taken as a request; and a request with
   // both Transfer-Encoding: chunked and a Content-Length (read as chunked) must have its
   // connection closed after the answer (RFC 9112 6.3: a proxy before the server may have framed
@@ -172,11 +172,10 @@ void HttpServer::Impl::Routes() {
   // other route's body is read and dropped (so a keep-alive connection stays in step) before its
   // 404 or 405. Before anything is read:
   //  - a Content-Length that is not a decimal byte count (a sign, letters, 20 digits or more) is
-  //    400 at once: httplib 0.11 reads it with strtoull, so `-5` became 2^64 - 5 and the server
-  //    waited for that many bytes until its 30 s read timeout, holding a worker thread, then said
-  //    413 (found by a fresh user). Nothing of such a body is read, so the connection is closed
-  //    after the 400 (what did arrive was taken as the connection's next request, found by a
-  //    reviewer).
+  //    400 at once: httplib 0.11 reads it with strtoull, so `-5` would become 2^64 - 5 and the
+  //    server would wait for that many bytes until its read timeout, holding a worker thread.
+  //    Nothing of such a body is read, so the connection is closed after the 400 (what did arrive
+  //    would be taken as the connection's next request).
   //  - a request with neither a length nor chunking has no body (RFC 9112 6.3): httplib 0.11
   //    would read until the client closed or the read timeout passed. An API route answers 400;
   //    another route its 404/405 without reading.
@@ -184,13 +183,13 @@ void HttpServer::Impl::Routes() {
   // body over the limit, a body that could not be read, a DELETE's chunked body, which httplib
   // 0.11 skips) closes the connection after it (MarkClose, CloseAfterResponse).
   // A request without the API key has its body read and dropped (not kept), then 401, so its
-  // keep-alive connection stays usable (found by a reviewer: the 401 was given before the body was
-  // read, and the body then parsed as the client's next request). Multipart bodies too, then 415.
+  // keep-alive connection stays usable (a 401 before the body is read would leave the body to be
+  // parsed as the client's next request). Multipart bodies too, then 415.
   // A valid count over the limit is read and dropped (by httplib), then 413: a client that sends
   // what it announced gets its 413 (cutting it off would reset the connection under its upload);
   // one that announces more than it sends waits for the read timeout. Chunked and compressed
   // bodies (Debian's httplib inflates gzip/brotli before the reader sees it) are counted as they
-  // arrive: past the limit, 413 (a reviewer found them unbounded: one request could fill memory).
+  // arrive: past the limit, 413 (unbounded, one request could fill memory).
   // Returns an error, or nullopt when the body may be read; *has_body: whether there is one.
   auto framing = [](const httplib::Request& req, bool* has_body) -> std::optional<ApiError> {
     *has_body = IsChunked(req) || req.has_header("Content-Length");
@@ -245,9 +244,8 @@ void HttpServer::Impl::Routes() {
   // Continue" before routing, inviting the upload. A request with unusable framing (an unsupported
   // Transfer-Encoding, a Content-Length that is not a byte count, ...), without the API key, or
   // announcing a body over --max-body-bytes, gets its final 400 or 501 / 401 / 413 instead,
-  // before any of the body is sent (found by a fresh user: an unauthenticated client was invited
-  // to upload everything), and the connection is closed after it (MarkClose): a client may still
-  // send the body it announced.
+  // before any of the body is sent (an unauthenticated client is not invited to upload), and the
+  // connection is closed after it (MarkClose): a client may still send the body it announced.
   svr.set_expect_100_continue_handler([this, too_large, framing](const httplib::Request& req, httplib::Response& res) {
     bool has_body = false;
     std::optional<ApiError> e = UnusableFraming(req);
@@ -263,8 +261,8 @@ void HttpServer::Impl::Routes() {
   });
   // A Content-Length that is not a byte count: the body's end is unknown, so the connection is
   // closed after the 400 (MarkClose). So is it after the answer to a body method without any
-  // framing: an empty Transfer-Encoding field, which httplib drops, looks the same (found by a
-  // fresh user and a reviewer), so what follows is not taken as the next request.
+  // framing: an empty Transfer-Encoding field, which httplib drops, looks the same, so what
+  // follows is not taken as the next request.
   auto bad_framing = [framing](const httplib::Request& req, httplib::Response& res, bool* has_body) {
     auto e = framing(req, has_body);
     if (!*has_body || e) MarkClose(res);

@@ -118,7 +118,7 @@ struct StreamState {
 
 // httplib calls the content provider outside its own try and outside the routes' guard(): an
 // exception here (a failed allocation building a chunk) ends this stream as a client gone would,
-// not the process (found by a reviewer).
+// not the process.
 bool StreamState::Provide(httplib::DataSink& sink) {
   try {
     return ProvideChunks(sink);
@@ -255,8 +255,8 @@ void HttpServer::Impl::Completion(const httplib::Request& req, httplib::Response
   LogCompletion(req.path, meta, fin);
   if (!fin.error.ok()) return SetError(res, ErrorForStatus(500, "generation failed: " + fin.error.ToString()));
   // A client that hung up gets nothing; its status is nginx's 499 ("client closed request"), so
-  // that /metrics does not count it as a 503 the server gave (found by a fresh user: a client's
-  // timeout showed as "server unavailable"). A shutdown's cancel is the 503.
+  // that /metrics does not count a client's timeout as a 503 the server gave. A shutdown's cancel
+  // is the 503.
   if (fin.finish_reason == "cancelled")
     return SetError(res, client_gone ? ErrorForStatus(499, "the request was cancelled (the client disconnected)")
                                      : ErrorForStatus(503, "the request was cancelled (server shutting down)"));
@@ -266,10 +266,9 @@ void HttpServer::Impl::Completion(const httplib::Request& req, httplib::Response
 namespace {
 // httplib's task queue (one worker thread per connection being served) with the threads started
 // as connections need them, up to `max`, and kept once started: httplib's ThreadPool starts all of
-// them at once, and the 512 or more that `serve` allows (DefaultHttpThreads) held ~6 MB of stacks
-// and thread state while idle (12 KB each; `serve -np 4` with the f16 cache: 344.6 -> ~338.5 MB
-// idle, of a 352.8 MB budget). The same queue otherwise: jobs run in arrival order, shutdown runs
-// the queued ones and joins.
+// them at once, and the 512 or more that `serve` allows (DefaultHttpThreads) would hold their
+// stacks and thread state while idle. The same queue otherwise: jobs run in arrival order,
+// shutdown runs the queued ones and joins.
 class GrowingThreadPool : public httplib::TaskQueue {
  public:
   explicit GrowingThreadPool(size_t max_threads) : max_threads_(std::max<size_t>(1, max_threads)) {}
@@ -279,8 +278,7 @@ class GrowingThreadPool : public httplib::TaskQueue {
   // cannot start (out of memory or the process's thread limit, std::system_error) leaves the job
   // to the running threads; with none running, or when the job cannot even be queued, the
   // connection is served here, holding up new connections for its duration but never aborting
-  // (found by a reviewer: a burst of connections under `ulimit -v` would have called
-  // std::terminate).
+  // (a burst of connections under `ulimit -v` must not call std::terminate).
   void enqueue(std::function<void()> fn) override {
     std::unique_lock<std::mutex> lock(mu_);
     try {
@@ -418,11 +416,10 @@ void HttpServer::Stop() {
   }
   m.svr.stop();
   // httplib's stop() closes the listening socket, then joins the workers, which wait on their
-  // clients: one that sent part of a request held shutdown for the 30 s read timeout (found by a
-  // fresh user: Ctrl-C seemed ignored). Nothing such a client sent has reached a handler. After
-  // half a second (a handler that has returned still has its response written by httplib: a
-  // cancelled non-streaming request's 503 goes out after it leaves `inflight`; a review cut
-  // such answers off when this ran at once), then again every 20 ms until the workers are
+  // clients: one that sent part of a request would hold shutdown for the read timeout. Nothing such
+  // a client sent has reached a handler, so their connections are shut down: after half a second
+  // (a handler that has returned still has its response written by httplib: a cancelled
+  // non-streaming request's 503 goes out after it leaves `inflight`), then again every 20 ms until the workers are
   // joined: a connection accepted just before the listening socket closed may reach
   // /proc/self/fd after a pass.
   if (!m.thread.joinable()) return;
@@ -430,8 +427,8 @@ void HttpServer::Stop() {
   try {
     joined = std::async(std::launch::async, [&m] { m.thread.join(); });
   } catch (...) {
-    // No thread to join with (out of memory or threads: std::system_error; found by a fresh user
-    // under `ulimit -v`, where the listener thread was then destroyed unjoined: std::terminate).
+    // No thread to join with (out of memory or threads: std::system_error, e.g. under `ulimit -v`;
+    // the listener thread must not be destroyed unjoined: std::terminate).
     // The same steps in line: half a second, the connections shut down, then the join.
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
     ShutDownConnections(m.bound_addr, m.port);
