@@ -5,8 +5,8 @@
 #                        [--formats "bf16 q4_0 q4_k_m"] [--depths 0,4000] [--no-270m] [--no-hf]
 #                        [--prepare-only] [--out DIR]
 #
-# One run measures every target of issue 5 (the summary's "Targets" table says which are met):
-# the synthetic E2B per format, decode at depth, and the default Gemma 3 270M, all side by side.
+# One run measures every speed and memory target (the summary's "Targets" table says which are
+# met): the synthetic E2B per format, decode at depth, and the default Gemma 3 270M, side by side.
 #
 # Stages (each one cached, so a rerun goes straight to the benchmarks):
 #  1. checkpoint: tools/make_synthetic_e2b.py writes the full-size random-weight E2B checkpoint
@@ -28,9 +28,8 @@
 #     for each format, then `gemma4rt bench` on the HF directory itself (BF16 safetensors).
 #  7. depth (unless --depths names a single depth): compare-llamacpp.sh -p 0 -n N -d DEPTHS on the
 #     Q4_K_M GGUF (Q4_0 if q4_k_m is not among --formats, else BF16): decode at each depth against
-#     the smallest, beside
-#     what the bandwidth limit alone predicts (issue 5: decode falls only by the full layers'
-#     share, i.e. by the KV cache reads); then gemma4rt once more with --profile at those depths
+#     the smallest, beside what the bandwidth limit alone predicts (the target: decode falls only
+#     by the full layers' share, i.e. by the KV cache reads); then gemma4rt once more with --profile at those depths
 #     (the attention ops' growth against the extra KV bytes at the weights' read rate, which the
 #     machine's run-to-run noise cannot hide), and on x86-64 with AVX-512 the machine's f32
 #     multiply-add rate (bench/experiments/attention_floor.cc, built with g++): the lowest excess

@@ -25,11 +25,11 @@
 # what the bandwidth limit alone predicts for gemma4rt (the weights plus the KV cache bytes a
 # token reads at that depth, from gemma4rt's JSON: (w + kv(d0)) / (w + kv(d))); "excess" is the
 # time a token gained beyond d0 over the time those extra KV bytes take at the rate the token
-# read its weights (1.0: decode falls by the KV reads alone, issue 5's "only by the full
-# layers' share"), each with two standard errors from the samples' spread (a verdict needs the
+# read its weights (1.0: decode falls by the KV reads alone, "only by the full layers'
+# share"), each with two standard errors from the samples' spread (a verdict needs the
 # excess's interval to lie on one side of 1.0). Even rounds run the depths in reverse order in both
-# engines, so that neither depth always runs first in its process (the first test of a gemma4rt
-# process ran its matmuls 8-15% slower on this VM).
+# engines, so that neither depth always runs first in its process (a process's first test can
+# run slower).
 #
 # Environment: GEMMA4RT_BIN (default build/gemma4rt, built with scripts/build.sh when missing),
 # GEMMA4RT_MODEL (default model), GEMMA4RT_CACHE, LLAMA_CPP_PYTHON_VERSION (default 0.3.36),

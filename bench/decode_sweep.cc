@@ -1,8 +1,8 @@
 // gemma4rt_sweep: the int8-activation matmuls of a Gemma 4 E2B-shaped decode (or prefill) step on
 // the thread pool, against a plain streaming read of the same weight bytes, interleaved in one
-// process (this VM's memory bandwidth moves by a third from minute to minute, so figures from
-// separate runs cannot be compared; within one run each "token" of the kernel is timed next to
-// one of the read).
+// process (a VM's memory bandwidth can move from minute to minute, so figures from separate runs
+// cannot be compared; within one run each "token" of the kernel is timed next to one of the
+// read).
 //
 //   gemma4rt_sweep [--dtype q4_k|q6_k|q4_0x4|q4_0|q8_0] [--rows 1] [--layers 35] [--tokens 100]
 //                  [--threads 2]

@@ -10,6 +10,7 @@
 #include "server/api.h"
 #include "model/gguf.h"
 #include "server/chat_tools.h"
+#include "tiny_tokenizer.h"
 #include "tokenizer/tokenizer.h"
 
 namespace g4::server {
@@ -17,14 +18,7 @@ namespace {
 
 using json = nlohmann::json;
 
-const Tokenizer& Tok() {
-  static std::unique_ptr<Tokenizer> t = [] {
-    auto r = Tokenizer::FromHfDirectory(std::string(GEMMA4RT_TEST_DATA_DIR) + "/data/tokenizer_gemma4_tiny");
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    return std::move(r).value();
-  }();
-  return *t;
-}
+const Tokenizer& Tok() { return test_util::TinyGemma4Tokenizer(); }
 
 ModelInfo Info(ChatTemplateKind kind = ChatTemplateKind::kGemma4) {
   ModelInfo m;

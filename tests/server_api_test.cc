@@ -13,6 +13,7 @@
 #include "server/api.h"
 #include "server/metrics.h"
 #include "server/serve.h"
+#include "tiny_tokenizer.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -21,14 +22,7 @@ namespace {
 
 using json = nlohmann::json;
 
-const Tokenizer& Tok() {
-  static std::unique_ptr<Tokenizer> t = [] {
-    auto r = Tokenizer::FromHfDirectory(std::string(GEMMA4RT_TEST_DATA_DIR) + "/data/tokenizer_gemma4_tiny");
-    EXPECT_TRUE(r.ok()) << r.status().ToString();
-    return std::move(r).value();
-  }();
-  return *t;
-}
+const Tokenizer& Tok() { return test_util::TinyGemma4Tokenizer(); }
 
 ModelInfo Info(bool with_tokenizer = true) {
   ModelInfo m;

@@ -1,6 +1,6 @@
 // Experiment (not built by CMake; x86-64 with AVX-512): the arithmetic floor of decode attention
-// at depth against the time its K and V reads take, in one process. It backs "the depth target's
-// floor" in docs/PERFORMANCE.md (2026-12-03, twenty-first session).
+// at depth against the time its K and V reads take, in one process: how far an f16 cache's
+// attention can fall toward its reads' time on these cores.
 //
 // Build and run from the repository root (one command line):
 //   g++ -std=c++20 -O3 -march=native bench/experiments/attention_floor.cc -lpthread -o /tmp/attention_floor && /tmp/attention_floor

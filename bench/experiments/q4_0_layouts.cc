@@ -1,8 +1,8 @@
 // Experiment (not built by CMake; x86-64 with AVX-512 VNNI only): how fast Q4_0 matrix-vector
 // products stream from memory with the weights in three layouts, next to the engine's own kernel
-// (cpu::MatMulQ8 on Q4_0 as stored) in the same process. It backs the "4-bit decode" analysis in
-// docs/PERFORMANCE.md (2026-12-01, fourth session); its "packed" layout became kQ4_0x4, which
-// the loader now repacks Q4_0 weights into (tensor/dtype.h; its kernel adds a prefetch).
+// (cpu::MatMulQ8 on Q4_0 as stored) in the same process. Its "packed" layout is the origin of
+// kQ4_0x4 (tensor/dtype.h), the layout the loader repacks Q4_0 weights into (whose kernel adds a
+// prefetch).
 //
 //   stored   : GGUF's layout, rows of 18-byte blocks [f16 d | 16 bytes of nibbles]; a 512-bit tile
 //              of four rows per block (one load and three inserts, scales gathered), prefetching

@@ -1,8 +1,8 @@
 // Experiment (not built by CMake; x86-64 with AVX-512 VNNI only): Q4_K weights packed 16 rows at a
 // time so that each i32 lane of a 512-bit register is one weight row ("lanes = rows"), against the
 // engine's Q4_K row kernel (cpu::MatMulQ8 on Q4_K as stored, activations per 256) in the same
-// process. Backs "Q4_K sixteen rows per register" in docs/PERFORMANCE.md (2026-12-02, eleventh
-// session): not kept, the engine's kernel already outruns memory on the Zen 5 VM.
+// process. The layout is not used by the engine: where its row kernel already outruns memory,
+// it gains nothing.
 //
 // Packed layout, per group of 16 rows and superblock (2304 bytes = 16 x 144, the same size):
 //   [0, 32) the 16 rows' d (f16), [32, 64) their dmin, [64, 192) per sub-block j and row r the

@@ -1,11 +1,8 @@
 // Experiment (not built by CMake; x86-64 with AVX-512): how fast two threads can read memory with
 // different access patterns, next to the two-thread memcpy that `gemma4rt bench` takes as the
-// bandwidth limit, in one process. It backs "the read ceiling" in docs/PERFORMANCE.md
-// (2026-12-02, eighth session): on the 2-core Zen 4 VM every read-only pattern sustained about
-// the same rate, 73-80% of memcpy's best round (memcpy counts bytes read + bytes written). On the
-// nineteenth session's Intel Xeon VM decode read at ~25 GB/s against a memcpy of 41-47: run this
-// there first to see whether any pattern reads faster (if one does, the kernels' prefetch
-// distances and hints could depend on the CPU).
+// bandwidth limit, in one process: whether any read pattern beats the kernels' (memcpy counts bytes
+// read + bytes written). Run it on a new CPU kind whose decode reads well below its memcpy rate: if
+// a pattern reads faster, the kernels' prefetch distances and hints could depend on the CPU.
 //
 // Build and run from the repository root (one command line):
 //   g++ -O2 -march=native bench/experiments/read_patterns.cc -lpthread -o /tmp/read_patterns && /tmp/read_patterns
@@ -26,7 +23,7 @@
 //                G bytes each, the next S x G block).
 //   movsb 4K     rep movsb of 4 KiB at a time into a buffer in L1, then summed from there.
 // Prints per pattern the median and the best GB/s over the rounds and the median over rounds of
-// its speed relative to "1 stream" in the same round. The VM's memory swings by +-30% from
+// its speed relative to "1 stream" in the same round. A VM's memory bandwidth can swing from
 // minute to minute: only ratios within a round mean much, and only when they repeat.
 #include <immintrin.h>
 #include <sys/mman.h>

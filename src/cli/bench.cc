@@ -2,6 +2,7 @@
 #include "backends/backend_flags.h"
 #include "backends/cpu/kernels.h"
 #include "cli/bench.h"
+#include "cli/bench_internal.h"
 #include "cli/bench_quality.h"
 #include "cli/parse_error.h"
 #include "cli/progress.h"
@@ -44,14 +45,19 @@
 #include "tokenizer/tokenizer.h"
 
 namespace g4::cli {
-namespace {
 
-using Clock = std::chrono::steady_clock;
+using namespace bench_internal;
+
+namespace bench_internal {
 
 int Fail(const Status& s) {
   std::fprintf(stderr, "gemma4rt: error: %s\n", s.ToString().c_str());
   return 1;
 }
+
+}  // namespace bench_internal
+
+namespace {
 
 // Every bound weight tensor once (the tied LM head is the embedding).
 std::vector<const Tensor*> BoundTensors(const ModelWeights& w) {
@@ -104,370 +110,6 @@ size_t KvBytesRead(const ModelConfig& c, int64_t context, DType type) {
   return b;
 }
 
-// The "<key>: N kB" line of a /proc file (/proc/self/status, /proc/meminfo) in bytes; 0 when the
-// file or the key is missing.
-size_t ProcKibField(const char* path, const std::string& key) {
-  std::ifstream f(path);
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind(key + ":", 0) == 0)
-      return static_cast<size_t>(std::strtoull(line.c_str() + key.size() + 1, nullptr, 10)) * 1024;
-  return 0;
-}
-
-// Peak resident set (VmHWM) in bytes; 0 when /proc is unavailable.
-size_t PeakRssBytes() { return ProcKibField("/proc/self/status", "VmHWM"); }
-
-// One sample of the machine's memory bandwidth with `threads` threads, both tests on the same two
-// `bytes` buffers (anonymous memory in 2 MiB pages where the kernel gives them, MADV_HUGEPAGE, as
-// the copied weights are; written before timing so that page faults are not timed; unmapped on
-// return), each the best of `iterations`:
-//   copy: memcpy of one buffer into the other, split over the threads; GB/s counting the bytes
-//     read + the bytes written (STREAM's accounting of a copy);
-//   read: the threads sum the source buffer's 64-bit words (8 chains, which the compiler
-//     vectorises; each line prefetched 4 KiB ahead, as the matmul kernels prefetch their next
-//     tile); GB/s of bytes read: what a decode, which only reads its weights, can get.
-// On the 2-core Zen 4 VM of docs/PERFORMANCE.md the copy figure is 39-48 GB/s while this read test
-// gives 31-53 GB/s, both moving from minute to minute; AVX-512 read loops with 1-16 streams per
-// thread measured no more than it, but BF16 decode has read up to 12% faster (not a hard
-// ceiling). Zero bytes: nothing measured (all zero).
-struct BandwidthSample {
-  double copy_gbps = 0, read_gbps = 0;
-  double copy_seconds = 0, read_seconds = 0;  // best times
-};
-
-// Runs part(0) .. part(threads - 1) at once (part(0) on the calling thread), `iterations` times;
-// returns the shortest wall time of one round, in seconds.
-double BestParallelSeconds(int threads, int iterations, const std::function<void(int)>& part) {
-  double best = 1e30;
-  for (int it = 0; it < iterations; ++it) {
-    const auto t0 = Clock::now();
-    std::vector<std::thread> pool;
-    for (int i = 1; i < threads; ++i) pool.emplace_back(part, i);
-    part(0);
-    for (std::thread& t : pool) t.join();
-    best = std::min(best, std::chrono::duration<double>(Clock::now() - t0).count());
-  }
-  return best;
-}
-
-// Thread t's share [begin, end) of n items split over `threads`, each share a multiple of `align`.
-std::pair<size_t, size_t> ThreadSlice(size_t n, int threads, size_t align, int t) {
-  const size_t slice = (n / threads + align - 1) / align * align;
-  const size_t begin = std::min(n, t * slice);
-  return {begin, std::min(n, begin + slice)};
-}
-
-// Anonymous read-write memory of `bytes` bytes, asked for in 2 MiB pages; unmapped on destruction.
-// data() == nullptr when the memory cannot be mapped.
-class TestBuffer {
- public:
-  explicit TestBuffer(size_t bytes) : bytes_(bytes) {
-    void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return;
-    p_ = static_cast<char*>(p);
-    ::madvise(p_, bytes, MADV_HUGEPAGE);  // a hint: without it the pages are 4 KiB
-  }
-  ~TestBuffer() {
-    if (p_ != nullptr) ::munmap(p_, bytes_);
-  }
-  TestBuffer(const TestBuffer&) = delete;
-  TestBuffer& operator=(const TestBuffer&) = delete;
-  char* data() { return p_; }
-
- private:
-  size_t bytes_;
-  char* p_ = nullptr;
-};
-
-// All zero (not measured) when the buffers cannot be mapped.
-BandwidthSample MeasureBandwidth(size_t bytes, int threads, int iterations) {
-  BandwidthSample r;
-  const size_t words = bytes / 8;
-  if (words == 0) return r;
-  bytes = words * 8;
-  TestBuffer src_buf(bytes), dst_buf(bytes);
-  char* src = src_buf.data();
-  char* dst = dst_buf.data();
-  if (src == nullptr || dst == nullptr) return r;
-  uint64_t* w = reinterpret_cast<uint64_t*>(src);
-  for (size_t i = 0; i < words; ++i) w[i] = i;
-  std::memset(dst, 0, bytes);
-  r.copy_seconds = BestParallelSeconds(threads, iterations, [&](int t) {
-    const auto [begin, end] = ThreadSlice(bytes, threads, 64, t);
-    std::memcpy(dst + begin, src + begin, end - begin);
-  });
-  volatile char sink = dst[bytes / 2];
-  (void)sink;
-  std::vector<uint64_t> sums(threads, 0);
-  r.read_seconds = BestParallelSeconds(threads, iterations, [&](int t) {
-    const auto [begin, end] = ThreadSlice(words, threads, 8, t);
-    uint64_t s[8] = {};
-    size_t i = begin;
-    for (; i + 8 <= end; i += 8) {
-      __builtin_prefetch(w + i + 512);  // a hint: past the end it is ignored
-      for (int k = 0; k < 8; ++k) s[k] += w[i + k];
-    }
-    for (; i < end; ++i) s[0] += w[i];
-    sums[t] = s[0] + s[1] + s[2] + s[3] + s[4] + s[5] + s[6] + s[7];
-  });
-  volatile uint64_t sum_sink = std::accumulate(sums.begin(), sums.end(), uint64_t{0});
-  (void)sum_sink;
-  r.copy_gbps = 2.0 * static_cast<double>(bytes) / r.copy_seconds / 1e9;
-  r.read_gbps = static_cast<double>(bytes) / r.read_seconds / 1e9;
-  return r;
-}
-
-// MemAvailable from /proc/meminfo in bytes; 0 when unknown.
-size_t MemAvailableBytes() { return ProcKibField("/proc/meminfo", "MemAvailable"); }
-
-// Resets the peak resident set (VmHWM) to the current resident set: Linux >= 4.0's
-// /proc/self/clear_refs "5". False where that is refused (then VmHWM keeps counting everything).
-// Process-wide: getrusage's ru_maxrss (what `/usr/bin/time -v` prints) is reset with it, so
-// outside tools see bench's peak without the bandwidth tests too.
-bool ResetPeakRss() {
-  std::ofstream f("/proc/self/clear_refs");
-  if (!f) return false;
-  f << "5";
-  f.flush();
-  return static_cast<bool>(f);
-}
-
-// The median of the finite values of v (NaN marks a sample not measured); 0 when there are none.
-double Median(std::vector<double> v) {
-  v.erase(std::remove_if(v.begin(), v.end(), [](double x) { return !std::isfinite(x); }), v.end());
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t k = v.size();
-  return k % 2 ? v[k / 2] : 0.5 * (v[k / 2 - 1] + v[k / 2]);
-}
-
-// Decode's fraction of a bandwidth: bytes read per token * tokens/s / (gbps * 1e9); NaN when the
-// bandwidth was not measured (gbps <= 0).
-double BandwidthFraction(double bytes_per_token, double tokens_per_s, double gbps) {
-  return gbps > 0 ? bytes_per_token * tokens_per_s / (gbps * 1e9) : NAN;
-}
-
-struct TestResult {
-  std::string test;  // "pp512", "tg128"
-  bool prompt = true;
-  int n = 0;
-  int depth = 0;
-  std::vector<double> samples_ns, samples_ts;
-  double median_ts = 0, avg_ts = 0, stddev_ts = 0;
-  // tg only
-  size_t weight_bytes = 0, kv_bytes = 0;  // per token (KV: mean over the run's steps)
-  // The bandwidth samples taken right after each repetition (empty when they are taken once at
-  // the end), and the fractions: bytes per token * tokens/s / copy (read) bandwidth, per
-  // repetition against its own sample and their median, else the median tokens/s against the
-  // one sample; -1 = not measured.
-  std::vector<BandwidthSample> bw_samples;
-  std::vector<double> fraction_samples, read_fraction_samples;
-  double bandwidth_fraction = -1;
-  double read_bandwidth_fraction = -1;
-};
-
-void Summarize(TestResult* r) {
-  const std::vector<double>& s = r->samples_ts;
-  const size_t k = s.size();
-  r->median_ts = Median(s);
-  double sum = 0, sq = 0;
-  for (double v : s) sum += v;
-  r->avg_ts = k ? sum / k : 0;
-  for (double v : s) sq += (v - r->avg_ts) * (v - r->avg_ts);
-  r->stddev_ts = k > 1 ? std::sqrt(sq / (k - 1)) : 0;
-}
-
-// GGUF general.file_type (llama.cpp's llama_ftype numbering) as the usual short name; `fallback`
-// for values not listed.
-std::string GgufFileTypeName(int64_t ftype, const std::string& fallback) {
-  static const std::map<int64_t, std::string> kNames = {
-      {0, "F32"},     {1, "F16"},     {2, "Q4_0"},    {3, "Q4_1"},    {7, "Q8_0"},    {8, "Q5_0"},
-      {9, "Q5_1"},    {10, "Q2_K"},   {11, "Q3_K_S"}, {12, "Q3_K_M"}, {13, "Q3_K_L"}, {14, "Q4_K_S"},
-      {15, "Q4_K_M"}, {16, "Q5_K_S"}, {17, "Q5_K_M"}, {18, "Q6_K"},   {32, "BF16"}};
-  auto it = kNames.find(ftype);
-  return it == kNames.end() ? fallback : it->second;
-}
-
-// Adds to *spent what each op of `now` took beyond `before` (an earlier Backend::Profile snapshot).
-void AddProfileSince(const std::vector<OpProfile>& before, const std::vector<OpProfile>& now, std::vector<OpProfile>* spent) {
-  for (const OpProfile& p : now) {
-    OpProfile d = p;
-    for (const OpProfile& b : before)
-      if (b.op == p.op && b.step_tokens == p.step_tokens) d.calls -= b.calls, d.seconds -= b.seconds;
-    if (d.calls == 0) continue;
-    auto it = std::find_if(spent->begin(), spent->end(),
-                           [&](const OpProfile& s) { return s.op == d.op && s.step_tokens == d.step_tokens; });
-    if (it == spent->end()) {
-      spent->push_back(d);
-    } else {
-      it->calls += d.calls;
-      it->seconds += d.seconds;
-    }
-  }
-}
-
-// Prints (stderr) where a test's time went, per op kind and step size (`tokens`: the step's
-// tokens, 1 for decode; a prefill chunk otherwise), largest first: ms per token over `tokens`
-// tokens, the share of the ops' summed time, calls in all, µs per call, and the GB/s (1e9 bytes)
-// of weights an op that reads weights read while it ran (in prefill steps the matmuls are bound by
-// arithmetic, not by this figure).
-void PrintProfile(const std::string& test, std::vector<OpProfile> spent, double tokens) {
-  std::sort(spent.begin(), spent.end(), [](const OpProfile& a, const OpProfile& b) { return a.seconds > b.seconds; });
-  double total = 0;
-  for (const OpProfile& p : spent) total += p.seconds;
-  std::fprintf(stderr, "gemma4rt: profile of %s: %.3f ms per token in ops over %.0f tokens\n", test.c_str(),
-               total * 1e3 / tokens, tokens);
-  std::fprintf(stderr, "  %-40s %6s %9s %6s %8s %9s %7s\n", "op", "tokens", "ms/token", "share", "calls", "us/call", "GB/s");
-  for (const OpProfile& p : spent) {
-    char gbps[16] = "";
-    if (p.weight_bytes > 0 && p.seconds > 0) std::snprintf(gbps, sizeof gbps, "%.1f", p.weight_bytes * p.calls / p.seconds / 1e9);
-    std::fprintf(stderr, "  %-40s %6d %9.3f %5.1f%% %8lld %9.1f %7s\n", p.op.c_str(), p.step_tokens,
-                 p.seconds * 1e3 / tokens, 100 * p.seconds / total, static_cast<long long>(p.calls),
-                 p.seconds * 1e6 / p.calls, gbps);
-  }
-}
-
-std::string TestName(const TestResult& r) {
-  return r.test + (r.depth > 0 ? " @ d" + std::to_string(r.depth) : "");
-}
-
-std::string HumanCount(double n) {
-  char buf[64];
-  if (n >= 1e9) std::snprintf(buf, sizeof buf, "%.2f B", n / 1e9);
-  else std::snprintf(buf, sizeof buf, "%.2f M", n / 1e6);
-  return buf;
-}
-
-std::string HumanBytes(double b) {
-  char buf[64];
-  if (b >= 1024.0 * 1024 * 1024) std::snprintf(buf, sizeof buf, "%.2f GiB", b / (1024.0 * 1024 * 1024));
-  else std::snprintf(buf, sizeof buf, "%.2f MiB", b / (1024.0 * 1024));
-  return buf;
-}
-
-
-
-// Set in RunSweep's children, whose arguments name one cache type and one thread count: a child
-// that still asked for a sweep (a flag RunSweep failed to replace) would fork without end.
-constexpr const char* kSweepChildEnv = "GEMMA4RT_BENCH_SWEEP_CHILD";
-
-// llama-bench's multi-letter flags that gemma4rt bench does not have, with what they do there:
-// CLI11 would read `-ngl 99` as -n "gl" and `-mmp 1` as -m "mp", and name the wrong flag.
-// InvalidArgument naming the first one in args (program name first; the values of app's options
-// that take one are left alone).
-Status CheckLlamaBenchOnlyFlags(const CLI::App& app, const std::vector<std::string>& args) {
-  static const std::pair<const char*, const char*> kFlags[] = {
-      {"-ngl", "GPU layers; gemma4rt runs on the CPU"},
-      {"-pg", "prompt + generation tests; give -p and -n"},
-      {"-ts", "tensor split across GPUs"},
-      {"-ot", "tensor buffer overrides"},
-      {"-oe", "second output format on stderr"},
-      {"-nkvo", "KV cache kept off the GPU"},
-      {"-dev", "devices; gemma4rt runs on the CPU"},
-      {"-mmp", "mmap 0/1; gemma4rt has --mmap and --no-mmap"},
-      {"-sm", "GPU split mode"},
-      {"-mg", "main GPU"},
-      {"-fa", "flash attention; gemma4rt's attention is always one fused pass over the cache"},
-      {"-embd", "embeddings mode"},
-      {"-nopo", "op offload to the GPU"},
-  };
-  for (size_t i = 1; i < args.size(); ++i) {
-    for (const auto& [flag, what] : kFlags)
-      if (args[i] == flag || args[i].rfind(std::string(flag) + "=", 0) == 0)
-        return InvalidArgument(std::string(flag) + " is llama-bench's (" + what + "), not a gemma4rt bench flag; "
-                               "gemma4rt bench takes -m -t -p -n -d -r -ub -ctk/-ctv -o/--json (see --help)");
-    if (i + 1 < args.size() && TakesValue(app, args[i])) ++i;  // its value, as given
-  }
-  return OkStatus();
-}
-
-// `bench ARGS` once per prefill chunk of `ubatches`, KV cache type of `types` and thread count of
-// `counts` (llama-bench's order: the thread count varies fastest, the chunk slowest), each in a
-// child process (`/proc/self/exe bench ... --ubatch-size U --cache-type C -t T`), so that each
-// loads the model itself and reports its own peak RSS, sharing this process's stderr, and its
-// stdout (a table per run) unless `json`: then the children's objects are printed as one JSON
-// array, as llama-bench's `-o json`.
-// args: the command line as parsed (after RewriteLlamaSpellings; program name first); its
-// -t/--threads, --cache-type and --ubatch-size options are replaced, the values of app's other
-// options kept as given. Returns the first failing child's exit status (the rest are not run;
-// with json the finished runs still print, as one array), else 0.
-int RunSweep(const CLI::App& app, const std::vector<std::string>& args, const std::vector<int>& counts,
-             const std::vector<std::string>& types, const std::vector<int>& ubatches, bool json) {
-  std::vector<std::string> rest;
-  for (size_t i = 1; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "-t" || a == "--threads" || a == "--cache-type" || a == "--ubatch-size") {
-      ++i;  // and its value
-      continue;
-    }
-    if (a.rfind("--threads=", 0) == 0 || a.rfind("--cache-type=", 0) == 0 || a.rfind("--ubatch-size=", 0) == 0 ||
-        (a.size() > 2 && a.rfind("-t", 0) == 0 && a[2] != '-'))
-      continue;  // -t1,2, --threads=1,2, --cache-type=f16,bf16, --ubatch-size=256,512 (-ub's rewrite)
-    rest.push_back(a);
-    if (i + 1 < args.size() && cli::TakesValue(app, a)) rest.push_back(args[++i]);  // its value, as given
-  }
-  std::vector<std::tuple<int, std::string, int>> runs;
-  for (int ub : ubatches)
-    for (const std::string& type : types)
-      for (int t : counts) runs.emplace_back(ub, type, t);
-  std::vector<std::string> objects;
-  auto print_objects = [&] {
-    if (!json) return;
-    std::printf("[\n");
-    for (size_t i = 0; i < objects.size(); ++i) std::printf("%s%s\n", objects[i].c_str(), i + 1 < objects.size() ? "," : "");
-    std::printf("]\n");
-    std::fflush(stdout);
-  };
-  for (const auto& [ub, type, t] : runs) {
-    std::vector<std::string> child{"gemma4rt", "bench"};
-    child.insert(child.end(), rest.begin(), rest.end());
-    child.insert(child.end(), {"--ubatch-size", std::to_string(ub), "--cache-type", type, "-t", std::to_string(t)});
-    std::vector<char*> cargs;
-    for (std::string& a : child) cargs.push_back(a.data());
-    cargs.push_back(nullptr);
-    std::fflush(nullptr);
-    int out[2] = {-1, -1};
-    if (json && pipe(out) != 0) return Fail(Internal(std::string("pipe: ") + std::strerror(errno)));
-    const pid_t pid = fork();
-    if (pid < 0) return Fail(Internal(std::string("fork: ") + std::strerror(errno)));
-    if (pid == 0) {
-      setenv(kSweepChildEnv, "1", 1);  // a child that would sweep again is refused (BenchMain)
-      if (json) {
-        dup2(out[1], STDOUT_FILENO);
-        close(out[0]);
-        close(out[1]);
-      }
-      execv("/proc/self/exe", cargs.data());
-      std::fprintf(stderr, "gemma4rt bench: cannot run /proc/self/exe: %s\n", std::strerror(errno));
-      _exit(127);
-    }
-    std::string text;
-    if (json) {
-      close(out[1]);
-      char buf[65536];
-      for (ssize_t n; (n = read(out[0], buf, sizeof buf)) != 0;) {
-        if (n < 0 && errno == EINTR) continue;
-        if (n < 0) break;
-        text.append(buf, static_cast<size_t>(n));
-      }
-      close(out[0]);
-      while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-    }
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
-    if (code != 0) {  // the runs that finished still print, as one valid array
-      print_objects();
-      return code;
-    }
-    if (json) objects.push_back(std::move(text));
-  }
-  print_objects();
-  return 0;
-}
-
 }  // namespace
 
 int BenchMain(int argc, char** argv) {
@@ -493,28 +135,23 @@ int BenchMain(int argc, char** argv) {
   AddBackendFlags(&app, &backend_choice);
   app.add_option("--ple-bits", ple_bits, "with --quantize: bits of the embedding and PLE tables (8 = Q8_0, 16 = as stored)")
       ->check(CLI::IsMember({8, 16}));
-  app.add_flag("--quality", quality, "compare the model as run (with --quantize, and int8 activations unless "
-               "--f32-activations) with the model as stored in f32 activations on a fixed text (fixed token ids "
-               "without a tokenizer): mean KL divergence, top-1 agreement, both perplexities (both with an f32 KV cache)");
+  app.add_flag("--quality", quality, "compare the model as run (--quantize, int8 activations) with the model as stored "
+               "in f32 activations on a fixed text: mean KL divergence, top-1 agreement, both perplexities");
   app.add_flag("--f32-activations", f32_activations, "multiply quantised and BF16 weights with f32 activations (transformers' "
-               "arithmetic; slower) instead of int8 activation blocks and, where the CPU has a bf16 dot product, bf16 "
-               "activations (llama.cpp's)");
+               "arithmetic; slower) instead of int8 or bf16 ones");
   app.add_option("--quality-tokens", quality_tokens, "most tokens of the quality text")->check(CLI::Range(2, 1 << 16));
   std::vector<std::string> quality_cache;
   app.add_option("--quality-cache", quality_cache, "compare KV cache types (comma-separated, e.g. f16,bf16,q8) with an "
-                 "f32 cache on --quality's text, the model as stored in f32 activations on both sides (the cache's "
-                 "cost alone): mean KL, top-1 agreement and perplexities, one line (--json: object) per type; runs "
-                 "alone (no pp/tg tests)")
+                 "f32 cache on --quality's text; runs alone (no pp/tg tests)")
       ->delimiter(',')->check(CLI::IsMember(kCacheTypeNames));
   app.add_option("-m,--model", model, "GGUF file or Hugging Face checkpoint directory (default: $GEMMA4RT_MODEL or the fetched Gemma 3 270M)");
-  // llama-bench's -t takes a comma-separated list too (a fresh user's `-t 1,2` got CLI11's "Value
-  // 1,2 not in range 0 to 1024"), and so do its -ctk/-ctv: RunSweep.
+  // llama-bench's -t takes a comma-separated list too, and so do its -ctk/-ctv: RunSweep.
   std::vector<int> thread_list;
   app.add_option("-t,--threads", thread_list, "CPU threads (0 = all cores, the default); a comma-separated list runs "
                  "the whole bench once per count, each in its own process (--json: an array of their objects)")
       ->delimiter(',')->check(CLI::Range(0, 1024));
-  app.add_option("--cache-type", cache_types, std::string(kCacheTypeHelp) + "; a comma-separated list (or -ctk f16,bf16) "
-                 "runs the whole bench once per type, each in its own process, as -t lists do")
+  app.add_option("--cache-type", cache_types, std::string(kCacheTypeHelp) + "; a comma-separated list runs the whole "
+                 "bench once per type, as -t lists do")
       ->delimiter(',')->check(CLI::IsMember(kCacheTypeNames));
   app.add_option("-p,--n-prompt", n_prompt, "prompt tokens per pp test, comma-separated list (0 = no pp test)")
       ->delimiter(',')->check(CLI::Range(0, 1 << 20));
@@ -531,12 +168,10 @@ int BenchMain(int argc, char** argv) {
   app.add_option("--seed", seed, "seed of the random token ids");
   app.add_flag("--no-warmup", no_warmup, "skip the warm-up run");
   bool profile = false;
-  app.add_flag("--profile", profile, "time every op of every step and print, after each test, where its time went, on "
-               "stderr: per op kind and step size (tokens per step), ms per token, share, calls, us per call and the GB/s "
-               "of weights read; costs two clock reads per op");
-  app.add_option("--bw-mib", bw_mib, "buffer size of the memory-bandwidth tests (copy and read) in MiB, run after each "
-                 "tg repetition with two such buffers; the peak RSS (VmHWM, and getrusage's ru_maxrss with it) is reset "
-                 "around them so that they are not counted (0 = skip)")->check(CLI::Range(0, 1 << 20));
+  app.add_flag("--profile", profile, "time every op and print after each test, on stderr, where its time went per op "
+               "kind and step size");
+  app.add_option("--bw-mib", bw_mib, "buffer size in MiB of the memory-bandwidth tests (copy and read) run after each tg "
+                 "repetition (0 = skip)")->check(CLI::Range(0, 1 << 20));
   app.add_option("--bw-iterations", bw_iters, "passes of each bandwidth test (the best is kept)")->check(CLI::Range(1, 100));
   // llama-bench's two-letter short options are not CLI11 short options: rename them (-ub, and
   // -ctk/-ctv with llama.cpp's other cache-type spellings), leaving option values as given.
@@ -564,8 +199,8 @@ int BenchMain(int argc, char** argv) {
   threads = ResolveThreadCount(threads);
   const bool json = json_flag || output == "json";
   // The bandwidth tests run right after each tg repetition, so that each repetition's fraction is
-  // taken against the bandwidth of the same moment (this VM's moves by a third from minute to
-  // minute), when their buffers can be left out of the peak RSS: VmHWM is read before each test
+  // taken against the bandwidth of the same moment (a VM's can move from minute to minute), when
+  // their buffers can be left out of the peak RSS: VmHWM is read before each test
   // and reset after it. Where the reset is refused, they run once, after the tests.
   const size_t bw_bytes = static_cast<size_t>(bw_mib) << 20;
   if (const size_t avail = MemAvailableBytes(); bw_bytes > 0 && avail > 0 && 2 * bw_bytes > avail) {

@@ -201,8 +201,7 @@ g4::StatusOr<Session> Open(const std::string& model, int ctx, int chunk, const g
                g4::WeightsMemory(*loaded), g4::CacheTypeName(kv_type), bo.threads, context);
   // Large mapped weights (--mmap) are read once here; copied ones are in memory already (their
   // copy showed its own progress on a terminal). The progress shows once the read has taken half
-  // a second: a file in the page cache is read in milliseconds, and a pipe got five "loading
-  // weights" lines for it (a fresh user: noise).
+  // a second: a file in the page cache is read in milliseconds, and would fill a log with lines.
   if (loaded->weights.total_bytes > (size_t{128} << 20) && !loaded->weights_copied) {
     int last = -1;
     const bool tty = isatty(STDERR_FILENO);
@@ -241,8 +240,7 @@ g4::StatusOr<std::vector<int32_t>> PromptIds(const Session& s, const std::string
   g4::ChatTemplateOptions opts;
   opts.enable_thinking = think;
   const auto kind = s.engine->config().family == g4::ModelFamily::kGemma4 ? g4::ChatTemplateKind::kGemma4 : g4::ChatTemplateKind::kGemma3;
-  // A flag that would be silently dropped is refused (found by a fresh user: --think on the Gemma 3
-  // 270M did nothing).
+  // A flag that would be silently dropped is refused (--think on a Gemma 3 model).
   if (think && kind != g4::ChatTemplateKind::kGemma4)
     return g4::InvalidArgument("--think turns on Gemma 4's thinking mode; this model's chat template (Gemma 3) has none");
   G4_ASSIGN_OR_RETURN(std::string text, g4::RenderChatTemplate(kind, messages, opts));
@@ -326,7 +324,7 @@ int Main(int argc, char** argv) {
     c->add_option("-c,--ctx-size", ctx, "context size in tokens (0 = model maximum, capped at 4096)")->check(CLI::Range(0, 1 << 24));
     c->add_option("-t,--threads", threads, "CPU threads (0 = all cores, the default)")->check(CLI::Range(0, 1024));
     c->add_option("--cache-type", cache_type, g4::kCacheTypeHelp)->check(CLI::IsMember(g4::kCacheTypeNames));
-    c->add_flag("--f32-activations", f32_activations, "multiply quantised and BF16 weights with f32 activations (transformers' arithmetic; slower) instead of int8 activation blocks and, where the CPU has a bf16 dot product, bf16 activations (llama.cpp's)");
+    c->add_flag("--f32-activations", f32_activations, "multiply quantised and BF16 weights with f32 activations (transformers' arithmetic; slower) instead of int8 or bf16 ones");
     return RunOptions{p, t, f};
   };
 
@@ -334,7 +332,7 @@ int Main(int argc, char** argv) {
   add_model(info, /*runs_model=*/false);
   info->add_option("-c,--ctx-size", ctx, "context size the KV cache figure is for (0 = model maximum, capped at 4096)")
       ->check(CLI::Range(0, 1 << 24));
-  info->add_option("--cache-type", cache_type, "KV cache element type the figure is for: f16 (the default), bf16 or f32")
+  info->add_option("--cache-type", cache_type, "KV cache element type the figure is for: f16 (the default), bf16, f32 or q8")
       ->check(CLI::IsMember(g4::kCacheTypeNames));
 
   auto* logits = app.add_subcommand("logits", "print the top-K logits at every position");

@@ -39,36 +39,34 @@ struct LoadOptions {
   std::optional<DType> quantize;
   int ple_bits = 8;
   // false (the default): the tensor data is copied from the file into anonymous memory in 2 MiB
-  // pages (MappedFile::ReadIntoMemory; full-size E2B Q4_0 decoded 5-18% faster, see
-  // docs/PERFORMANCE.md); the metadata stays mapped. true (--mmap): the weights are used from the
-  // file mapping in place (faster start, pages shared with other processes through the page
-  // cache). With `quantize`, and for compressed-tensors checkpoints, the stored weights are always
-  // mapped (they are read once, converted, and their pages dropped).
+  // pages (MappedFile::ReadIntoMemory; decode reads them faster than mapped file pages); the
+  // metadata stays mapped. true (--mmap): the weights are used from the file mapping in place
+  // (faster start, pages shared with other processes through the page cache). With `quantize`,
+  // and for compressed-tensors checkpoints, the stored weights are always mapped (they are read
+  // once, converted, and their pages dropped).
   bool mmap = false;
   // Called while the weights are copied (not with mmap): copy_progress(done, total) in bytes, after
   // each read of up to 64 MiB, the last call with done == total. For a progress display.
   std::function<void(size_t done, size_t total)> copy_progress;
   // Rewrites the Q4_0 weights that only matmuls read (attention and MLP projections, the PLE
   // projections, an untied LM head; 2-D with a multiple of 4 rows) in place as kQ4_0x4
-  // (tensor/dtype.h), the layout of the CPU's AVX-512 Q4_0 kernel: E2B Q4_0 decode and prefill
-  // figures in docs/PERFORMANCE.md. Only where the bytes are the process's own (copied into memory,
-  // or made by --quantize q4_0); weights used from the file mapping (--mmap) stay as stored. The
-  // token embedding and the PLE table are never packed (rows are looked up one by one). The
-  // commands set it where cpu::Q4_0x4KernelAvailable() and int8 activations are used, unless
-  // --no-repack (llama.cpp's flag for its own repacking).
+  // (tensor/dtype.h), the layout of the CPU's AVX-512 Q4_0 kernel. Only where the bytes are the
+  // process's own (copied into memory, or made by --quantize q4_0); weights used from the file
+  // mapping (--mmap) stay as stored. The token embedding and the PLE table are never packed (rows
+  // are looked up one by one). The commands set it where cpu::Q4_0x4KernelAvailable() and int8
+  // activations are used, unless --no-repack (llama.cpp's flag for its own repacking).
   bool pack_q4_0 = false;
 };
 
 // The help text of the --mmap / --no-mmap flag (LoadOptions::mmap) every command shares.
 inline constexpr const char* kMmapFlagHelp =
-    "use the weights in place from the file mapping (llama.cpp's default: faster start, pages shared through the page "
-    "cache); --no-mmap, the default, copies them into memory in 2 MiB pages (faster decode)";
+    "use the weights in place from the file mapping (faster start); --no-mmap, the default, copies them into memory "
+    "(faster decode)";
 
 // The help text of the --no-repack flag (LoadOptions::pack_q4_0 off) every command that runs a
 // model shares.
 inline constexpr const char* kNoRepackFlagHelp =
-    "keep Q4_0 weights in their stored layout (llama.cpp's flag); by default, with int8 activations on an AVX-512 "
-    "CPU, the Q4_0 matmul weights are rearranged in memory at load for the CPU's kernel (faster decode and prefill)";
+    "keep Q4_0 weights in their stored layout instead of rearranging them at load for the AVX-512 kernel";
 
 // "q8_0" -> kQ8_0, "q4_0" -> kQ4_0, "w4a16" -> kW4G32 ("" / "none" -> nullopt). InvalidArgument otherwise.
 StatusOr<std::optional<DType>> ParseQuantizeFlag(const std::string& s);

@@ -34,26 +34,20 @@ struct EngineOptions {
 
 // The KV cache element type of the commands' --cache-type flag: "f32", "f16", "bf16" or "q8"
 // (also "q8_0", llama.cpp's spelling; DType::kI8: kv_cache.h), InvalidArgument otherwise, and for
-// "fp8" with the reason (no backend here computes in fp8). The commands default to f16, as llama.cpp's -ctk/-ctv do (half the
-// cache's memory and of decode's KV reads at long contexts; K and V rounded to f16, about 5e-4
-// relative); bf16 rounds them to bf16 (about 4e-3 relative) and computes attention with the
-// queries and softmax weights in bf16 too (transformers in bf16 also rounds the scores and the
-// output to bf16), on the CPU's bf16
-// dot-product instruction where it has one (attention_bf16.h: about half the attention's
-// arithmetic at long contexts); f32 keeps transformers' f32 arithmetic, which the golden tests
-// hold to 1e-4 (EngineOptions' default); q8 stores int8 with one f32 scale per token and KV head
-// (about a quarter of f32's bytes: half of f16's), each element within half a scale step (max|x| /
-// 254) of its value, and computes attention in f32 on the integers widened in registers.
+// "fp8" with the reason (no backend here computes in fp8). The commands default to f16, as
+// llama.cpp's -ctk/-ctv do (half the cache's memory and of decode's KV reads; K and V rounded to
+// f16). bf16 rounds them to bf16 and computes attention with the queries and softmax weights in
+// bf16 too, on the CPU's bf16 dot-product instruction where it has one (attention_bf16.h). f32
+// keeps transformers' f32 arithmetic (EngineOptions' default). q8 stores int8 with one f32 scale
+// per token and KV head (about half of f16's bytes), each element within half a scale step
+// (max|x| / 254) of its value, and computes attention in f32 on the integers widened in registers.
+// Their accuracy: docs/NUMERICS.md.
 inline constexpr const char* kDefaultCacheType = "f16";
 // fp8 is a name so that ParseCacheType refuses it with its reason (CLI11 would only say "not in").
 inline const std::vector<std::string> kCacheTypeNames = {"f32", "f16", "bf16", "q8", "q8_0", "fp8"};
 inline constexpr const char* kCacheTypeHelp =
-    "KV cache element type (llama.cpp's -ctk/-ctv/--cache-type-k/--cache-type-v work too, one type for K and V): "
-    "f16 (the default, as llama.cpp's: half the memory and of decode's KV reads), "
-    "bf16 (as much memory as f16, attention in bf16 arithmetic: on CPUs with AVX512_BF16 its kernel takes ~0.6-0.8x "
-    "f16's time at long contexts), "
-    "f32 (transformers' f32 arithmetic) "
-    "or q8 (q8_0: int8 with a scale per token and KV head, half f16's memory and KV reads; CPU backend)";
+    "KV cache element type, one for K and V: f16 (the default), bf16, f32 or q8 (int8, CPU backend); "
+    "llama.cpp's -ctk/-ctv/--cache-type-k/--cache-type-v work too";
 StatusOr<DType> ParseCacheType(const std::string& name);
 // The --cache-type spelling of a KV cache type: "f32", "f16", "bf16" or "q8".
 const char* CacheTypeName(DType type);

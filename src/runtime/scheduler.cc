@@ -324,7 +324,7 @@ void Scheduler::Loop() {
     } catch (...) {
       // A step that threw (a failed allocation in the engine, on any of its pool's threads, or in
       // a sampler): the requests in the slots end with the error, and the server goes on with the
-      // rest, never std::terminate (found by a reviewer: nothing caught there).
+      // rest, never std::terminate.
       const Status st = StatusFromCurrentException("a generation step (its requests end here)");
       std::fprintf(stderr, "gemma4rt: error: %s\n", st.ToString().c_str());
       for (auto& sp : slots_)

@@ -112,11 +112,10 @@ ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
   app.add_option("--ple-bits", o.ple_bits, "with --quantize: bits of the embedding and PLE tables (8 = Q8_0, 16 = as stored)")
       ->envname("GEMMA4RT_PLE_BITS")->check(CLI::IsMember({8, 16}));
   app.add_flag("--f32-activations", o.f32_activations, "multiply quantised and BF16 weights with f32 activations (transformers' "
-               "arithmetic; slower) instead of int8 activation blocks and, where the CPU has a bf16 dot product, bf16 "
-               "activations (llama.cpp's)")->envname("GEMMA4RT_F32_ACTIVATIONS");
+               "arithmetic; slower) instead of int8 or bf16 ones")->envname("GEMMA4RT_F32_ACTIVATIONS");
   app.add_flag("--cache-prompt,!--no-cache-prompt,--enable-prefix-caching,!--no-enable-prefix-caching", o.cache_prompt,
-               "slots keep their last sequence in the KV cache and a request whose prompt begins with one skips its "
-               "prefill (llama-server's --cache-prompt, vLLM's --enable-prefix-caching; default on; the output is the same)")
+               "reuse the KV cache of a slot's last sequence where a prompt begins with it, skipping that prefill "
+               "(default on; the output is the same)")
       ->envname("GEMMA4RT_CACHE_PROMPT");
   app.add_option("--prefill-chunk", o.prefill_chunk, "prompt tokens per prefill step")->envname("GEMMA4RT_PREFILL_CHUNK")->check(CLI::Range(1, 1 << 16));
   AddBackendFlags(&app, &o.backend);
@@ -161,7 +160,7 @@ ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
   o.degeneracy_check = !no_degeneracy;
   o.api_keys = SplitKeys(api_key, ',');
   // An empty key ("--api-key \"$UNSET\"", GEMMA4RT_API_KEY= ) would leave the server open to
-  // every client while its user believes it guarded (found by a fresh user): an error, as an
+  // every client while its user believes it guarded: an error, as an
   // --api-key-file without a key is. CLI11 skips an empty environment variable, so it is read here.
   const char* env_key = std::getenv("GEMMA4RT_API_KEY");
   if (o.api_keys.empty() && api_key_file.empty() && (api_key_opt->count() > 0 || (env_key != nullptr && Trim(env_key).empty()))) {
@@ -178,7 +177,7 @@ ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
     std::stringstream ss;
     ss << f.rdbuf();
     // Blank lines and comment lines (`#` first) are not keys: a commented key file made
-    // "# comment" a key that opened the server (found by a fresh user). A key that starts with
+    // "# comment" a key that opened the server. A key that starts with
     // `#` can still be given with --api-key.
     std::vector<std::string> keys = SplitKeys(ss.str(), '\n');
     std::erase_if(keys, [](const std::string& k) { return k[0] == '#'; });
@@ -242,7 +241,7 @@ void ServeInstance::Load(std::function<void()> before_load) {
   // The loader runs on its own thread, where main()'s catch of std::bad_alloc does not reach: an
   // allocation that fails here (the weights' copy, a KV cache of --parallel x --ctx-size that does
   // not fit, the scheduler's thread) is a load error like any other, not std::terminate's abort
-  // (found by a fresh user: `ulimit -v 3000000; gemma4rt serve -np 64 -c 32768` aborted).
+  // (`ulimit -v 3000000; gemma4rt serve -np 64 -c 32768`).
   try {
     if (before_load) before_load();
     LoadOptions lo;
@@ -340,10 +339,8 @@ int ServeMain(int argc, char** argv) {
 #if defined(__GLIBC__)
   // glibc gives threads that allocate their own heap arenas (up to 8 per core), and each keeps what
   // it freed resident: the HTTP worker threads' request, JSON and response buffers then stay in
-  // memory once per thread. Two arenas, unless MALLOC_ARENA_MAX says otherwise: `serve -np 4 -t 2`
-  // on the 270M under a fresh user's mixed load with ~4000-token prompts peaked at 434.3 MiB, and
-  // at 427.9 MiB with two arenas (budget: weights + f32 KV cache + 10% = 430.3 MiB; with the f16
-  // cache, the default since, 346.6 MiB against 344.5: docs/PERFORMANCE.md, twelfth session).
+  // memory once per thread. Two arenas, unless MALLOC_ARENA_MAX says otherwise, keep the server's
+  // peak RSS within its budget (weights + KV cache + 10%) under a mixed load of long prompts.
   if (std::getenv("MALLOC_ARENA_MAX") == nullptr) mallopt(M_ARENA_MAX, 2);
 #endif
   auto inst = ServeInstance::Start(*flags.options);
@@ -364,8 +361,8 @@ int RunUntilSignal(ServeInstance& inst, const std::atomic<int>& signal, const st
     if (const int sig = signal.load()) {
       if (!inst.LoadResult()) {
         // Still loading: nothing is served yet (requests get 503), and a copy or --quantize of a
-        // large model takes up to a minute, which the signal waited for (found by a fresh user:
-        // 47 s for the E2B with --quantize q4_0). Exit now; an orderly stop has nothing to end.
+        // large model takes up to a minute, which the signal would wait for. Exit now; an orderly
+        // stop has nothing to end.
         std::fprintf(stderr, "gemma4rt: signal %d while the model loads: exiting\n", sig);
         exit_now();
         return 0;

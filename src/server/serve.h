@@ -64,9 +64,9 @@ struct ServeOptions {
 
 // The HTTP worker threads `serve` starts when --threads-http is 0: parallel + max_queue + 16,
 // at least 512 and at most kMaxHttpThreads, so that every request the scheduler may hold (running or queued) has a thread plus room
-// for /health, /metrics and a few hundred idle or stalled connections (a fresh user found 64
-// stalled clients enough to leave /health unanswered when the floor was 64). Threads that wait
-// cost no CPU and little memory (their stacks are touched only as deep as they run).
+// for /health, /metrics and a few hundred idle or stalled connections (stalled clients each hold a
+// thread). Threads that wait cost no CPU and little memory (their stacks are touched only as deep
+// as they run).
 int DefaultHttpThreads(int parallel, int max_queue);
 // The most HTTP worker threads serve starts (--threads-http's range, DefaultHttpThreads' cap): a
 // thread pool of a million (max_queue's range allows one) would fail to start.
