@@ -308,6 +308,13 @@ TEST(ServerApiTest, MaxTokensAndContextLength) {
   auto c = Chat({{"messages", UserMsg(longtext)}});
   EXPECT_API_ERROR(c, 400, "messages");
   EXPECT_EQ(c.error().code, "context_length_exceeded");
+  // A text whose length alone shows it cannot fit is refused before it is encoded.
+  const std::string huge(64 * Tok().max_bytes_per_token(), 'a');
+  for (const auto& h : {Compl({{"prompt", huge}}), Chat({{"messages", UserMsg(huge)}})}) {
+    ASSERT_FALSE(h.ok());
+    EXPECT_EQ(h.error().code, "context_length_exceeded");
+    EXPECT_NE(h.error().message.find("your prompt has at least "), std::string::npos) << h.error().message;
+  }
   // The default max_tokens never exceeds the room left.
   std::vector<int> ids(60, 5);
   auto d = Compl({{"prompt", ids}});

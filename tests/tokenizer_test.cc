@@ -59,6 +59,30 @@ std::string DefaultModelPath() {
 
 // Runs every golden case's encodings through `tok`: ids must match exactly, and so must the
 // decoded text (both with special tokens rendered and skipped) when `check_decode`.
+// Tokenizer::MinTokens never exceeds what Encode gives, on the golden texts and on texts made of
+// the longest piece, whitespace runs, special-token texts and every byte value.
+void CheckMinTokensBound(const Tokenizer& tok, const json& cases) {
+  ASSERT_GT(tok.max_bytes_per_token(), 0);
+  std::vector<std::string> texts;
+  for (const json& c : cases) texts.push_back(c["text"]);
+  int32_t longest = 0;
+  for (int32_t id = 0; id < tok.vocab_size(); ++id)
+    if (tok.TokenText(id).size() > tok.TokenText(longest).size()) longest = id;
+  std::string bytes;
+  for (int b = 0; b < 256; ++b) bytes += static_cast<char>(b);
+  texts.push_back(std::string(tok.TokenText(longest)) + tok.TokenText(longest) + tok.TokenText(longest));
+  texts.push_back(std::string(5000, ' ') + std::string(5000, '\n') + std::string(5000, '\t'));
+  texts.push_back("<start_of_turn><end_of_turn><|turn><turn|>" + bytes);
+  for (const std::string& t : texts) {
+    for (bool special : {false, true}) {
+      const int64_t got = static_cast<int64_t>(tok.Encode(t, false, special).size());
+      EXPECT_LE(tok.MinTokens(t.size()), got) << t.size() << " bytes, parse_special=" << special;
+    }
+  }
+  EXPECT_EQ(tok.MinTokens(0), 0);
+  EXPECT_EQ(tok.MinTokens(1), 1);
+}
+
 void CheckGoldenCases(const Tokenizer& tok, const json& cases, bool check_decode, int* n_encodings) {
   for (const json& c : cases) {
     const std::string name = c["name"];
@@ -152,6 +176,10 @@ TEST_F(TokenizerGemma3, VocabularyFacts) {
   EXPECT_FALSE(tok_->IsEndOfGeneration(105));
 }
 
+TEST_F(TokenizerGemma3, MinTokensIsALowerBound) {
+  CheckMinTokensBound(*tok_, LoadJson(kDataDir + "/tokenizer_gemma3_golden.json")["cases"]);
+}
+
 TEST_F(TokenizerGemma3, LongInputsEncodeInLinearishTime) {
   // Tens of thousands of characters without a space (one SentencePiece symbol run), a long run
   // of spaces/newlines (special-token partitioning) and long prose; each must round-trip.
@@ -189,6 +217,11 @@ class TokenizerGemma4Tiny : public ::testing::Test {
   json golden_;
   std::unique_ptr<Tokenizer> hf_, gguf_;
 };
+
+TEST_F(TokenizerGemma4Tiny, MinTokensIsALowerBound) {
+  CheckMinTokensBound(*hf_, golden_["cases"]);
+  CheckMinTokensBound(*gguf_, golden_["cases"]);
+}
 
 TEST_F(TokenizerGemma4Tiny, HfEncodeAndDecodeMatchTokenizers) {
   EXPECT_EQ(hf_->kind(), Tokenizer::Kind::kHfBpe);

@@ -177,6 +177,20 @@ MaybeError TokenIds(const json& a, const std::string& param, const ModelInfo& mo
 
 namespace {
 
+// Prompt text -> ids (special tokens parsed). A text whose byte count alone shows it cannot fit
+// the context (Tokenizer::MinTokens) is refused before it is encoded, which takes seconds for
+// megabytes of text.
+MaybeError EncodePrompt(const std::string& text, const ModelInfo& model, const char* param, std::vector<int32_t>* ids) {
+  const int64_t at_least = model.tokenizer->MinTokens(text.size());
+  if (at_least >= model.context_size)
+    return BadRequest("This model's maximum context length is " + std::to_string(model.context_size) +
+                          " tokens. However, your prompt has at least " + std::to_string(at_least) +
+                          " tokens, which leaves no room for a completion.",
+                      param, "context_length_exceeded");
+  *ids = model.tokenizer->Encode(text, /*add_bos=*/false, /*parse_special=*/true);
+  return std::nullopt;
+}
+
 // Completions' prompt -> ids with exactly one BOS at the front.
 MaybeError ParsePrompt(const json& o, const ModelInfo& model, ParsedRequest* r) {
   const json* v = Field(o, "prompt");
@@ -192,7 +206,7 @@ MaybeError ParsePrompt(const json& o, const ModelInfo& model, ParsedRequest* r) 
     if (!model.tokenizer)
       return BadRequest("prompt: this model has no tokenizer; send the prompt as token ids", "prompt", "unsupported_value");
     r->prompt_text = p->get<std::string>();
-    ids = model.tokenizer->Encode(r->prompt_text, /*add_bos=*/false, /*parse_special=*/true);
+    API_RETURN_IF_ERROR(EncodePrompt(r->prompt_text, model, "prompt", &ids));
   } else if (p->is_array()) {
     if (p->empty()) return BadRequest("prompt must not be empty", "prompt");
     API_RETURN_IF_ERROR(TokenIds(*p, "prompt", model, &ids));
@@ -553,7 +567,7 @@ ApiOr<ParsedRequest> ParseRequestJson(const json& o, Endpoint ep, const ModelInf
     auto text = RenderMessages(o, model, &r.channels);
     if (!text.ok()) return text.error();
     r.prompt_text = std::move(text.value());
-    r.completion.prompt = model.tokenizer->Encode(r.prompt_text, /*add_bos=*/false, /*parse_special=*/true);
+    API_RETURN_IF_ERROR(EncodePrompt(r.prompt_text, model, "messages", &r.completion.prompt));
     // With tools the model's next move after its calls is "<|tool_response>": the caller's turn.
     if (r.channels && r.channels->tools) {
       const std::vector<int32_t> id = model.tokenizer->Encode("<|tool_response>", false, true);

@@ -301,7 +301,41 @@ std::vector<Fragment> PartitionLeftmostLongest(const Model& m, const tokenizer_i
 
 }  // namespace
 
-Tokenizer::Tokenizer(std::unique_ptr<Model> m) : m_(std::move(m)) {}
+namespace {
+
+using tokenizer_internal::NormalizerStep;
+using tokenizer_internal::PreTokenizerStep;
+
+// The most input bytes one token of Encode's output can stand for; 0 where there is no bound.
+// A token's text bounds what it covers, since escaping spaces ("▁") and prefixes only lengthen
+// the text; a character with no piece becomes byte tokens or one <unk> (at most 4 bytes).
+int64_t MaxBytesPerToken(const Model& m) {
+  const bool bytes = (m.kind != Tokenizer::Kind::kHfBpe || m.byte_fallback) &&
+                     std::all_of(m.byte_tokens.begin(), m.byte_tokens.end(), [](int32_t id) { return id >= 0; });
+  if (!bytes && (m.unk < 0 || m.fuse_unk)) return 0;  // characters dropped, or runs fused into one <unk>
+  int64_t most = 4;
+  for (int32_t i = 0; i < static_cast<int32_t>(m.tokens.size()); ++i) {
+    if (m.tokens.attrs(i) & (kTokenLstrip | kTokenRstrip)) return 0;  // absorbs the spaces beside it
+    most = std::max<int64_t>(most, static_cast<int64_t>(m.tokens.text(i).size()));
+  }
+  for (const NormalizerStep& n : m.normalizer) {
+    if (n.kind != NormalizerStep::Kind::kReplace || n.content.size() >= n.pattern.size()) continue;
+    if (n.content.empty()) return 0;  // deletes text
+    most *= static_cast<int64_t>((n.pattern.size() + n.content.size() - 1) / n.content.size());
+  }
+  for (const PreTokenizerStep& p : m.pre_tokenizer)
+    if (p.kind == PreTokenizerStep::Kind::kSplit && p.behavior == PreTokenizerStep::Behavior::kRemoved) return 0;
+  return most;
+}
+
+}  // namespace
+
+Tokenizer::Tokenizer(std::unique_ptr<Model> m) : m_(std::move(m)), max_bytes_per_token_(MaxBytesPerToken(*m_)) {}
+
+int64_t Tokenizer::MinTokens(size_t text_bytes) const {
+  if (max_bytes_per_token_ <= 0) return 0;
+  return (static_cast<int64_t>(text_bytes) + max_bytes_per_token_ - 1) / max_bytes_per_token_;
+}
 Tokenizer::~Tokenizer() = default;
 
 std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos, bool parse_special) const {

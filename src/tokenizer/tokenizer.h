@@ -94,6 +94,12 @@ class Tokenizer {
   // their ids, as llama.cpp's tokenize(..., parse_special=true). Never fails: any byte sequence
   // (including invalid UTF-8) is encodable through byte fallback or <unk>.
   std::vector<int32_t> Encode(std::string_view text, bool add_bos, bool parse_special) const;
+  // A lower bound on Encode's length (without BOS) for any text of `text_bytes` bytes, known
+  // before encoding it: every input byte lands in a token and no token covers more than
+  // max_bytes_per_token() of them. 0 where the vocabulary gives no such bound (a normalizer or
+  // pre-tokenizer that deletes text, fused or dropped unknown characters, stripping added tokens).
+  int64_t MinTokens(size_t text_bytes) const;
+  int64_t max_bytes_per_token() const { return max_bytes_per_token_; }
 
   // The text one token renders to (special tokens as their text). "" for an id out of range.
   std::string TokenText(int32_t id) const;
@@ -128,6 +134,7 @@ class Tokenizer {
  private:
   explicit Tokenizer(std::unique_ptr<tokenizer_internal::Model> m);
   std::unique_ptr<tokenizer_internal::Model> m_;
+  int64_t max_bytes_per_token_ = 0;  // 0: no bound (MinTokens)
 };
 
 }  // namespace g4
