@@ -27,6 +27,13 @@ inline std::string PluginPath() {
   return p ? p : "";
 }
 
+// Client create options for the plugin under test: `cpu_devices` devices of XLA's CPU plugin
+// (cpu_device_count); none for another plugin (JAX's CUDA plugin refuses options it does not know).
+inline std::vector<NamedOption> ClientOptions(int64_t cpu_devices = 1) {
+  if (PluginPath().find("cpu") == std::string::npos) return {};
+  return {{"cpu_device_count", cpu_devices}};
+}
+
 #define G4_REQUIRE_PJRT_PLUGIN() \
   if (::g4::xla::testing_util::PluginPath().empty()) {                                                  \
     GTEST_SKIP() << "GEMMA4RT_PJRT_PLUGIN is not set (scripts/setup-xla.sh)";                        \
@@ -41,7 +48,7 @@ inline Client* SharedClient() {
       ADD_FAILURE() << plugin.status().message();
       return std::unique_ptr<Client>();
     }
-    auto c = Client::Create(*plugin, {{"cpu_device_count", int64_t{1}}});
+    auto c = Client::Create(*plugin, ClientOptions(1));
     if (!c.ok()) {
       ADD_FAILURE() << c.status().message();
       return std::unique_ptr<Client>();

@@ -8,6 +8,7 @@
 //   4 kv_len    i32[S]   each sequence's cache length before the step
 //   5 kv_end    i32[S]   each sequence's cache length after the step (kv_len + its real rows)
 //   then every weight tensor the graph reads (LoweredStep::weights), in its device type
+//   (WeightDeviceType of StepShape::compute)
 //   then K and V of every cache-owning layer (LoweredStep::caches), [S, slots, Nkv*D] of kv_type,
 //   each aliased to its result (donated: updated in place).
 // Results: the graph's exported outputs (LoweredStep::outputs) as f32 [rows, cols], then the new
@@ -56,6 +57,9 @@ struct StepShape {
   // parameters of type F32 (the backend dequantises them at upload); false: such a weight is an
   // Unimplemented error.
   bool quantised_as_f32 = false;
+  // The dtype of every dot's operands (device_policy.h): kF32, kBF16 or kF16; dots accumulate and
+  // return f32. Weights are parameters of WeightDeviceType(t, compute).
+  DType compute = DType::kF32;
 };
 
 struct LoweredStep {

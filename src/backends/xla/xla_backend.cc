@@ -6,6 +6,7 @@
 #include <set>
 
 #include "backends/xla/compile_options.h"
+#include "backends/xla/device_policy.h"
 #include "backends/xla/lower.h"
 #include "base/check.h"
 
@@ -49,8 +50,11 @@ class XlaKvCache : public KvCacheBase {
 
 class XlaBackend : public Backend {
  public:
-  XlaBackend(std::unique_ptr<xla::Client> client, XlaDeviceInfo info, int64_t memory_limit)
-      : client_(std::move(client)), info_(std::move(info)), memory_limit_(memory_limit) {}
+  XlaBackend(std::unique_ptr<xla::Client> client, XlaDeviceInfo info, int64_t memory_limit, std::string limit_source)
+      : client_(std::move(client)), info_(std::move(info)) {
+    plan_.limit = memory_limit;
+    plan_.limit_source = std::move(limit_source);
+  }
   std::string Name() const override { return "xla-" + info_.platform; }
   bool CompilesPerShape() const override { return true; }
   Status PlanMemory(const Graph& graph, const KvCacheBase& cache) const override;
@@ -59,7 +63,14 @@ class XlaBackend : public Backend {
                                                        DType type) override;
 
   const XlaDeviceInfo& info() const { return info_; }
+  const xla::MemoryPlan& plan() const { return plan_; }
   xla::Client& client() { return *client_; }
+  int device() const { return info_.device; }
+  // The device to name in Execute: programs of a device other than the first are portable.
+  PJRT_Device* execute_device() const { return info_.device == 0 ? nullptr : client_->device(info_.device); }
+  // Adds a compiled step's working memory (`bytes`, for `step`) to the plan; the plan's error
+  // when it no longer fits.
+  Status AdmitStep(int64_t bytes, const std::string& step, const KvCacheBase& cache);
   // The compiled program of a module (compiled on first request).
   StatusOr<LoadedExecutable*> Program(const std::string& module);
   // The device buffer of a weight, uploaded on first request as `type` (its own dtype or F32).
@@ -70,8 +81,12 @@ class XlaBackend : public Backend {
   XlaDeviceInfo info_;
   std::map<std::string, std::unique_ptr<LoadedExecutable>> programs_;
   std::map<const Tensor*, Buffer> weights_;
-  int64_t memory_limit_;  // bytes; 0: unknown (no plan check)
+  mutable xla::MemoryPlan plan_;  // limit 0: unknown (no plan check)
 };
+
+std::string KvShape(const KvCacheBase& cache) {
+  return "(" + std::to_string(cache.max_seqs()) + " sequences x " + std::to_string(cache.max_context()) + " tokens)";
+}
 
 class XlaExecutable : public Executable {
  public:
@@ -97,7 +112,9 @@ class XlaExecutable : public Executable {
 StatusOr<LoadedExecutable*> XlaBackend::Program(const std::string& module) {
   auto it = programs_.find(module);
   if (it != programs_.end()) return it->second.get();
-  G4_ASSIGN_OR_RETURN(auto exe, client_->Compile(module, xla::SerializeCompileOptions()));
+  xla::CompileOptions options;
+  options.portable = info_.device != 0;
+  G4_ASSIGN_OR_RETURN(auto exe, client_->Compile(module, xla::SerializeCompileOptions(options)));
   LoadedExecutable* raw = exe.get();
   programs_.emplace(module, std::move(exe));
   return raw;
@@ -109,17 +126,24 @@ StatusOr<PJRT_Buffer*> XlaBackend::Weight(const Tensor* t, DType type) {
   if (t->dtype == DType::kQ4_0x4)
     return Unimplemented("weight '" + t->name + "' is packed for the CPU's kernels (Q4_0x4): load it unpacked for XLA");
   StatusOr<Buffer> b = InvalidArgument("");
+  const int dev = info_.device;
   if (xla::IsDeviceQuantised(type)) {  // the blocks' bytes, as stored
-    b = client_->Upload(t->data, PJRT_Buffer_Type_U8, xla::DeviceShape(*t));
+    b = client_->Upload(t->data, PJRT_Buffer_Type_U8, xla::DeviceShape(*t), dev);
   } else if (type == t->dtype) {
-    b = client_->Upload(t->data, PjrtType(type), t->shape);
-  } else {
-    G4_CHECK(type == DType::kF32 && !t->shape.empty());
+    b = client_->Upload(t->data, PjrtType(type), t->shape, dev);
+  } else {  // converted at load: to F32, or (a bf16/f16 compute dtype) to BF16/F16, rounded to nearest even
+    G4_CHECK((type == DType::kF32 || type == DType::kF16 || type == DType::kBF16) && !t->shape.empty());
     const int64_t K = t->shape.back(), rows = t->numel() / K;
     std::vector<float> f(static_cast<size_t>(t->numel()));
     const size_t row_bytes = DTypeRowBytes(t->dtype, K);
     for (int64_t r = 0; r < rows; ++r) ConvertToF32(t->dtype, t->data + r * row_bytes, f.data() + r * K, K);
-    b = client_->Upload(f.data(), PJRT_Buffer_Type_F32, t->shape);
+    if (type == DType::kF32) {
+      b = client_->Upload(f.data(), PJRT_Buffer_Type_F32, t->shape, dev);
+    } else {
+      std::vector<uint16_t> h(f.size());
+      for (size_t i = 0; i < f.size(); ++i) h[i] = type == DType::kBF16 ? F32ToBf16(f[i]) : F32ToF16(f[i]);
+      b = client_->Upload(h.data(), PjrtType(type), t->shape, dev);
+    }
   }
   if (!b.ok()) return Status(b.status().code(), "uploading weight '" + t->name + "': " + b.status().message());
   PJRT_Buffer* raw = b->get();
@@ -128,15 +152,22 @@ StatusOr<PJRT_Buffer*> XlaBackend::Weight(const Tensor* t, DType type) {
 }
 
 Status XlaBackend::PlanMemory(const Graph& graph, const KvCacheBase& cache) const {
-  if (memory_limit_ <= 0) return OkStatus();
-  size_t weights = 0;
-  for (const Tensor* t : xla::GraphWeights(graph)) weights += xla::DeviceBytes(*t);
-  const size_t kv = cache.bytes(), need = weights + kv;
-  if (need <= static_cast<size_t>(memory_limit_)) return OkStatus();
-  return ResourceExhausted("the model does not fit on the device: weights " + std::to_string(weights) + " bytes + KV cache " +
-                           std::to_string(kv) + " bytes (" + std::to_string(cache.max_seqs()) + " sequences x " +
-                           std::to_string(cache.max_context()) + " tokens) = " + std::to_string(need) + " bytes > " +
-                           std::to_string(memory_limit_) + " bytes of device memory, before the steps' working memory");
+  int64_t weights = 0;
+  for (const Tensor* t : xla::GraphWeights(graph))
+    weights += static_cast<int64_t>(xla::WeightDeviceBytes(*t, xla::WeightDeviceType(*t, info_.compute)));
+  plan_.weights = weights;
+  plan_.kv = static_cast<int64_t>(cache.bytes());
+  return xla::CheckMemoryPlan(plan_, KvShape(cache));
+}
+
+Status XlaBackend::AdmitStep(int64_t bytes, const std::string& step, const KvCacheBase& cache) {
+  if (bytes <= plan_.step) return OkStatus();
+  xla::MemoryPlan next = plan_;
+  next.step = bytes;
+  next.step_name = step;
+  G4_RETURN_IF_ERROR(xla::CheckMemoryPlan(next, KvShape(cache)));
+  plan_ = next;
+  return OkStatus();
 }
 
 StatusOr<std::unique_ptr<Executable>> XlaBackend::Compile(const Graph& graph, int num_tokens, int num_output_rows) {
@@ -147,6 +178,9 @@ StatusOr<std::unique_ptr<Executable>> XlaBackend::Compile(const Graph& graph, in
 StatusOr<std::unique_ptr<KvCacheBase>> XlaBackend::CreateKvCache(const ModelConfig& config, int max_seqs, int max_context,
                                                                  DType type) {
   if (!IsKvCacheType(type)) return InvalidArgument("KV cache type must be f32, f16 or bf16");
+  if (type == DType::kBF16 && info_.compute == DType::kF16)
+    return InvalidArgument("--cache-type bf16: this device computes in f16 (" + info_.compute_reason +
+                           "); no bf16 buffer goes to it: use --cache-type f16 or f32");
   auto cache = std::make_unique<XlaKvCache>(this, max_seqs, max_context, type);
   std::vector<uint8_t> zeros;
   for (int l = 0; l < config.num_layers; ++l) {
@@ -157,7 +191,7 @@ StatusOr<std::unique_ptr<KvCacheBase>> XlaBackend::CreateKvCache(const ModelConf
     const size_t bytes = static_cast<size_t>(max_seqs) * c.slots * c.width * DTypeSize(type);
     if (zeros.size() < bytes) zeros.assign(bytes, 0);
     for (auto* list : {&cache->k, &cache->v}) {
-      auto b = client_->Upload(zeros.data(), PjrtType(type), dims);
+      auto b = client_->Upload(zeros.data(), PjrtType(type), dims, info_.device);
       if (!b.ok())
         return Status(b.status().code(), "allocating the KV cache of layer " + std::to_string(l) + " (" +
                                              std::to_string(bytes) + " bytes) on the device: " + b.status().message());
@@ -180,9 +214,20 @@ StatusOr<XlaExecutable::Variant*> XlaExecutable::GetVariant(StepMode mode, const
   sh.kv_type = cache.type();
   sh.caches = cache.layers;
   sh.quantised_as_f32 = true;
+  sh.compute = backend_->info().compute;
   Variant v;
   G4_ASSIGN_OR_RETURN(v.lowered, xla::LowerGraph(graph_, sh));
   G4_ASSIGN_OR_RETURN(v.program, backend_->Program(v.lowered.module));
+  // The memory plan with this step's working memory, before its weights go to the device or it runs.
+  if (auto stats = v.program->MemoryStats(); stats.ok()) {
+    int64_t resident = static_cast<int64_t>(cache.bytes());
+    for (size_t i = 0; i < v.lowered.weights.size(); ++i)
+      resident += static_cast<int64_t>(xla::WeightDeviceBytes(*v.lowered.weights[i], v.lowered.weight_types[i]));
+    const std::string step = mode == StepMode::kOneSequence
+                                 ? "prefill step of " + std::to_string(Tb_) + " tokens"
+                                 : "decode step of " + std::to_string(Tb_) + " sequences";
+    G4_RETURN_IF_ERROR(backend_->AdmitStep(xla::StepWorkingBytes(*stats, resident), step, cache));
+  }
   for (size_t i = 0; i < v.lowered.weights.size(); ++i)
     G4_RETURN_IF_ERROR(backend_->Weight(v.lowered.weights[i], v.lowered.weight_types[i]).status());
   return &variants_.emplace(mode, std::move(v)).first->second;
@@ -214,7 +259,7 @@ Status XlaExecutable::Run(const StepInput& in, KvCacheBase& base) {
   std::vector<Buffer> inputs;
   for (const std::vector<int32_t>* data : {&tokens, &positions, &seqs, &rows, &kv_len, &kv_end}) {
     const int64_t dims[1] = {static_cast<int64_t>(data->size())};
-    G4_ASSIGN_OR_RETURN(Buffer b, client.Upload(data->data(), PJRT_Buffer_Type_S32, dims));
+    G4_ASSIGN_OR_RETURN(Buffer b, client.Upload(data->data(), PJRT_Buffer_Type_S32, dims, backend_->device()));
     inputs.push_back(std::move(b));
   }
   std::vector<PJRT_Buffer*> args;
@@ -229,7 +274,7 @@ Status XlaExecutable::Run(const StepInput& in, KvCacheBase& base) {
     args.push_back(cache->k[i].get());
     args.push_back(cache->v[i].get());
   }
-  G4_ASSIGN_OR_RETURN(std::vector<Buffer> outs, v->program->Execute(args, keep));
+  G4_ASSIGN_OR_RETURN(std::vector<Buffer> outs, v->program->Execute(args, keep, backend_->execute_device()));
   const size_t num_out = v->lowered.outputs.size();
   G4_CHECK(outs.size() == num_out + 2 * cache->layers.size());
   // The donated cache buffers are invalid now: their storage is the new caches'.
@@ -267,16 +312,36 @@ StatusOr<std::unique_ptr<Backend>> MakeXlaBackend(const XlaBackendOptions& optio
   info.api_version = plugin->VersionString();
   info.platform = client->platform_name();
   info.platform_version = client->platform_version();
-  G4_ASSIGN_OR_RETURN(info.device_kind, client->DeviceKind(0));
-  info.memory_bytes = client->DeviceMemoryLimit(0);
-  info.compute_dtype = "f32";
-  const int64_t limit = options.device_memory_bytes > 0 ? options.device_memory_bytes : info.memory_bytes;
-  return std::unique_ptr<Backend>(new XlaBackend(std::move(client), std::move(info), limit));
+  info.num_devices = client->num_devices();
+  if (options.device < 0 || options.device >= info.num_devices)
+    return InvalidArgument("--device " + std::to_string(options.device) + ": the " + info.platform + " plugin has " +
+                           std::to_string(info.num_devices) + " addressable device(s), 0 to " +
+                           std::to_string(info.num_devices - 1));
+  info.device = options.device;
+  G4_ASSIGN_OR_RETURN(info.device_kind, client->DeviceKind(info.device));
+  info.memory_bytes = client->DeviceMemoryLimit(info.device);
+  if (auto attrs = client->DeviceAttributes(info.device); attrs.ok())  // a plugin without attributes: none
+    for (const auto& [name, value] : *attrs)
+      if (name == "compute_capability") info.compute_capability = value;
+  G4_ASSIGN_OR_RETURN(xla::ComputePolicy policy,
+                      xla::ChooseComputeDtype(info.platform, info.compute_capability, options.compute_dtype));
+  info.compute = policy.dtype;
+  info.compute_dtype = info.compute == DType::kF32 ? "f32" : info.compute == DType::kBF16 ? "bf16" : "f16";
+  info.compute_reason = policy.reason;
+  const bool given = options.device_memory_bytes > 0;
+  const int64_t limit = given ? options.device_memory_bytes : info.memory_bytes;
+  return std::unique_ptr<Backend>(
+      new XlaBackend(std::move(client), std::move(info), limit, given ? "the limit given, --device-memory" : "the device's"));
 }
 
 const XlaDeviceInfo* XlaInfo(const Backend& backend) {
   const auto* x = dynamic_cast<const XlaBackend*>(&backend);
   return x ? &x->info() : nullptr;
+}
+
+const xla::MemoryPlan* XlaPlan(const Backend& backend) {
+  const auto* x = dynamic_cast<const XlaBackend*>(&backend);
+  return x ? &x->plan() : nullptr;
 }
 
 }  // namespace g4
