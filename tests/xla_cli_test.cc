@@ -2,8 +2,10 @@
 // it): the device policy line says which compute dtype was chosen and why; --compute-dtype,
 // --device and --device-memory refused where they cannot apply, each a clear error and a non-zero
 // exit; a memory plan that does not fit (weights + KV cache, or with the step's working memory)
-// refused before the first token, naming the parts and their bytes.
+// refused before the first token, naming the parts and their bytes. bench's batched decode tests.
 #include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
 
 #include "backends/xla/lower.h"
 #include "cli_runner.h"
@@ -110,6 +112,27 @@ TEST(XlaCliPolicyTest, APlanThatDoesNotFitIsRefusedWithTheArithmetic) {
   CliResult roomy = RunCli(gen + " --device-memory 1G");
   EXPECT_EQ(roomy.status, 0) << roomy.out;
   EXPECT_FALSE(Ids(roomy.out).empty()) << roomy.out;
+}
+
+// bench --decode-batch (the device check's batch 8 and 32): one tg test per batch, every
+// sequence's tokens counted, one weight read per step shared by its tokens.
+TEST(XlaBenchTest, DecodeBatchTestsRunBatchedSteps) {
+  G4_REQUIRE_PJRT_PLUGIN();
+  CliResult r = RunCli("bench -m " + TinyModel() + " -p 0 -n 3 -r 1 --decode-batch 1,4 --bw-mib 0 --json" + Xla());
+  ASSERT_EQ(r.status, 0) << r.out;
+  const nlohmann::json j = test_util::BenchJson(r);
+  ASSERT_TRUE(j.is_object()) << r.out;
+  ASSERT_EQ(j["results"].size(), 2u) << r.out;
+  const nlohmann::json& one = j["results"][0];
+  const nlohmann::json& four = j["results"][1];
+  EXPECT_EQ(one["test"], "tg3");
+  EXPECT_EQ(one["batch"], 1);
+  EXPECT_EQ(four["test"], "tg3x4");
+  EXPECT_EQ(four["batch"], 4);
+  EXPECT_EQ(four["weight_bytes_per_token"].get<int64_t>(), one["weight_bytes_per_token"].get<int64_t>() / 4);
+  EXPECT_EQ(four["kv_bytes_per_token"], one["kv_bytes_per_token"]);
+  EXPECT_GT(four["tokens_per_second"].get<double>(), 0);
+  EXPECT_EQ(j["tg3x4"], four["tokens_per_second"]);
 }
 
 }  // namespace
