@@ -230,7 +230,7 @@ for r in j["results"]:
     if r["n_gen"] and bw > 0:
         per_token = r["weight_bytes_per_token"] + r["kv_bytes_per_token"]
         line += f", {per_token * r['tokens_per_second'] / bw:6.1%} of the copy bandwidth"
-        line += f" ({per_token * r['batch'] / 2**20:.0f} MiB read per step)"
+        line += f" ({per_token * r['batch'] / 2**20:.1f} MiB read per step)"
     print(line)
 EOF
   else

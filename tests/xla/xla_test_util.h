@@ -28,8 +28,11 @@ inline std::string PluginPath() {
 }
 
 // Client create options for the plugin under test: `cpu_devices` devices of XLA's CPU plugin
-// (cpu_device_count); none for another plugin (JAX's CUDA plugin refuses options it does not know).
+// (cpu_device_count); for JAX's CUDA plugin no preallocation (a test binary holds several clients
+// at once, each of which would otherwise take 75% of the GPU); none for another plugin (plugins
+// refuse options they do not know).
 inline std::vector<NamedOption> ClientOptions(int64_t cpu_devices = 1) {
+  if (PluginPath().find("cuda") != std::string::npos) return {{"preallocate", false}};
   if (PluginPath().find("cpu") == std::string::npos) return {};
   return {{"cpu_device_count", cpu_devices}};
 }
