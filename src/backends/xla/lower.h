@@ -54,8 +54,8 @@ struct StepShape {
   // Weights are parameters in their own dtype: F32, F16 and BF16 as such, Q8_0, Q4_0 and W4G32 as
   // their blocks' bytes (ui8 [..., K/32, block bytes], dequantised inside the step where they are
   // read: IsDeviceQuantised). true: weights of other dtypes (other GGUF block types) are
-  // parameters of type F32 (the backend dequantises them at upload); false: such a weight is an
-  // Unimplemented error.
+  // parameters of WeightDeviceType (F32, or the compute dtype for matrices; the backend
+  // dequantises them at upload); false: such a weight is an Unimplemented error.
   bool quantised_as_f32 = false;
   // The dtype of every dot's operands (device_policy.h): kF32, kBF16 or kF16; dots accumulate and
   // return f32. Weights are parameters of WeightDeviceType(t, compute).
