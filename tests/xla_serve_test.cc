@@ -2,7 +2,9 @@
 // prompts: it has no tokenizer), through XLA's CPU plugin (GEMMA4RT_PJRT_PLUGIN; skipped without
 // it): greedy completions give the token ids of a CPU-backend server with the same f32 arithmetic,
 // streamed and not; concurrent requests (continuous batching) each give their solo ids; a client
-// that hangs up mid-stream frees its slot. And the CLI: generate and info on --backend xla, and
+// that hangs up mid-stream frees its slot and leaves a concurrent request's ids as they are alone;
+// chat completions on the real Gemma 3 270M (it has a chat template) give the CPU-backend
+// server's text, streamed and not. And the CLI: generate and info on --backend xla, and
 // the plugin errors as a non-zero exit with the reason.
 #include <gtest/gtest.h>
 
@@ -26,10 +28,11 @@ using test_util::RunCli;
 
 std::string TinyModel() { return std::string(GEMMA4RT_TEST_DATA_DIR) + "/golden/gemma4-e2b-tiny"; }
 
-std::unique_ptr<ServeInstance> StartServer(const std::string& backend, int parallel) {
+std::unique_ptr<ServeInstance> StartServer(const std::string& backend, int parallel, const std::string& model = TinyModel(),
+                                           int ctx = 64) {
   ServeOptions o;
-  o.model = TinyModel();
-  o.ctx = 64;
+  o.model = model;
+  o.ctx = ctx;
   o.parallel = parallel;
   o.host = "127.0.0.1";
   o.port = 0;
@@ -88,8 +91,14 @@ TEST(XlaServeTest, CompletionsMatchTheCpuBackendStreamedAndConcurrent) {
 
 TEST(XlaServeTest, AClientThatHangsUpMidStreamFreesItsSlot) {
   G4_REQUIRE_PJRT_PLUGIN();
-  auto on_xla = StartServer("xla", 1);
-  ASSERT_TRUE(on_xla);
+  auto cpu = StartServer("cpu", 1);
+  auto on_xla = StartServer("xla", 2);
+  ASSERT_TRUE(cpu && on_xla);
+  const std::vector<int32_t> b = {2, 9, 8, 7, 6, 5, 4, 3, 250, 11, 12};
+  const json want_b = Complete(cpu->port(), b, 24);
+  ASSERT_EQ(want_b.size(), 24u);
+  // Another request in the other slot while the stream is cancelled: its ids are its solo ids.
+  auto other = std::async(std::launch::async, [&] { return Complete(on_xla->port(), b, 24); });
   httplib::Client c("127.0.0.1", on_xla->port());
   c.set_read_timeout(300, 0);
   httplib::Request req;
@@ -108,8 +117,56 @@ TEST(XlaServeTest, AClientThatHangsUpMidStreamFreesItsSlot) {
   c.send(req, res, err);
   EXPECT_NE(got.find("\"token_ids\""), std::string::npos) << got;
   EXPECT_EQ(got.find("[DONE]"), std::string::npos) << "the stream ended before the hang-up";
-  // The only slot is free again: a new request completes.
+  EXPECT_EQ(other.get(), want_b);
+  // The slot is free again: two new requests complete at once.
+  auto again = std::async(std::launch::async, [&] { return Complete(on_xla->port(), b, 24, true); });
   EXPECT_EQ(Complete(on_xla->port(), {2, 17, 300}, 4).size(), 4u);
+  EXPECT_EQ(again.get(), want_b);
+}
+
+// Chat completions on the real Gemma 3 270M GGUF: the chat template, the tokenizer and the
+// detokenised deltas around the XLA steps give the CPU-backend server's reply (same f32
+// arithmetic), whole and streamed.
+TEST(XlaServeTest, ChatOnTheRealModelIsTheCpuBackendsReplyStreamedAndNot) {
+  G4_REQUIRE_PJRT_PLUGIN();
+  auto cpu = StartServer("cpu", 1, DefaultModelFile(), 128);
+  auto on_xla = StartServer("xla", 1, DefaultModelFile(), 128);
+  ASSERT_TRUE(cpu && on_xla);
+  const json req = {{"messages", {{{"role", "user"}, {"content", "What is the capital of France?"}}}},
+                    {"max_tokens", 8}, {"temperature", 0}};
+  auto post = [](int port, const json& body) {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(300, 0);
+    auto r = c.Post("/v1/chat/completions", body.dump(), "application/json");
+    EXPECT_TRUE(r && r->status == 200) << (r ? r->body : "no reply");
+    return r ? r->body : std::string();
+  };
+  const json want = json::parse(post(cpu->port(), req), nullptr, false);
+  ASSERT_TRUE(want.is_object());
+  const std::string text = want["choices"][0]["message"]["content"];
+  ASSERT_FALSE(text.empty());
+  const json got = json::parse(post(on_xla->port(), req), nullptr, false);
+  ASSERT_TRUE(got.is_object());
+  EXPECT_EQ(got["choices"][0]["message"]["content"], text);
+  EXPECT_EQ(got["choices"][0]["finish_reason"], want["choices"][0]["finish_reason"]);
+  EXPECT_EQ(got["usage"], want["usage"]);
+  json sreq = req;
+  sreq["stream"] = true;
+  std::stringstream ss(post(on_xla->port(), sreq));
+  std::string line, streamed, finish;
+  bool done = false;
+  while (std::getline(ss, line)) {
+    if (line == "data: [DONE]") done = true;
+    if (line.rfind("data: {", 0) != 0) continue;
+    const json j = json::parse(line.substr(6), nullptr, false);
+    ASSERT_EQ(j["object"], "chat.completion.chunk") << line;
+    const json& c = j["choices"][0];
+    if (c["delta"].contains("content") && c["delta"]["content"].is_string()) streamed += c["delta"]["content"].get<std::string>();
+    if (c["finish_reason"].is_string()) finish = c["finish_reason"];
+  }
+  EXPECT_TRUE(done);
+  EXPECT_EQ(streamed, text);
+  EXPECT_EQ(finish, want["choices"][0]["finish_reason"]);
 }
 
 TEST(XlaCliTest, GenerateLogitsBenchAndInfoRunOnXla) {

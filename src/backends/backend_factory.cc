@@ -8,6 +8,7 @@
 #include "backends/cpu/kernels.h"
 #if GEMMA4RT_HAVE_XLA
 #include "backends/xla/mesh.h"
+#include "backends/xla/device_policy.h"
 #include "backends/xla/xla_backend.h"
 #endif
 
@@ -76,6 +77,12 @@ StatusOr<std::string> FindPjrtPlugin(std::vector<std::string>* searched) {
 StatusOr<std::unique_ptr<Backend>> MakeBackend(const BackendOptions& o) {
   if (o.backend == "cpu") {
     if (!o.mesh.empty() || o.devices != 0) return InvalidArgument("--mesh and --devices need --backend xla");
+    if (o.device != 0) return InvalidArgument("--device applies to --backend xla (a PJRT plugin's devices)");
+    if (o.device_memory != 0) return InvalidArgument("--device-memory applies to --backend xla (the device's memory plan)");
+    if (o.compute_dtype != "auto" && o.compute_dtype != "f32")
+      return InvalidArgument("--compute-dtype " + o.compute_dtype +
+                             ": the CPU backend accumulates in f32 (its activation policy is --f32-activations); "
+                             "--compute-dtype applies to --backend xla");
     CpuBackendOptions co = CpuBackendOptionsFor(o.f32_activations);
     co.profile = o.profile;
     return MakeCpuBackend(o.threads, co);
@@ -84,6 +91,8 @@ StatusOr<std::unique_ptr<Backend>> MakeBackend(const BackendOptions& o) {
 #if GEMMA4RT_HAVE_XLA
   xla::Mesh mesh;
   if (!o.mesh.empty() && o.devices > 0) return InvalidArgument("give --mesh or --devices, not both");
+  if ((!o.mesh.empty() || o.devices > 1) && o.device != 0)
+    return InvalidArgument("--device picks one device; a mesh runs on devices 0 to N-1 (drop --device)");
   if (!o.mesh.empty()) {
     G4_ASSIGN_OR_RETURN(mesh, xla::ParseMesh(o.mesh));
   } else if (o.devices != 0) {
@@ -98,6 +107,9 @@ StatusOr<std::unique_ptr<Backend>> MakeBackend(const BackendOptions& o) {
   XlaBackendOptions xo;
   xo.plugin_path = path;
   xo.mesh = mesh;
+  xo.compute_dtype = o.compute_dtype;
+  xo.device = o.device;
+  xo.device_memory_bytes = o.device_memory;
   return MakeXlaBackend(xo);
 #else
   return Unimplemented("--backend xla: this build has no XLA backend (configure with the PJRT C API header: "
@@ -111,9 +123,11 @@ std::string DevicePolicyFields(const Backend& backend, const BackendOptions& o) 
     char mem[64] = "unreported";
     if (x->memory_bytes > 0) std::snprintf(mem, sizeof mem, "%.1fGiB", x->memory_bytes / 1073741824.0);
     return "backend=xla plugin=" + x->plugin_path + " api=" + x->api_version + " platform=" + x->platform +
-           " device=\"" + x->device_kind + "\" device_memory=" + mem +
-           (x->mesh.size() > 1 ? " mesh=" + x->mesh.ToString() : std::string()) + " compute=" + x->compute_dtype +
-           " weights_on_device=f32/f16/bf16/q8_0/q4_0/w4g32-as-stored,other-quantised-as-f32";
+           " device=\"" + x->device_kind + "\" device_index=" + std::to_string(x->device) + "/" +
+           std::to_string(x->num_devices) + (x->compute_capability.empty() ? "" : " compute_capability=" + x->compute_capability) +
+           " device_memory=" + mem + (x->mesh.size() > 1 ? " mesh=" + x->mesh.ToString() : std::string()) +
+           " compute=" + x->compute_dtype + " compute_policy=\"" + x->compute_reason +
+           "\" weights_on_device=" + xla::WeightsOnDevice(x->compute);
   }
 #endif
   (void)backend;
@@ -138,6 +152,14 @@ int MeshDataAxis(const BackendOptions& o) {
 #endif
   (void)o;
   return 1;
+}
+
+std::string MemoryPlanText(const Backend& backend) {
+#if GEMMA4RT_HAVE_XLA
+  if (const xla::MemoryPlan* p = XlaPlan(backend)) return xla::DescribeMemoryPlan(*p);
+#endif
+  (void)backend;
+  return "";
 }
 
 bool PackQ4_0For(const BackendOptions& o, bool no_repack) {

@@ -26,16 +26,28 @@ struct BackendOptions {
   int threads = 1;               // CPU worker threads (>= 1)
   bool f32_activations = false;  // CPU: CpuBackendOptionsFor
   bool profile = false;          // CPU: CpuBackendOptions::profile (`bench --profile`)
+  // XLA only (the CPU backend refuses other values): --compute-dtype auto|f32|bf16|f16 (the
+  // device policy, src/backends/xla/device_policy.h), --device N (index into the plugin's
+  // addressable devices), --device-memory SIZE (bytes the memory plan checks against; 0: the
+  // device's own limit).
+  std::string compute_dtype = "auto";
+  int device = 0;
+  int64_t device_memory = 0;
 };
 
-// Errors: InvalidArgument for an unknown backend name; for "xla": Unimplemented in a build
-// without the XLA backend, NotFound when no plugin is given or found (naming where it looked),
-// and MakeXlaBackend's (a file that is not a plugin, another API major version, the plugin's own).
+inline const std::vector<std::string> kComputeDtypeFlagValues = {"auto", "f32", "bf16", "f16"};
+
+// Errors: InvalidArgument for an unknown backend name or an XLA-only option given to "cpu"; for
+// "xla": Unimplemented in a build without the XLA backend, InvalidArgument for a --device out of
+// range or a --compute-dtype the device cannot honour (with the reason), NotFound when no plugin
+// is given or found (naming where it looked), and MakeXlaBackend's (a file that is not a plugin,
+// another API major version, the plugin's own).
 StatusOr<std::unique_ptr<Backend>> MakeBackend(const BackendOptions& options);
 
 // The device-policy fields of a backend MakeBackend made, for the first log line and `info`:
 // "backend=cpu simd=AVX2 compute=f32 activations=..." or "backend=xla plugin=PATH api=0.115
-// platform=cpu device=cpu device_memory=... compute=f32 weights_on_device=...".
+// platform=cpu device=cpu device_index=0/1 device_memory=... compute=f32 compute_policy=\"auto: ...\"
+// weights_on_device=...".
 std::string DevicePolicyFields(const Backend& backend, const BackendOptions& options);
 
 // The per-device memory plan of `graph` on the backend's device mesh (--mesh), for `info --mesh`:
@@ -46,6 +58,9 @@ StatusOr<std::vector<std::string>> MeshPlanLines(const Backend& backend, const G
                                                  int max_seqs, int max_context, DType kv_type);
 // The sequences the smallest valid plan of `options`' mesh holds (its data axis; 1 without a mesh).
 int MeshDataAxis(const BackendOptions& options);
+// The XLA backend's memory plan so far (weights + KV cache + the largest compiled step against the
+// device's memory), for a log line after warm-up; "" for another backend.
+std::string MemoryPlanText(const Backend& backend);
 
 // Whether the loader should repack Q4_0 weights for the CPU kernels (LoadOptions::pack_q4_0):
 // only for the CPU backend (PackQ4_0ForCpu); the XLA backend reads weights as stored.

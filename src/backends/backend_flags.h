@@ -1,4 +1,5 @@
-// --backend and --pjrt-plugin for a CLI11 app (the CLI's commands and `serve` add the same flags).
+// --backend, --pjrt-plugin and the XLA device flags for a CLI11 app (the CLI's commands and
+// `serve` add the same flags).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -20,6 +21,17 @@ inline void AddBackendFlags(CLI::App* app, BackendOptions* o) {
                                "splits heads, MLP, vocabulary, experts; data splits the sequence slots)");
   app->add_option("--devices", o->devices, "with --backend xla: split the model over N devices (--mesh model=N)")
       ->excludes(mesh);
+  app->add_option("--compute-dtype", o->compute_dtype,
+                  "--backend xla: the dtype of the matmuls (f32 accumulation): auto (TPU and CUDA compute capability "
+                  ">= 8.0: bf16; CUDA below 8.0: f16; the CPU plugin: f32), f32, bf16 or f16; refused where the device "
+                  "has no such arithmetic")
+      ->check(CLI::IsMember(kComputeDtypeFlagValues));
+  app->add_option("--device", o->device, "--backend xla: which of the plugin's addressable devices runs the model (default 0)")
+      ->check(CLI::NonNegativeNumber);
+  app->add_option("--device-memory", o->device_memory,
+                  "--backend xla: the device memory the memory plan checks against, e.g. 512M or 8G (default: the "
+                  "device's own limit where the plugin reports it)")
+      ->transform(CLI::AsSizeValue(false));
 }
 
 }  // namespace g4

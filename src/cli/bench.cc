@@ -159,6 +159,10 @@ int BenchMain(int argc, char** argv) {
       ->delimiter(',')->check(CLI::Range(0, 1 << 20));
   app.add_option("-d,--depth,--n-depth", depths, "tokens already in the KV cache before measuring, comma-separated list "
                  "(clamped to the model's context)")->delimiter(',')->check(CLI::Range(0, 1 << 24));
+  std::vector<int> batches{1};
+  app.add_option("--decode-batch", batches, "sequences decoded together in each tg test (batched decode steps), "
+                 "comma-separated list; tokens/s counts every sequence's tokens")
+      ->delimiter(',')->check(CLI::Range(1, 4096));
   app.add_option("-r,--repetitions", reps, "repetitions of each test; the median is reported")->check(CLI::Range(1, 1000));
   app.add_option("--ubatch-size", ubatches, "prefill chunk in tokens (Engine prefill_chunk; -ub works too); a "
                  "comma-separated list runs the whole bench once per size, each in its own process")
@@ -376,8 +380,9 @@ int BenchMain(int argc, char** argv) {
     if (pct == 100) std::fprintf(stderr, "\n");
   });
 
+  dedupe(batches);
   EngineOptions opts;
-  opts.max_seqs = 1;
+  opts.max_seqs = *std::max_element(batches.begin(), batches.end());
   opts.max_context = context;
   opts.prefill_chunk = ubatch;
   opts.kv_type = kv_type;
@@ -395,16 +400,21 @@ int BenchMain(int argc, char** argv) {
   };
   std::vector<float> logits;
   const int32_t seq = 0;
-  auto fill = [&](int depth) -> Status {
-    engine.ResetSequence(seq);
-    if (depth == 0) return OkStatus();
-    const std::vector<int32_t> t = random_tokens(depth);
-    return engine.Prefill(seq, t, /*all_logits=*/false, &logits);
+  auto fill = [&](int depth, int batch = 1) -> Status {  // sequences 0 .. batch-1
+    for (int s = 0; s < batch; ++s) {
+      engine.ResetSequence(s);
+      if (depth == 0) continue;
+      const std::vector<int32_t> t = random_tokens(depth);
+      G4_RETURN_IF_ERROR(engine.Prefill(s, t, /*all_logits=*/false, &logits));
+    }
+    return OkStatus();
   };
-  auto decode_steps = [&](int n) -> Status {
+  auto decode_steps = [&](int n, int batch = 1) -> Status {  // n steps of sequences 0 .. batch-1
+    std::vector<int32_t> seqs(batch), toks(batch);
+    for (int s = 0; s < batch; ++s) seqs[s] = s;
     for (int i = 0; i < n; ++i) {
-      const int32_t tok = dist(rng);
-      G4_RETURN_IF_ERROR(engine.Decode(std::span<const int32_t>(&seq, 1), std::span<const int32_t>(&tok, 1), &logits));
+      for (int32_t& t : toks) t = dist(rng);
+      G4_RETURN_IF_ERROR(engine.Decode(seqs, toks, &logits));
     }
     return OkStatus();
   };
@@ -420,9 +430,11 @@ int BenchMain(int argc, char** argv) {
       // Two steps, or as many as the longest tg test when that is shorter (the context is sized
       // for the longest test: `-n 1` has room for one).
       const int warm = std::min(2, *std::max_element(n_gen.begin(), n_gen.end()));
-      Status st = fill(0);
-      if (st.ok()) st = decode_steps(warm);
-      if (!st.ok()) return Fail(st);
+      for (int b : batches) {
+        Status st = fill(0, b);
+        if (st.ok()) st = decode_steps(warm, b);
+        if (!st.ok()) return Fail(st);
+      }
     }
   }
 
@@ -496,24 +508,25 @@ int BenchMain(int argc, char** argv) {
       if (profile) PrintProfile(TestName(r), profile_spent, static_cast<double>(p) * reps);
       results.push_back(r);
     }
-    for (int n : n_gen) {
+    for (int n : n_gen) for (int batch : batches) {
       profile_spent.clear();
       TestResult r;
-      r.test = "tg" + std::to_string(n);
+      r.test = "tg" + std::to_string(n) + (batch > 1 ? "x" + std::to_string(batch) : "");
       r.prompt = false;
       r.n = n;
       r.depth = depth;
+      r.batch = batch;
       for (int rep = 0; rep < reps; ++rep) {
-        Status st = fill(depth);
+        Status st = fill(depth, batch);
         if (!st.ok()) return Fail(st);
         profile_start();
         const auto t0 = Clock::now();
-        st = decode_steps(n);
+        st = decode_steps(n, batch);
         const double ns = std::chrono::duration<double, std::nano>(Clock::now() - t0).count();
         profile_stop();
         if (!st.ok()) return Fail(st);
         r.samples_ns.push_back(ns);
-        r.samples_ts.push_back(n / (ns * 1e-9));
+        r.samples_ts.push_back(static_cast<double>(n) * batch / (ns * 1e-9));
         if (bw_each_rep) {
           peak_rss_seen = std::max(peak_rss_seen, PeakRssBytes());
           r.bw_samples.push_back(MeasureBandwidth(bw_bytes, threads, bw_iters));
@@ -521,7 +534,7 @@ int BenchMain(int argc, char** argv) {
         }
       }
       Summarize(&r);
-      r.weight_bytes = weight_read;
+      r.weight_bytes = weight_read / batch;  // one read of the weights per step, shared by its tokens
       double kv = 0;
       for (int i = 0; i < n; ++i) kv += static_cast<double>(KvBytesRead(config, static_cast<int64_t>(depth) + i + 1, kv_type));
       r.kv_bytes = static_cast<size_t>(kv / n);
@@ -535,11 +548,11 @@ int BenchMain(int argc, char** argv) {
         r.read_bandwidth_fraction = Median(r.read_fraction_samples);
       }
       report(r);
-      if (profile) PrintProfile(TestName(r), profile_spent, static_cast<double>(n) * reps);
+      if (profile) PrintProfile(TestName(r), profile_spent, static_cast<double>(n) * batch * reps);
       results.push_back(r);
     }
   }
-  engine.ResetSequence(seq);
+  for (int s = 0; s < opts.max_seqs; ++s) engine.ResetSequence(s);
 
   // Peak memory of the benchmark itself, without the bandwidth tests' buffers, and the budget it is
   // held to: the weights as stored plus the KV cache this run allocated, plus 10%.
@@ -597,6 +610,7 @@ int BenchMain(int argc, char** argv) {
       j["depth"] = r.depth;
       j["n_prompt"] = r.prompt ? r.n : 0;
       j["n_gen"] = r.prompt ? 0 : r.n;
+      j["batch"] = r.prompt ? 1 : r.batch;
       j["tokens_per_second"] = r.median_ts;
       j["avg_ts"] = r.avg_ts;
       j["stddev_ts"] = r.stddev_ts;

@@ -59,10 +59,11 @@ double Median(std::vector<double> v);
 double BandwidthFraction(double bytes_per_token, double tokens_per_s, double gbps);
 
 struct TestResult {
-  std::string test;  // "pp512", "tg128"
+  std::string test;  // "pp512", "tg128", "tg128x8" (8 sequences decoded together)
   bool prompt = true;
   int n = 0;
   int depth = 0;
+  int batch = 1;  // tg: sequences decoded in each step; tokens/s counts every sequence's tokens
   std::vector<double> samples_ns, samples_ts;
   double median_ts = 0, avg_ts = 0, stddev_ts = 0;
   // tg only

@@ -81,7 +81,9 @@ class Backend {
   // (the cache does not fit).
   // Checks, before the first step, that the weights `graph` reads and `cache` fit in the memory
   // the backend runs in. Errors: ResourceExhausted with the arithmetic (what needs how many bytes,
-  // against which limit). The CPU backend checks nothing (the KV cache is allocated already).
+  // against which limit). The CPU backend checks nothing (the KV cache is allocated already). A
+  // backend that compiles per shape adds each compiled step's working memory to the same plan
+  // before the step first runs (that Run fails with the same error when it no longer fits).
   virtual Status PlanMemory(const Graph& graph, const KvCacheBase& cache) const { return OkStatus(); }
   // Whether the first run of each step shape compiles a program for it (seconds on a real model):
   // a server then runs every shape it will use before it answers /health (Engine::Warmup).

@@ -293,6 +293,8 @@ void ServeInstance::Load(std::function<void()> before_load) {
       std::fprintf(stderr, "gemma4rt: warm-up: %d step shapes (prefill chunks up to %d tokens, decode of up to %d sequences) "
                    "compiled and run in %.1f s\n", *steps, opt_.prefill_chunk, opt_.parallel,
                    std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count());
+      if (const std::string plan = MemoryPlanText(engine_->backend()); !plan.empty())
+        std::fprintf(stderr, "gemma4rt: memory plan: %s\n", plan.c_str());
     }
     SchedulerOptions so;
     so.max_queue = opt_.max_queue;

@@ -27,6 +27,16 @@ inline std::string PluginPath() {
   return p ? p : "";
 }
 
+// Client create options for the plugin under test: `cpu_devices` devices of XLA's CPU plugin
+// (cpu_device_count); for JAX's CUDA plugin no preallocation (a test binary holds several clients
+// at once, each of which would otherwise take 75% of the GPU); none for another plugin (plugins
+// refuse options they do not know).
+inline std::vector<NamedOption> ClientOptions(int64_t cpu_devices = 1) {
+  if (PluginPath().find("cuda") != std::string::npos) return {{"preallocate", false}};
+  if (PluginPath().find("cpu") == std::string::npos) return {};
+  return {{"cpu_device_count", cpu_devices}};
+}
+
 #define G4_REQUIRE_PJRT_PLUGIN() \
   if (::g4::xla::testing_util::PluginPath().empty()) {                                                  \
     GTEST_SKIP() << "GEMMA4RT_PJRT_PLUGIN is not set (scripts/setup-xla.sh)";                        \
@@ -41,7 +51,7 @@ inline Client* SharedClient() {
       ADD_FAILURE() << plugin.status().message();
       return std::unique_ptr<Client>();
     }
-    auto c = Client::Create(*plugin, {{"cpu_device_count", int64_t{1}}});
+    auto c = Client::Create(*plugin, ClientOptions(1));
     if (!c.ok()) {
       ADD_FAILURE() << c.status().message();
       return std::unique_ptr<Client>();

@@ -36,6 +36,7 @@ std::string SerializeCompileOptions(const CompileOptions& o) {
   if (o.use_shardy_partitioner) PutInt(&build, 19, 1);
   std::string options;  // CompileOptionsProto
   PutMessage(&options, 3, build);
+  if (o.portable) PutInt(&options, 4, 1);
   return options;
 }
 

@@ -15,6 +15,9 @@ struct CompileOptions {
   bool use_spmd_partitioning = false;   // ExecutableBuildOptionsProto.use_spmd_partitioning = 6
   bool use_shardy_partitioner = false;  // ExecutableBuildOptionsProto.use_shardy_partitioner = 19
   int64_t device_ordinal = -1;  // ExecutableBuildOptionsProto.device_ordinal = 1; -1: not written
+  // CompileOptionsProto.compile_portable_executable = 4: no device assignment; each Execute names
+  // its device (LoadedExecutable::Execute's `device`). One replica and partition only.
+  bool portable = false;
 };
 
 // CompileOptionsProto { executable_build_options (field 3) { ... } }: the bytes for `options`.

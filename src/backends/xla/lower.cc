@@ -4,6 +4,7 @@
 #include <set>
 #include <variant>
 
+#include "backends/xla/device_policy.h"
 #include "base/check.h"
 
 namespace g4::xla {
@@ -89,7 +90,14 @@ class Lowering {
     };
     Shape scale_shape = lead;
     scale_shape.push_back(nb);
-    Value scale = b_.Convert(b_.Bitcast(at(0, 2), t == DType::kW4G32 ? ElemType::kBF16 : ElemType::kF16, scale_shape), kF32);
+    Value scale;
+    if (t == DType::kW4G32) {  // bf16 bytes (lo, hi) are the f32 with bytes (0, 0, lo, hi): no bf16 type on the device
+      std::vector<int64_t> zl = raw.shape;
+      zl[r - 1] = 2;
+      scale = b_.Bitcast(b_.Concat({b_.Splat(0, zl, ElemType::kU8), at(0, 2)}, static_cast<int>(r) - 1), kF32, scale_shape);
+    } else {
+      scale = b_.Convert(b_.Bitcast(at(0, 2), ElemType::kF16, scale_shape), kF32);
+    }
     Value qs = at(2, bytes);
     Value q;
     if (t == DType::kQ8_0) {
@@ -154,6 +162,8 @@ StatusOr<LoweredStep> LowerGraph(const Graph& graph, const StepShape& sh) {
   const int64_t T = sh.tokens, R = sh.output_rows, S = sh.max_seqs;
   G4_ASSIGN_OR_RETURN(ElemType kv_type, ElemTypeOf(sh.kv_type));
   if (kv_type == kI32) return InvalidArgument("KV cache type must be f32, f16 or bf16");
+  G4_ASSIGN_OR_RETURN(const ElemType compute, ElemTypeOf(sh.compute));
+  if (compute == kI32) return InvalidArgument("the compute dtype must be f32, bf16 or f16");
 
   const Value tokens = b.Param({T}, kI32);
   const Value positions = b.Param({T}, kI32);
@@ -175,7 +185,8 @@ StatusOr<LoweredStep> LowerGraph(const Graph& graph, const StepShape& sh) {
         out.weight_types.push_back(dt);
         continue;
       }
-      if (sh.quantised_as_f32 && dt != DType::kF16 && dt != DType::kBF16) dt = DType::kF32;
+      if (sh.quantised_as_f32 || dt == DType::kF32 || dt == DType::kF16 || dt == DType::kBF16)
+        dt = WeightDeviceType(*t, sh.compute);
       auto et = ElemTypeOf(dt);
       if (!et.ok() || *et == kI32)
         return Unimplemented("weight '" + t->name + "' is " + std::string(DTypeName(dt)) +
@@ -187,6 +198,15 @@ StatusOr<LoweredStep> LowerGraph(const Graph& graph, const StepShape& sh) {
   }
   auto W32 = [&](const Tensor* t) {
     return IsDeviceQuantised(t->dtype) ? lo.Dequant(weight.at(t), t->dtype) : b.Convert(weight.at(t), kF32);
+  };
+  // A weight as a dot operand: of the compute dtype.
+  auto Wc = [&](const Tensor* t) {
+    return IsDeviceQuantised(t->dtype) ? b.Convert(lo.Dequant(weight.at(t), t->dtype), compute) : b.Convert(weight.at(t), compute);
+  };
+  // dot_general of operands in the compute dtype, accumulated and returned in f32.
+  auto CDot = [&](const Value& x, const Value& y, const std::vector<int64_t>& lb, const std::vector<int64_t>& rb,
+                  const std::vector<int64_t>& lc, const std::vector<int64_t>& rc) {
+    return b.Dot(b.Convert(x, compute), b.Convert(y, compute), lb, rb, lc, rc, kF32);
   };
 
   // Exported outputs come first among the results; the caches follow, each aliased.
@@ -249,7 +269,7 @@ StatusOr<LoweredStep> LowerGraph(const Graph& graph, const StepShape& sh) {
               vals[i] = b.MulScalar(rows_of, op.scale);
             },
             [&](const MatMulOp& op) {
-              Value y = b.Dot(in(0), W32(op.w), {}, {}, {1}, {1});
+              Value y = b.Dot(b.Convert(in(0), compute), Wc(op.w), {}, {}, {1}, {1}, kF32);
               vals[i] = op.out_scale == 1.0f ? y : b.MulScalar(y, op.out_scale);
             },
             [&](const RmsNormOp& op) {
@@ -310,10 +330,10 @@ StatusOr<LoweredStep> LowerGraph(const Graph& graph, const StepShape& sh) {
                 if (op.window > 0) smask = b.And(smask, b.Compare(pj, b.Sub(pt, b.Splat(op.window, {T, T}, kI32)), Cmp::kGt));
                 Value self = b.Compare(b.Iota({T, T}, kI32, 0), b.Iota({T, T}, kI32, 1), Cmp::kEq);
                 smask = b.And(smask, b.Or(b.Broadcast(real, {T, T}, {1}), self));
-                Value s = b.Concat({scores(b.Dot(q4, kc, {1}, {1}, {3}, {2})), scores(b.Dot(q4, k3, {1}, {1}, {3}, {2}))}, 3);
+                Value s = b.Concat({scores(CDot(q4, kc, {1}, {1}, {3}, {2})), scores(CDot(q4, k3, {1}, {1}, {3}, {2}))}, 3);
                 Value mask = b.Broadcast(b.Concat({cmask, smask}, 1), s.shape, {1, 3});
                 Value p = lo.Softmax(b.Select(mask, s, b.Splat(kNegInf, s.shape, kF32)), 3);  // [Nkv, T, G, C+T]
-                Value o = b.Dot(p, b.Concat({vc, v3}, 0), {0}, {1}, {3}, {0});                // [Nkv, T, G, D]
+                Value o = CDot(p, b.Concat({vc, v3}, 0), {0}, {1}, {3}, {0});                // [Nkv, T, G, D]
                 vals[i] = b.Reshape(b.Transpose(o, {1, 0, 2, 3}), {T, Nq * D});
               } else {
                 Value kc = b.Convert(b.Reshape(b.TakeRows(cache_k[*ci], seq_clamped), {T, C, Nkv, D}), kF32);
@@ -321,14 +341,14 @@ StatusOr<LoweredStep> LowerGraph(const Graph& graph, const StepShape& sh) {
                 Value L = b.TakeRows(kv_len, seq_clamped);  // [T]
                 Value cmask = slot_mask(b.Broadcast(L, {T, C}, {0}), b.Iota({T, C}, kI32, 1),
                                         b.Broadcast(positions, {T, C}, {0}));
-                Value sc = scores(b.Dot(q4, kc, {0, 1}, {0, 2}, {3}, {3}));                       // [T, Nkv, G, C]
-                Value ss = b.Reshape(scores(b.Dot(q4, k3, {0, 1}, {0, 1}, {3}, {2})), {T, Nkv, G, 1});
+                Value sc = scores(CDot(q4, kc, {0, 1}, {0, 2}, {3}, {3}));                       // [T, Nkv, G, C]
+                Value ss = b.Reshape(scores(CDot(q4, k3, {0, 1}, {0, 1}, {3}, {2})), {T, Nkv, G, 1});
                 Value s = b.Concat({sc, ss}, 3);
                 Value mask = b.Broadcast(b.Concat({cmask, b.Splat(1, {T, 1}, ElemType::kPred)}, 1), s.shape, {0, 3});
                 Value p = lo.Softmax(b.Select(mask, s, b.Splat(kNegInf, s.shape, kF32)), 3);
                 Value pc = b.Slice(p, {0, 0, 0, 0}, {T, Nkv, G, C});
                 Value ps = b.Reshape(b.Slice(p, {0, 0, 0, C}, {T, Nkv, G, C + 1}), {T, Nkv, G});
-                Value o = b.Dot(pc, vc, {0, 1}, {0, 2}, {3}, {1});  // [T, Nkv, G, D]
+                Value o = CDot(pc, vc, {0, 1}, {0, 2}, {3}, {1});  // [T, Nkv, G, D]
                 o = b.Add(o, b.Mul(b.Broadcast(ps, {T, Nkv, G, D}, {0, 1, 2}), b.Broadcast(v3, {T, Nkv, G, D}, {0, 1, 3})));
                 vals[i] = b.Reshape(o, {T, Nq * D});
               }
@@ -373,10 +393,10 @@ StatusOr<LoweredStep> LowerGraph(const Graph& graph, const StepShape& sh) {
               Value hit = b.Compare(b.Broadcast(idx, {rows, k, E}, {0, 1}), b.Iota({rows, k, E}, kI32, 2), Cmp::kEq);
               Value dense = b.ReduceSum(b.Select(hit, b.Broadcast(wk, {rows, k, E}, {0, 1}), b.Splat(0, {rows, k, E}, kF32)), {1});
               // Every expert on every row (dense), weighted by the routing (zero where not chosen).
-              Value gu = b.Dot(y, W32(op.gate_up), {}, {}, {1}, {2});  // [rows, E, 2I]
+              Value gu = b.Dot(b.Convert(y, compute), Wc(op.gate_up), {}, {}, {1}, {2}, kF32);  // [rows, E, 2I]
               Value act = b.Mul(lo.GeluTanh(b.Slice(gu, {0, 0, 0}, {rows, E, I})), b.Slice(gu, {0, 0, I}, {rows, E, 2 * I}));
-              Value eo = b.Dot(act, W32(op.down), {1}, {0}, {2}, {2});  // [E, rows, H]
-              vals[i] = b.Dot(dense, eo, {0}, {1}, {1}, {0});           // [rows, H]
+              Value eo = b.Dot(b.Convert(act, compute), Wc(op.down), {1}, {0}, {2}, {2}, kF32);  // [E, rows, H]
+              vals[i] = b.Dot(dense, eo, {0}, {1}, {1}, {0});                                   // [rows, H]
             },
         },
         n.op);

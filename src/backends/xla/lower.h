@@ -8,6 +8,7 @@
 //   4 kv_len    i32[S]   each sequence's cache length before the step
 //   5 kv_end    i32[S]   each sequence's cache length after the step (kv_len + its real rows)
 //   then every weight tensor the graph reads (LoweredStep::weights), in its device type
+//   (WeightDeviceType of StepShape::compute)
 //   then K and V of every cache-owning layer (LoweredStep::caches), [S, slots, Nkv*D] of kv_type,
 //   each aliased to its result (donated: updated in place).
 // Results: the graph's exported outputs (LoweredStep::outputs) as f32 [rows, cols], then the new
@@ -54,12 +55,15 @@ struct StepShape {
   // Weights are parameters in their own dtype: F32, F16 and BF16 as such, Q8_0, Q4_0 and W4G32 as
   // their blocks' bytes (ui8 [..., K/32, block bytes], dequantised inside the step where they are
   // read: IsDeviceQuantised). true: weights of other dtypes (other GGUF block types) are
-  // parameters of type F32 (the backend dequantises them at upload); false: such a weight is an
-  // Unimplemented error.
+  // parameters of WeightDeviceType (F32, or the compute dtype for matrices; the backend
+  // dequantises them at upload); false: such a weight is an Unimplemented error.
   bool quantised_as_f32 = false;
   // SPMD over a mesh of more than one device: the module is partitioned over plan->mesh, weights
   // and caches carry the plan's shardings, the step inputs and exported outputs are replicated.
   const ShardPlan* shards = nullptr;
+  // The dtype of every dot's operands (device_policy.h): kF32, kBF16 or kF16; dots accumulate and
+  // return f32. Weights are parameters of WeightDeviceType(t, compute).
+  DType compute = DType::kF32;
 };
 
 struct LoweredStep {

@@ -215,12 +215,14 @@ StatusOr<CompiledMemory> LoadedExecutable::MemoryStats() const {
   m.alias_bytes = a.alias_size_in_bytes;
   m.temp_bytes = a.temp_size_in_bytes;
   m.code_bytes = a.generated_code_size_in_bytes;
+  m.peak_bytes = a.peak_memory_in_bytes;
   return m;
 }
 
 StatusOr<std::vector<Buffer>> LoadedExecutable::Execute(std::span<PJRT_Buffer* const> args,
-                                                        std::span<const int64_t> non_donatable) {
-  G4_ASSIGN_OR_RETURN(auto outs, ExecuteSharded({std::vector<PJRT_Buffer*>(args.begin(), args.end())}, non_donatable));
+                                                        std::span<const int64_t> non_donatable, PJRT_Device* device) {
+  G4_ASSIGN_OR_RETURN(auto outs,
+                      ExecuteSharded({std::vector<PJRT_Buffer*>(args.begin(), args.end())}, non_donatable, device));
   return std::move(outs[0]);
 }
 
@@ -232,7 +234,7 @@ StatusOr<std::vector<PJRT_Device*>> LoadedExecutable::AddressableDevices() const
 }
 
 StatusOr<std::vector<std::vector<Buffer>>> LoadedExecutable::ExecuteSharded(
-    const std::vector<std::vector<PJRT_Buffer*>>& args, std::span<const int64_t> non_donatable) {
+    const std::vector<std::vector<PJRT_Buffer*>>& args, std::span<const int64_t> non_donatable, PJRT_Device* device) {
   G4_ASSIGN_OR_RETURN(size_t num_outputs, NumOutputs());
   const size_t n = args.size();
   if (n == 0) return InvalidArgument("execute: no argument list");
@@ -257,6 +259,7 @@ StatusOr<std::vector<std::vector<Buffer>>> LoadedExecutable::ExecuteSharded(
   a.num_args = args[0].size();
   a.output_lists = output_lists.data();
   a.device_complete_events = done.data();
+  a.execute_device = device;
   G4_RETURN_IF_ERROR(G4_PJRT_CALL(*plugin_, PJRT_LoadedExecutable_Execute, &a, "execute"));
   std::vector<std::vector<Buffer>> result(n);
   for (size_t d = 0; d < n; ++d) {
@@ -349,6 +352,35 @@ int64_t Client::DeviceMemoryLimit(int device) const {
   m.device = devices_[device];
   if (!G4_PJRT_CALL(*plugin_, PJRT_Device_MemoryStats, &m, "device memory").ok()) return 0;
   return m.bytes_limit_is_set ? m.bytes_limit : 0;
+}
+
+StatusOr<std::vector<std::pair<std::string, std::string>>> Client::DeviceAttributes(int device) const {
+  if (device < 0 || device >= num_devices())
+    return InvalidArgument("device " + std::to_string(device) + " does not exist: the " + platform_name_ +
+                           " client has " + std::to_string(num_devices()) + " device(s)");
+  auto d = G4_ARGS(PJRT_Device_GetDescription_Args);
+  d.device = devices_[device];
+  G4_RETURN_IF_ERROR(G4_PJRT_CALL(*plugin_, PJRT_Device_GetDescription, &d, "device description"));
+  auto a = G4_ARGS(PJRT_DeviceDescription_Attributes_Args);
+  a.device_description = d.device_description;
+  G4_RETURN_IF_ERROR(G4_PJRT_CALL(*plugin_, PJRT_DeviceDescription_Attributes, &a, "device attributes"));
+  std::vector<std::pair<std::string, std::string>> out;
+  for (size_t i = 0; i < a.num_attributes; ++i) {
+    const PJRT_NamedValue& v = a.attributes[i];
+    std::string text;
+    switch (v.type) {
+      case PJRT_NamedValue_kString: text.assign(v.string_value, v.value_size); break;
+      case PJRT_NamedValue_kInt64: text = std::to_string(v.int64_value); break;
+      case PJRT_NamedValue_kInt64List:
+        for (size_t j = 0; j < v.value_size; ++j) text += (j ? "." : "") + std::to_string(v.int64_array_value[j]);
+        break;
+      case PJRT_NamedValue_kFloat: text = std::to_string(v.float_value); break;
+      case PJRT_NamedValue_kBool: text = v.bool_value ? "true" : "false"; break;
+      default: continue;
+    }
+    out.emplace_back(std::string(v.name, v.name_size), std::move(text));
+  }
+  return out;
 }
 
 StatusOr<Buffer> Client::Upload(const void* data, PJRT_Buffer_Type type, std::span<const int64_t> dims, int device) {

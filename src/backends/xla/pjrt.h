@@ -14,6 +14,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -96,6 +97,7 @@ class Buffer {
 // Memory a compiled executable needs on its device, where the plugin reports it.
 struct CompiledMemory {
   int64_t argument_bytes = 0, output_bytes = 0, alias_bytes = 0, temp_bytes = 0, code_bytes = 0;
+  int64_t peak_bytes = 0;  // peak_memory_in_bytes: 0 where the plugin does not report it
 };
 
 class LoadedExecutable {
@@ -110,12 +112,17 @@ class LoadedExecutable {
   // Runs on one device with `args` (one argument list). Arguments at `non_donatable` indices are
   // never donated; an argument the program aliases to an output and that is not listed is
   // donated: its buffer is invalid afterwards (destroy it). Waits until the outputs are ready.
-  StatusOr<std::vector<Buffer>> Execute(std::span<PJRT_Buffer* const> args, std::span<const int64_t> non_donatable);
+  // `device`: run there (a portable executable: CompileOptions::portable); nullptr: the device
+  // it was compiled for.
+  StatusOr<std::vector<Buffer>> Execute(std::span<PJRT_Buffer* const> args, std::span<const int64_t> non_donatable,
+                                        PJRT_Device* device = nullptr);
   // Runs an SPMD program on all its devices: args[d] is device d's argument list (its shards), in
   // the order of AddressableDevices(); returns each device's outputs in that order. Donation as
-  // Execute. Waits until every device's outputs are ready.
+  // Execute; `device` as Execute's, with one argument list only. Waits until every device's
+  // outputs are ready.
   StatusOr<std::vector<std::vector<Buffer>>> ExecuteSharded(const std::vector<std::vector<PJRT_Buffer*>>& args,
-                                                            std::span<const int64_t> non_donatable);
+                                                            std::span<const int64_t> non_donatable,
+                                                            PJRT_Device* device = nullptr);
   // The devices the program runs on, in argument-list order.
   StatusOr<std::vector<PJRT_Device*>> AddressableDevices() const;
 
@@ -144,6 +151,14 @@ class Client {
   int DeviceIndex(const PJRT_Device* device) const;
   // bytes_limit of PJRT_Device_MemoryStats where the plugin reports it; 0 where it does not.
   int64_t DeviceMemoryLimit(int device) const;
+  // The device description's attributes (PJRT_DeviceDescription_Attributes), values as text
+  // (int64 arrays joined by "."): e.g. {"compute_capability", "9.0"} on JAX's CUDA plugin.
+  // InvalidArgument for an unknown device; an empty map where the plugin has none.
+  StatusOr<std::vector<std::pair<std::string, std::string>>> DeviceAttributes(int device) const;
+  // The addressable device `device` (nullptr when out of range).
+  PJRT_Device* device(int device) const {
+    return device >= 0 && device < num_devices() ? devices_[device] : nullptr;
+  }
 
   // Copies `data` (dense, row-major, dims outermost first) to a new buffer on `device`; waits until
   // the host data is no longer needed. InvalidArgument for an unknown device.

@@ -3,7 +3,8 @@
 namespace g4::xla {
 
 StatusOr<std::vector<Buffer>> UploadShards(Client& client, const Mesh& mesh, const void* data, PJRT_Buffer_Type type,
-                                           size_t elem_bytes, const std::vector<int64_t>& dims, TensorSplit split) {
+                                           size_t elem_bytes, const std::vector<int64_t>& dims, TensorSplit split,
+                                           int first_device) {
   const std::vector<int64_t> sd = ShardDims(mesh, dims, split);
   int64_t n = 1;
   for (int64_t x : sd) n *= x;
@@ -22,21 +23,21 @@ StatusOr<std::vector<Buffer>> UploadShards(Client& client, const Mesh& mesh, con
       CopyShard(mesh, src, dims, elem_bytes, split, i, host.data());
       src = host.data();
     }
-    G4_ASSIGN_OR_RETURN(Buffer b, client.Upload(src, type, sd, i));
+    G4_ASSIGN_OR_RETURN(Buffer b, client.Upload(src, type, sd, first_device + i));
     out.push_back(std::move(b));
   }
   return out;
 }
 
 StatusOr<std::vector<Buffer>> ZeroShards(Client& client, const Mesh& mesh, PJRT_Buffer_Type type, size_t elem_bytes,
-                                         const std::vector<int64_t>& dims, TensorSplit split) {
+                                         const std::vector<int64_t>& dims, TensorSplit split, int first_device) {
   const std::vector<int64_t> sd = ShardDims(mesh, dims, split);
   int64_t n = 1;
   for (int64_t x : sd) n *= x;
   const std::vector<uint8_t> zeros(static_cast<size_t>(n) * elem_bytes, 0);
   std::vector<Buffer> out;
   for (int i = 0; i < mesh.size(); ++i) {
-    G4_ASSIGN_OR_RETURN(Buffer b, client.Upload(zeros.data(), type, sd, i));
+    G4_ASSIGN_OR_RETURN(Buffer b, client.Upload(zeros.data(), type, sd, first_device + i));
     out.push_back(std::move(b));
   }
   return out;

@@ -10,13 +10,14 @@
 
 namespace g4::xla {
 
-// Shard i of `data` (dense row-major `dims`, `elem_bytes` per element) on client device i, for
-// every device of `mesh`. A tensor split along its first dim only, or not at all, is uploaded
+// Shard i of `data` (dense row-major `dims`, `elem_bytes` per element) on client device
+// first_device + i, for every device of `mesh`. A tensor split along its first dim only, or not at all, is uploaded
 // from `data` in place (no host copy).
 StatusOr<std::vector<Buffer>> UploadShards(Client& client, const Mesh& mesh, const void* data, PJRT_Buffer_Type type,
-                                           size_t elem_bytes, const std::vector<int64_t>& dims, TensorSplit split);
-// A zero-filled shard of a `dims` tensor on every device of `mesh`.
+                                           size_t elem_bytes, const std::vector<int64_t>& dims, TensorSplit split,
+                                           int first_device = 0);
+// A zero-filled shard of a `dims` tensor on every device of `mesh` (from first_device on).
 StatusOr<std::vector<Buffer>> ZeroShards(Client& client, const Mesh& mesh, PJRT_Buffer_Type type, size_t elem_bytes,
-                                         const std::vector<int64_t>& dims, TensorSplit split);
+                                         const std::vector<int64_t>& dims, TensorSplit split, int first_device = 0);
 
 }  // namespace g4::xla

@@ -237,7 +237,12 @@ Value Builder::Reduce(const Value& a, const std::vector<int64_t>& dims, const ch
 
 Value Builder::Dot(const Value& lhs, const Value& rhs, const std::vector<int64_t>& lb, const std::vector<int64_t>& rb,
                    const std::vector<int64_t>& lc, const std::vector<int64_t>& rc) {
-  G4_CHECK(lb.size() == rb.size() && lc.size() == rc.size() && lhs.type == rhs.type);
+  return Dot(lhs, rhs, lb, rb, lc, rc, lhs.type);
+}
+
+Value Builder::Dot(const Value& lhs, const Value& rhs, const std::vector<int64_t>& lb, const std::vector<int64_t>& rb,
+                   const std::vector<int64_t>& lc, const std::vector<int64_t>& rc, ElemType result) {
+  G4_CHECK(lb.size() == rb.size() && lc.size() == rc.size() && lhs.type == rhs.type && IsFloat(result));
   auto in = [](const std::vector<int64_t>& v, int64_t d) {
     for (int64_t x : v)
       if (x == d) return true;
@@ -260,7 +265,10 @@ Value Builder::Dot(const Value& lhs, const Value& rhs, const std::vector<int64_t
   parts.push_back("lhs_contracting_dimensions = " + List(lc));
   parts.push_back("rhs_contracting_dimensions = " + List(rc));
   for (size_t i = 0; i < parts.size(); ++i) dn += (i ? ", " : "") + parts[i];
-  return Emit("stablehlo.dot_general", {lhs, rhs}, dn + ">", shape, lhs.type);
+  dn += ">";
+  if (lhs.type == ElemType::kF32)
+    dn += ", precision_config = [#stablehlo<precision HIGHEST>, #stablehlo<precision HIGHEST>]";
+  return Emit("stablehlo.dot_general", {lhs, rhs}, dn, shape, result);
 }
 
 Value Builder::TakeRows(const Value& table, const Value& indices) {

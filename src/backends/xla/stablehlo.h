@@ -81,9 +81,13 @@ class Builder {
   // Sum or maximum over `dims` (removed from the shape).
   Value ReduceSum(const Value& a, const std::vector<int64_t>& dims) { return Reduce(a, dims, "add", 0.0); }
   Value ReduceMax(const Value& a, const std::vector<int64_t>& dims) { return Reduce(a, dims, "maximum", -std::numeric_limits<double>::infinity()); }
-  // dot_general; result dims: batch, lhs free, rhs free (in order).
+  // dot_general; result dims: batch, lhs free, rhs free (in order). `result`: the result's element
+  // type (f32 from bf16/f16 operands: accumulated in f32); default the operands'. f32 operands ask
+  // for precision HIGHEST (true f32, never TF32 or bf16 passes).
   Value Dot(const Value& lhs, const Value& rhs, const std::vector<int64_t>& lhs_batch, const std::vector<int64_t>& rhs_batch,
             const std::vector<int64_t>& lhs_contract, const std::vector<int64_t>& rhs_contract);
+  Value Dot(const Value& lhs, const Value& rhs, const std::vector<int64_t>& lhs_batch, const std::vector<int64_t>& rhs_batch,
+            const std::vector<int64_t>& lhs_contract, const std::vector<int64_t>& rhs_contract, ElemType result);
   // Rows of `table` [N, ...] at i32 `indices` [M] -> [M, ...] (indices clamped into range).
   Value TakeRows(const Value& table, const Value& indices);
   // Writes update rows [M, W] into `operand` [A, B, W] at (i0[m], i1[m]); rows whose index is out

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "backends/xla/compile_options.h"
+#include "backends/xla/device_policy.h"
 #include "backends/xla/lower.h"
 #include "backends/xla/shard_plan.h"
 #include "backends/xla/sharded_buffers.h"
@@ -53,8 +54,12 @@ class XlaKvCache : public KvCacheBase {
 
 class XlaBackend : public Backend {
  public:
-  XlaBackend(std::unique_ptr<xla::Client> client, XlaDeviceInfo info, int64_t memory_limit)
-      : client_(std::move(client)), info_(std::move(info)), memory_limit_(memory_limit), mesh_(info_.mesh) {}
+  XlaBackend(std::unique_ptr<xla::Client> client, XlaDeviceInfo info, int64_t memory_limit, std::string limit_source)
+      : client_(std::move(client)), info_(std::move(info)), mesh_(info_.mesh) {
+    plan_.limit = memory_limit;
+    plan_.limit_source = std::move(limit_source);
+    if (mesh_.size() > 1) plan_.where = "each device of the mesh " + mesh_.ToString();
+  }
   std::string Name() const override { return "xla-" + info_.platform; }
   bool CompilesPerShape() const override { return true; }
   Status PlanMemory(const Graph& graph, const KvCacheBase& cache) const override;
@@ -63,14 +68,27 @@ class XlaBackend : public Backend {
                                                        DType type) override;
 
   const XlaDeviceInfo& info() const { return info_; }
+  const xla::MemoryPlan& plan() const { return plan_; }
   xla::Client& client() { return *client_; }
+  int device() const { return info_.device; }
+  // The device to name in Execute: programs of a device other than the first are portable.
+  PJRT_Device* execute_device() const {
+    return mesh_.size() > 1 || info_.device == 0 ? nullptr : client_->device(info_.device);
+  }
+  // The client device of the mesh's first device: --device on one device, else 0.
+  int first_device() const { return mesh_.size() > 1 ? 0 : info_.device; }
+  // Bytes one device holds of weight `t` laid out as `split`, in its device type.
+  int64_t WeightBytesPerDevice(const Tensor& t, xla::TensorSplit split) const;
+  // Adds a compiled step's working memory (`bytes`, for `step`) to the plan; the plan's error
+  // when it no longer fits.
+  Status AdmitStep(int64_t bytes, const std::string& step, const KvCacheBase& cache);
   // The compiled program of a module (compiled on first request).
   StatusOr<LoadedExecutable*> Program(const std::string& module);
   // The device buffers of a weight (one shard per mesh device, laid out as `split`), uploaded on
   // first request as `type` (its own dtype or F32).
   StatusOr<std::vector<PJRT_Buffer*>> Weight(const Tensor* t, DType type, xla::TensorSplit split);
   const xla::Mesh& mesh() const { return mesh_; }
-  int64_t memory_limit() const { return memory_limit_; }
+  int64_t memory_limit() const { return plan_.limit; }
   // The shard plan of `graph` for caches of `max_seqs` sequences (PlanShards).
   StatusOr<std::shared_ptr<const xla::ShardPlan>> Plan(const Graph& graph, int max_seqs) const;
 
@@ -79,9 +97,13 @@ class XlaBackend : public Backend {
   XlaDeviceInfo info_;
   std::map<std::string, std::unique_ptr<LoadedExecutable>> programs_;
   std::map<const Tensor*, std::vector<Buffer>> weights_;  // one buffer per mesh device
-  int64_t memory_limit_;  // bytes; 0: unknown (no plan check)
   xla::Mesh mesh_;
+  mutable xla::MemoryPlan plan_;  // per device; limit 0: unknown (no plan check)
 };
+
+std::string KvShape(const KvCacheBase& cache) {
+  return "(" + std::to_string(cache.max_seqs()) + " sequences x " + std::to_string(cache.max_context()) + " tokens)";
+}
 
 class XlaExecutable : public Executable {
  public:
@@ -109,6 +131,7 @@ StatusOr<LoadedExecutable*> XlaBackend::Program(const std::string& module) {
   auto it = programs_.find(module);
   if (it != programs_.end()) return it->second.get();
   xla::CompileOptions co;
+  co.portable = mesh_.size() == 1 && info_.device != 0;
   if (mesh_.size() > 1) {
     co.num_partitions = mesh_.size();
     co.use_spmd_partitioning = true;
@@ -143,16 +166,24 @@ StatusOr<std::vector<PJRT_Buffer*>> XlaBackend::Weight(const Tensor* t, DType ty
     return Unimplemented("weight '" + t->name + "' is packed for the CPU's kernels (Q4_0x4): load it unpacked for XLA");
   StatusOr<std::vector<Buffer>> b = InvalidArgument("");
   if (xla::IsDeviceQuantised(type)) {  // the blocks' bytes, as stored
-    b = xla::UploadShards(*client_, mesh_, t->data, PJRT_Buffer_Type_U8, 1, xla::DeviceShape(*t), split);
+    b = xla::UploadShards(*client_, mesh_, t->data, PJRT_Buffer_Type_U8, 1, xla::DeviceShape(*t), split,
+                          first_device());
   } else if (type == t->dtype) {
-    b = xla::UploadShards(*client_, mesh_, t->data, PjrtType(type), DTypeSize(type), t->shape, split);
-  } else {
-    G4_CHECK(type == DType::kF32 && !t->shape.empty());
+    b = xla::UploadShards(*client_, mesh_, t->data, PjrtType(type), DTypeSize(type), t->shape, split,
+                          first_device());
+  } else {  // converted at load: to F32, or (a bf16/f16 compute dtype) to BF16/F16, rounded to nearest even
+    G4_CHECK((type == DType::kF32 || type == DType::kF16 || type == DType::kBF16) && !t->shape.empty());
     const int64_t K = t->shape.back(), rows = t->numel() / K;
     std::vector<float> f(static_cast<size_t>(t->numel()));
     const size_t row_bytes = DTypeRowBytes(t->dtype, K);
     for (int64_t r = 0; r < rows; ++r) ConvertToF32(t->dtype, t->data + r * row_bytes, f.data() + r * K, K);
-    b = xla::UploadShards(*client_, mesh_, f.data(), PJRT_Buffer_Type_F32, 4, t->shape, split);
+    if (type == DType::kF32) {
+      b = xla::UploadShards(*client_, mesh_, f.data(), PJRT_Buffer_Type_F32, 4, t->shape, split, first_device());
+    } else {
+      std::vector<uint16_t> h(f.size());
+      for (size_t i = 0; i < f.size(); ++i) h[i] = type == DType::kBF16 ? F32ToBf16(f[i]) : F32ToF16(f[i]);
+      b = xla::UploadShards(*client_, mesh_, h.data(), PjrtType(type), 2, t->shape, split, first_device());
+    }
   }
   if (!b.ok()) return Status(b.status().code(), "uploading weight '" + t->name + "': " + b.status().message());
   std::vector<PJRT_Buffer*> raw = raw_of(*b);
@@ -161,19 +192,30 @@ StatusOr<std::vector<PJRT_Buffer*>> XlaBackend::Weight(const Tensor* t, DType ty
 }
 
 Status XlaBackend::PlanMemory(const Graph& graph, const KvCacheBase& cache) const {
-  G4_ASSIGN_OR_RETURN(auto plan, Plan(graph, cache.max_seqs()));
-  if (memory_limit_ <= 0) return OkStatus();
-  size_t weights = 0;
-  for (const Tensor* t : xla::GraphWeights(graph)) weights += xla::ShardBytes(*t, mesh_, plan->Weight(t));
+  G4_ASSIGN_OR_RETURN(auto shards, Plan(graph, cache.max_seqs()));
+  int64_t weights = 0;
+  for (const Tensor* t : xla::GraphWeights(graph)) weights += WeightBytesPerDevice(*t, shards->Weight(t));
   const auto* xc = dynamic_cast<const XlaKvCache*>(&cache);
-  const size_t kv = xc ? xc->device_bytes : cache.bytes(), need = weights + kv;
-  if (need <= static_cast<size_t>(memory_limit_)) return OkStatus();
-  const std::string where = mesh_.size() > 1 ? "each device of the mesh " + mesh_.ToString() : "the device";
-  return ResourceExhausted("the model does not fit on " + where + ": weights " + std::to_string(weights) +
-                           " bytes + KV cache " + std::to_string(kv) + " bytes (" + std::to_string(cache.max_seqs()) +
-                           " sequences x " + std::to_string(cache.max_context()) + " tokens) = " + std::to_string(need) +
-                           " bytes > " + std::to_string(memory_limit_) +
-                           " bytes of device memory, before the steps' working memory");
+  plan_.weights = weights;
+  plan_.kv = static_cast<int64_t>(xc ? xc->device_bytes : cache.bytes());
+  return xla::CheckMemoryPlan(plan_, KvShape(cache));
+}
+
+int64_t XlaBackend::WeightBytesPerDevice(const Tensor& t, xla::TensorSplit split) const {
+  const size_t whole = xla::DeviceBytes(t);
+  const size_t bytes = xla::WeightDeviceBytes(t, xla::WeightDeviceType(t, info_.compute));
+  return whole == 0 ? 0 : static_cast<int64_t>(bytes / whole * xla::ShardBytes(t, mesh_, split) +
+                                               bytes % whole * xla::ShardBytes(t, mesh_, split) / whole);
+}
+
+Status XlaBackend::AdmitStep(int64_t bytes, const std::string& step, const KvCacheBase& cache) {
+  if (bytes <= plan_.step) return OkStatus();
+  xla::MemoryPlan next = plan_;
+  next.step = bytes;
+  next.step_name = step;
+  G4_RETURN_IF_ERROR(xla::CheckMemoryPlan(next, KvShape(cache)));
+  plan_ = next;
+  return OkStatus();
 }
 
 StatusOr<std::unique_ptr<Executable>> XlaBackend::Compile(const Graph& graph, int num_tokens, int num_output_rows) {
@@ -185,6 +227,9 @@ StatusOr<std::unique_ptr<KvCacheBase>> XlaBackend::CreateKvCache(const ModelConf
                                                                  DType type) {
   if (!IsKvCacheType(type)) return InvalidArgument("KV cache type must be f32, f16 or bf16");
   G4_RETURN_IF_ERROR(xla::CheckDataAxis(mesh_, max_seqs));
+  if (type == DType::kBF16 && info_.compute == DType::kF16)
+    return InvalidArgument("--cache-type bf16: this device computes in f16 (" + info_.compute_reason +
+                           "); no bf16 buffer goes to it: use --cache-type f16 or f32");
   auto cache = std::make_unique<XlaKvCache>(this, max_seqs, max_context, type);
   for (int l = 0; l < config.num_layers; ++l) {
     const LayerPlan& lp = config.layers[l];
@@ -194,7 +239,7 @@ StatusOr<std::unique_ptr<KvCacheBase>> XlaBackend::CreateKvCache(const ModelConf
     const size_t bytes = static_cast<size_t>(max_seqs) * c.slots * c.width * DTypeSize(type);
     const xla::TensorSplit split = xla::CacheSplit(mesh_, lp.num_kv_heads);
     for (auto* list : {&cache->k, &cache->v}) {
-      auto b = xla::ZeroShards(*client_, mesh_, PjrtType(type), DTypeSize(type), dims, split);
+      auto b = xla::ZeroShards(*client_, mesh_, PjrtType(type), DTypeSize(type), dims, split, first_device());
       if (!b.ok())
         return Status(b.status().code(), "allocating the KV cache of layer " + std::to_string(l) + " (" +
                                              std::to_string(bytes) + " bytes) on the device: " + b.status().message());
@@ -221,11 +266,22 @@ StatusOr<XlaExecutable::Variant*> XlaExecutable::GetVariant(StepMode mode, const
   sh.quantised_as_f32 = true;
   G4_ASSIGN_OR_RETURN(auto plan, backend_->Plan(graph_, cache.max_seqs()));
   sh.shards = plan.get();
+  sh.compute = backend_->info().compute;
   Variant v;
   G4_ASSIGN_OR_RETURN(v.lowered, xla::LowerGraph(graph_, sh));
   G4_ASSIGN_OR_RETURN(v.program, backend_->Program(v.lowered.module));
+  // The memory plan with this step's working memory, before its weights go to the device or it runs.
+  if (auto stats = v.program->MemoryStats(); stats.ok()) {
+    int64_t resident = static_cast<int64_t>(cache.device_bytes);  // what one device holds
+    for (const Tensor* w : v.lowered.weights) resident += backend_->WeightBytesPerDevice(*w, plan->Weight(w));
+    const std::string step = mode == StepMode::kOneSequence
+                                 ? "prefill step of " + std::to_string(Tb_) + " tokens"
+                                 : "decode step of " + std::to_string(Tb_) + " sequences";
+    G4_RETURN_IF_ERROR(backend_->AdmitStep(xla::StepWorkingBytes(*stats, resident), step, cache));
+  }
   for (size_t i = 0; i < v.lowered.weights.size(); ++i)
-    G4_RETURN_IF_ERROR(backend_->Weight(v.lowered.weights[i], v.lowered.weight_types[i], plan->Weight(v.lowered.weights[i])).status());
+    G4_RETURN_IF_ERROR(
+        backend_->Weight(v.lowered.weights[i], v.lowered.weight_types[i], plan->Weight(v.lowered.weights[i])).status());
   v.plan = plan;
   return &variants_.emplace(mode, std::move(v)).first->second;
 }
@@ -259,7 +315,7 @@ Status XlaExecutable::Run(const StepInput& in, KvCacheBase& base) {
   for (const std::vector<int32_t>* data : {&tokens, &positions, &seqs, &rows, &kv_len, &kv_end}) {
     const int64_t dims[1] = {static_cast<int64_t>(data->size())};
     for (int d = 0; d < devices; ++d) {
-      G4_ASSIGN_OR_RETURN(Buffer b, client.Upload(data->data(), PJRT_Buffer_Type_S32, dims, d));
+      G4_ASSIGN_OR_RETURN(Buffer b, client.Upload(data->data(), PJRT_Buffer_Type_S32, dims, backend_->first_device() + d));
       args[d].push_back(b.get());
       inputs.push_back(std::move(b));
     }
@@ -277,7 +333,8 @@ Status XlaExecutable::Run(const StepInput& in, KvCacheBase& base) {
       args[d].push_back(cache->v[i][d].get());
     }
   }
-  G4_ASSIGN_OR_RETURN(std::vector<std::vector<Buffer>> per_device, v->program->ExecuteSharded(args, keep));
+  G4_ASSIGN_OR_RETURN(std::vector<std::vector<Buffer>> per_device,
+                      v->program->ExecuteSharded(args, keep, backend_->execute_device()));
   const size_t num_out = v->lowered.outputs.size();
   for (const auto& outs : per_device) G4_CHECK(outs.size() == num_out + 2 * cache->layers.size());
   // The donated cache buffers are invalid now: their storage is the new caches'.
@@ -329,13 +386,27 @@ StatusOr<std::unique_ptr<Backend>> MakeXlaBackend(const XlaBackendOptions& optio
   info.api_version = plugin->VersionString();
   info.platform = client->platform_name();
   info.platform_version = client->platform_version();
-  G4_ASSIGN_OR_RETURN(info.device_kind, client->DeviceKind(0));
-  info.memory_bytes = client->DeviceMemoryLimit(0);
-  info.compute_dtype = "f32";
   info.num_devices = client->num_devices();
+  if (options.device < 0 || options.device >= info.num_devices)
+    return InvalidArgument("--device " + std::to_string(options.device) + ": the " + info.platform + " plugin has " +
+                           std::to_string(info.num_devices) + " addressable device(s), 0 to " +
+                           std::to_string(info.num_devices - 1));
+  info.device = options.device;
   info.mesh = mesh;
-  const int64_t limit = options.device_memory_bytes > 0 ? options.device_memory_bytes : info.memory_bytes;
-  return std::unique_ptr<Backend>(new XlaBackend(std::move(client), std::move(info), limit));
+  G4_ASSIGN_OR_RETURN(info.device_kind, client->DeviceKind(info.device));
+  info.memory_bytes = client->DeviceMemoryLimit(info.device);
+  if (auto attrs = client->DeviceAttributes(info.device); attrs.ok())  // a plugin without attributes: none
+    for (const auto& [name, value] : *attrs)
+      if (name == "compute_capability") info.compute_capability = value;
+  G4_ASSIGN_OR_RETURN(xla::ComputePolicy policy,
+                      xla::ChooseComputeDtype(info.platform, info.compute_capability, options.compute_dtype));
+  info.compute = policy.dtype;
+  info.compute_dtype = info.compute == DType::kF32 ? "f32" : info.compute == DType::kBF16 ? "bf16" : "f16";
+  info.compute_reason = policy.reason;
+  const bool given = options.device_memory_bytes > 0;
+  const int64_t limit = given ? options.device_memory_bytes : info.memory_bytes;
+  return std::unique_ptr<Backend>(
+      new XlaBackend(std::move(client), std::move(info), limit, given ? "the limit given, --device-memory" : "the device's"));
 }
 
 const XlaDeviceInfo* XlaInfo(const Backend& backend) {
@@ -393,6 +464,11 @@ StatusOr<std::vector<std::string>> XlaMeshPlan(const Backend& backend, const Gra
                   (limit > 0 && total > static_cast<size_t>(limit) ? ": does NOT fit" : ""));
   for (const std::string& n : plan->notes) lines.push_back("replicated: " + n);
   return lines;
+}
+
+const xla::MemoryPlan* XlaPlan(const Backend& backend) {
+  const auto* x = dynamic_cast<const XlaBackend*>(&backend);
+  return x ? &x->plan() : nullptr;
 }
 
 }  // namespace g4

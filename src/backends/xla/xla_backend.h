@@ -3,7 +3,8 @@
 //
 // Device state: every weight is uploaded once, on first use by a compile (the engine's warm-up),
 // and shared by every executable: F32, F16, BF16 as stored; Q8_0, Q4_0, W4G32 as their blocks'
-// bytes, dequantised in the step (lower.h); other block types dequantised to F32 at upload. The KV cache (CreateKvCache) is two device buffers
+// bytes, dequantised in the step (lower.h); other block types dequantised to F32 at upload; under a
+// bf16/f16 compute dtype (device_policy.h) matrices in that dtype, vectors in F32. The KV cache (CreateKvCache) is two device buffers
 // per cache-owning layer, [max_seqs, slots, Nkv*D] of the cache type, which every step takes as
 // arguments aliased to its results (donated: updated in place, no second copy) and replaces by
 // those results. Only the step's inputs (ids, positions, lengths: a few KB) go to the device and
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "backends/xla/mesh.h"
+#include "backends/xla/memory_plan.h"
 #include "backends/xla/pjrt.h"
 #include "runtime/backend.h"
 
@@ -31,6 +33,10 @@ struct XlaBackendOptions {
   // The device memory the memory plan checks against; 0: the device's own limit where the plugin
   // reports one (PJRT_Device_MemoryStats), else no check.
   int64_t device_memory_bytes = 0;
+  // The compute dtype: "auto" (the device policy, device_policy.h), "f32", "bf16" or "f16".
+  std::string compute_dtype = "auto";
+  // Index into the plugin's addressable devices (one device; a mesh runs on devices 0 .. N-1).
+  int device = 0;
   // SPMD over data x model devices (mesh.h, shard_plan.h); 1x1: one device. On the CPU plugin
   // without a cpu_device_count client option, the client exposes the mesh's device count.
   xla::Mesh mesh;
@@ -40,13 +46,17 @@ struct XlaBackendOptions {
 struct XlaDeviceInfo {
   std::string plugin_path, api_version, platform, platform_version, device_kind;
   int64_t memory_bytes = 0;     // the device's memory limit where the plugin reports it, else 0
-  std::string compute_dtype;    // "f32" (the CPU plugin; every plugin for now)
-  int num_devices = 1;          // the client's addressable devices
+  std::string compute_capability;  // the device's "compute_capability" attribute ("9.0"), "" where unreported
+  int device = 0, num_devices = 1;  // the device used, of the client's addressable devices
   xla::Mesh mesh;               // the mesh steps run on
+  DType compute = DType::kF32;
+  std::string compute_dtype;    // "f32", "bf16" or "f16"
+  std::string compute_reason;   // why (ChooseComputeDtype)
 };
 
 // Errors: Plugin::Load's and Client::Create's (a missing file, not a plugin, another major
-// version, the plugin's own); InvalidArgument for a mesh of more devices than the client has.
+// version, the plugin's own); InvalidArgument for a mesh of more devices than the client has, a
+// device index out of range or a compute dtype the device cannot honour (with the reason).
 StatusOr<std::unique_ptr<Backend>> MakeXlaBackend(const XlaBackendOptions& options);
 // The device information of a backend MakeXlaBackend made (nullptr for another backend).
 const XlaDeviceInfo* XlaInfo(const Backend& backend);
@@ -56,5 +66,8 @@ const XlaDeviceInfo* XlaInfo(const Backend& backend);
 // PlanShards' errors.
 StatusOr<std::vector<std::string>> XlaMeshPlan(const Backend& backend, const Graph& graph, const ModelConfig& config,
                                                int max_seqs, int max_context, DType kv_type);
+// The memory plan so far: weights and KV cache from Engine::Create (Backend::PlanMemory), the
+// largest step over the programs compiled so far (nullptr for another backend).
+const xla::MemoryPlan* XlaPlan(const Backend& backend);
 
 }  // namespace g4
