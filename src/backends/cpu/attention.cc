@@ -22,10 +22,9 @@ namespace {
 // length depends only on the item's key count n, which none of those change: 64 keys (the
 // kernel's tile) below 2048 keys, so that a decode step of 65-128 keys is already split between
 // two threads; from 2048, 64 * (n / 1024) keys, at most 512, which keeps 16-32 chunks up to 16K
-// keys. Each chunk's state (G * D floats of acc) is written and read back by the merge: at 4000
-// keys of the E2B's full layers (D 512, G 8), 63 chunks of 64 made the merge 54-76 us of a
-// 320-400 us call on Zen 5 (in-process A/B); fixed chunks of 256 (an experiment), 10-24 us; these
-// chunks are 192 keys there (21 chunks), and the merge 21 us over two threads.
+// keys. Each chunk's state (G * D floats of acc) is written and read back by the merge, so chunks
+// grow with n: at 4000 keys of the E2B's full layers (D 512, G 8) they are 192 keys (21 chunks),
+// not 63 chunks of 64 whose merge would take a large share of the call.
 constexpr int kTileKeys = 64;
 // Split-K merges reading fewer floats of state than this run on the calling thread (waking the
 // pool costs more than they do: a sliding layer's 512 keys at D 256, G 8 are 16K floats).

@@ -24,7 +24,7 @@
 // those are fewer than the threads, also the query heads in groups (decode of a short context),
 // and then the merges, per head. Either way a token's output is the same bits whatever the thread
 // count, the other sequences in the step, or where its cache ends and its step begins (chunked
-// prefill): AttentionKernelsTest.OutputIsTheSameBitsHoweverTheStepIsCut.
+// prefill).
 #pragma once
 
 #include <cmath>
@@ -137,10 +137,9 @@ struct KvRun {
 // last multiply makes a subnormal float for x in [-104, -87.3]). Why: Intel cores run each
 // multiply or multiply-add that takes or makes a subnormal float (below FLT_MIN = 1.18e-38) in a
 // microcode assist of about a hundred cycles (Intel's optimization manual: "floating-point
-// assists"); AMD's Zen cores do not (measured on the Zen 4 VM: 0.57 ns per FMA either way). With
-// Gemma 4's scale of 1 on RMS-normed q and k, scores spread by tens: on the synthetic E2B, 4.0% of
-// the weights computed in `gemma4rt bench -p 0 -n 4 -d 4000` were subnormal before (twentieth
-// session, docs/PERFORMANCE.md), each then an input to D / 16 multiply-adds of the V sum. The
+// assists"); AMD's Zen cores do not. With Gemma 4's scale of 1 on RMS-normed q and k, scores
+// spread by tens, so without the floor a few percent of the weights in a long decode are
+// subnormal, each then an input to D / 16 multiply-adds of the V sum. The
 // floor sits well above FLT_MIN so that a weight times a value, and the state times a rescale
 // factor, stay normal floats too unless the value or the state is below FLT_MIN / 1.6e-28 = 7e-11
 // in magnitude. The cost: a weight under 1.6e-28 next to the largest, 1, is 2^68 below f32's

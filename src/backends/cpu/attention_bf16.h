@@ -7,8 +7,8 @@
 // (exact in f32) and adds them into 16 f32 lanes, lane i += a[2i+1] b[2i+1] then += a[2i] b[2i]
 // (each add rounded to nearest even; bf16 inputs and f32 results below 2^-126 taken as zero).
 // That is twice the multiply-adds of an f32 FMA per instruction, and the K and V rows need no
-// widening: against the f16 cache's f32 kernel, a tile's score pass and V sums from cache take
-// about half the time (bench/kernels_bench.cc BM_AttentionDecode, f16 against bf16). The queries
+// widening: about half the time of the f16 cache's f32 kernel for a tile's score pass and V sums
+// from cache (docs/PERFORMANCE.md). The queries
 // and the softmax weights are rounded to bf16 first (as transformers' attention in bf16 does; it also
 // rounds the scores and the output);
 // the running maximum, the sums and the rescaling stay f32.

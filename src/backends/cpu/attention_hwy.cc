@@ -12,15 +12,10 @@
 // block: once in all for MQA at G <= 8), times scale, optional soft-cap, then the streaming softmax
 // update (attention.h) and the weighted V sum into acc, in register blocks of the same heads times
 // 1-4 vectors over all the tile's keys; the K rows ahead and the V rows are prefetched as the scores
-// go, and the next tile's K rows (into L2) as the V sums go. Against the 4-head kernel, in decode of the synthetic E2B at depth 4000 on Zen 5 (AVX-512,
-// both kernels alternating by token in one process): 0.67-0.75x the time per call at D 256 over
-// the 512-key window, 0.80-0.88x at D 512 over 4000 keys.
+// go, and the next tile's K rows (into L2) as the V sums go.
 // The scores of a register block are summed four at a time (Sum4) and the softmax's maximum and
-// sum are vector reductions: with K and V in cache (BM_AttentionDecode, 4000 keys, one thread,
-// warm), 0.85-0.87x the time at D 256 and 0.89-0.92x at D 512 against one SumOfLanes per score and
-// scalar loops; in decode at depth 4000 the sliding layers' calls 0.85-0.92x, the full layers'
-// unchanged (their 8 MB of K and V come from memory). Each q vector is loaded once per head
-// block and key block (G4_IN_REGISTER), not once per multiply-add.
+// sum are vector reductions, not one SumOfLanes per score and scalar loops. Each q vector is
+// loaded once per head block and key block (G4_IN_REGISTER), not once per multiply-add.
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -171,24 +166,15 @@ HWY_INLINE void Sum4(D df, V v0, V v1, V v2, V v3, float* HWY_RESTRICT out) {
 // 2: x86 prefetcht1). Decode reads the cache from memory (a full layer's K and V at 4000 keys are
 // 8-16 MB, no cache holds them), and a block of 8 heads does 16 multiply-adds per K vector, so the
 // hardware prefetcher alone left the loop waiting on K; the V rows of the keys being scored are
-// prefetched too, for the weighted sum after the tile's softmax. Measured in decode of the
-// synthetic E2B at depth 4000 (the old and new kernels alternating by token in one process): on a
-// Zen 5 VM with 65 GB/s of reads, 12 rows ahead into L1 beat 8 and 16 ahead, into L2, and no
-// prefetch. On a slower VM (2026-12-03: 42 GB/s of reads, the same kernel ~2.4x slower from
-// cache) K and V into L1 kept ~24 lines in flight per core (L1's miss buffers) and a full layer's
-// call read at 14 GB/s: into L2, 12 rows ahead, 0.79x the time (583 -> 459 µs), a sliding layer's
-// 0.91x; 20 rows ahead 0.78x, 32 rows 0.81x, 64 rows 0.86x; also fetching the next tile's V rows
-// during the V sums, no further gain (BM_AttentionDecode D 512, 4000 keys, f16: from memory on two
-// threads 0.79x, one thread 0.75x, in cache 0.99x).
+// prefetched too, for the weighted sum after the tile's softmax. Into L2 rather than L1: L1's
+// few miss buffers would limit the lines in flight per core (distances: docs/PERFORMANCE.md).
 constexpr size_t kPrefetchRows = 12;
 constexpr int kPrefetchLocality = 2;
 
-// Keeps v in a register (GCC and clang, x86; measured with GCC 12): GCC folded each q load of the score loop into every multiply-add that
-// used it (a memory operand per key: 16 loads of q per 16 multiply-adds at 8 heads x 2 keys,
-// besides the K loads and 4 prefetches), and the loop waited on the load ports, which the two
-// vCPUs of this VM appear to share. Loaded once per head: Zen 5, BM_AttentionDecode D 512 over 4000
-// f16 keys, in-process A/B by call: 0.92x the time on one thread, 0.75x on two, 0.57x on two
-// with the cache from memory; decode of the E2B at depth 4000, a full layer's call 0.89-0.94x.
+// Keeps v in a register (GCC and clang, x86): GCC 12 folds each q load of the score loop into
+// every multiply-add that uses it (a memory operand per key: 16 loads of q per 16 multiply-adds
+// at 8 heads x 2 keys, besides the K loads and 4 prefetches), and the loop then waits on the load
+// ports. With this, q is loaded once per head.
 #undef G4_IN_REGISTER  // defined once per Highway target (foreach_target.h)
 #if HWY_ARCH_X86 && defined(__GNUC__) && HWY_TARGET <= HWY_AVX2
 #define G4_IN_REGISTER(v) asm("" : "+v"(v.raw))
@@ -548,15 +534,11 @@ void AttentionPartialHwy(const float* HWY_RESTRICT q, int G_, int D_, const KvRu
     }
     // Weighted V sum in key order (one multiply-add per key and element), while the next tile's
     // K rows of the same run (up to kTile) are fetched into L2 (NextRows). The K rows ahead and the V
-    // rows that the score pass prefetches came from memory during the scores only; the V sums,
-    // about half the multiply-adds, left it idle. Decode of the E2B Q4_K_M at depth 4000 on Zen 5
-    // (old and new kernels alternating by token in one process): a full layer's call 0.90-0.93x
-    // (233 -> 209 µs), a sliding layer's 0.95x; BM_AttentionDecode D 512 over 4000 f16 keys from
-    // memory on two threads 0.88x, warm unchanged. The call's last tile fetches the kTile rows
-    // after its last run (addresses only prefetched, as in DotHeads): in a cache those are the
-    // next split-K chunk's, which the same thread usually runs next (ParallelFor's owned runs),
-    // so that chunk does not start cold: same A/B, a full layer's call 0.96-0.98x, the benchmark
-    // above warm and from memory together 0.98x. Prefetching two tiles ahead instead: no gain.
+    // rows that the score pass prefetches come from memory during the scores only; the V sums,
+    // about half the multiply-adds, would leave it idle. The call's last tile fetches the kTile
+    // rows after its last run (addresses only prefetched, as in DotHeads): in a cache those are
+    // the next split-K chunk's, which the same thread usually runs next (ParallelFor's owned
+    // runs), so that chunk does not start cold.
     const KvRun& last = seg[nseg - 1].rows;
     const size_t elem = DTypeSize(last.type);
     const size_t stride = static_cast<size_t>(ld) * elem;
@@ -589,8 +571,8 @@ void AttentionPartialHwy(const float* HWY_RESTRICT q, int G_, int D_, const KvRu
 
 // f32 -> f16 with round-to-nearest-even, as F32ToF16: the CPU's conversion (x86 F16C, which
 // Highway's AVX2 and AVX-512 targets have; Arm's FCVT) where the target has one, else F32ToF16
-// per element (Highway's emulation on SSE2-SSE4 truncates). AttentionKernelsTest pins the bits
-// against F32ToF16 on every target.
+// per element (Highway's emulation on SSE2-SSE4 truncates): the same bits as F32ToF16 on every
+// target.
 #if (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2) || \
     (HWY_ARCH_ARM_A64 && HWY_TARGET != HWY_EMU128 && HWY_TARGET != HWY_SCALAR)
 #define G4_NATIVE_F16 1

@@ -12,8 +12,8 @@ namespace g4 {
 struct CpuBackendOptions {
   // Block-quantised weights (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K) are multiplied with
   // activations quantised to int8 blocks of 32 (backends/cpu/kernels_q8.h), as llama.cpp does:
-  // several times fewer instructions per weight, logits within about 1 of the f32 path on the real
-  // Gemma 3 270M (tests/greedy_llamacpp_test.cc). false: f32 activations for every weight type
+  // several times fewer instructions per weight, logits close to the f32 path's
+  // (docs/NUMERICS.md). false: f32 activations for every weight type
   // (what transformers computes; the parity tests use it). Float weights always use f32.
   bool int8_activations = true;
   // BF16 weights are multiplied with activations rounded to bf16 on the CPU's bf16 dot-product
@@ -27,25 +27,22 @@ struct CpuBackendOptions {
   // outputs into the op's output, its up outputs into its own scratch [tokens, 64], then the
   // GeGlu over the gate's, so the step never holds the two [tokens, mlp_width] outputs (2 x 8 KB
   // per token on Gemma 3 270M, 2 x 48 KB on Gemma 4 E2B's wide layers). The same kernels on the
-  // same rows: the same bits as unfused (tests/greedy_llamacpp_test.cc, tests/golden_test.cc).
-  // false: three ops, for those tests.
+  // same rows: the same bits as unfused. false: three ops.
   bool fuse_mlp = true;
   // Steps of more than this many tokens (prefill chunks) run two kinds of matmul block of rows by
   // block of rows: a fused MLP (fuse_mlp) together with the down projection that alone reads it,
   // and a matmul that prepares its input (int8 blocks, bf16) and is no wider than it (the
   // attention output projection; Gemma 4's per-layer-input gate). Their outputs, for the MLP, and prepared inputs are then held
   // for this many tokens, not the whole step, and the narrower output is written over the input
-  // rows already read. Every row goes through the same kernels as unblocked: the same bits
-  // (tests/greedy_llamacpp_test.cc, tests/golden_test.cc). Gemma 3 270M, a 512-token step: 10.38
-  // -> 6.37 MiB of node outputs and prepared activations (StepBytes), the weights of those
-  // matmuls read once per block instead of once per step (docs/PERFORMANCE.md). 0: no blocks.
+  // rows already read; the weights of those matmuls are read once per block instead of once per
+  // step. Every row goes through the same kernels as unblocked: the same bits. 0: no blocks.
   int row_block = 128;
   // Matmuls of one input that take the same prepared activations and weight type -- q, k and v
   // of one norm -- run as one pool loop over their weight rows end to end, each output written
   // where its own node would write it: one hand-off instead of three, and the 256-row k/v
   // matrices (Gemma 4 E2B) are read as part of one longer stream per thread instead of two
-  // short ones. The same kernels on the same rows: the same bits as separate loops
-  // (tests/greedy_llamacpp_test.cc, tests/golden_test.cc). false: one loop per matmul.
+  // short ones. The same kernels on the same rows: the same bits as separate loops. false: one
+  // loop per matmul.
   bool group_matmuls = true;
   // Times every node of every step (two steady_clock reads around each op, on the calling
   // thread) into the table Backend::Profile() returns (`gemma4rt bench --profile`). A pool loop's

@@ -1,5 +1,5 @@
 // Scalar reference kernels (f32 accumulation): the definitions the SIMD kernels in kernels_hwy.cc
-// are tested against (tests/kernels_test.cc), plus the ops that have no SIMD version yet (RoPE).
+// are tested against, plus the ops that have no SIMD version yet (RoPE).
 #include "backends/cpu/kernels.h"
 
 #include <algorithm>

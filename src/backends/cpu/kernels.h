@@ -2,8 +2,8 @@
 // accumulation, following the transformers function named in its comment) and a SIMD version
 // (kernels_hwy.cc, Google Highway, one source compiled for every x86 target from SSSE3 to AVX-512
 // and for NEON/SVE on Arm, the best one the CPU supports picked at run time). The SIMD versions are
-// the ones the backend calls; tests/kernels_test.cc checks them against the references on every
-// target the machine can run.
+// the ones the backend calls; the tests check them against the references on every target the
+// machine can run.
 #pragma once
 
 #include <cstdint>
@@ -72,9 +72,8 @@ void RopeTable(int rows, int head_dim, const float* inv_freq, const int32_t* pos
 // RopeApply: in place, for each row r and head of `head_dim` columns of x [rows, cols] (cols %
 // head_dim == 0), pair (j, j + head_dim / 2) rotated by row r's angle j from the table RopeTable
 // made for the same rows, head_dim and inv_freq (cs must not overlap x); pairs with inv_freq[j]
-// == 0 (proportional RoPE's unrotated ones) are left as they are. The same bits as the per-node
-// cos/sin it replaced (RopeTest compares with that loop); kernels.cc is built without fused
-// multiply-adds.
+// == 0 (proportional RoPE's unrotated ones) are left as they are. The same bits as computing
+// cos/sin per row (kernels.cc is built without fused multiply-adds).
 void RopeApply(float* x, int rows, int cols, int head_dim, const float* inv_freq, const float* cs);
 
 // out = gelu_tanh(a) * b, n elements; `out` may be `a` (in place), not `b`. The SIMD version uses

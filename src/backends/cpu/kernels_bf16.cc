@@ -117,11 +117,10 @@ G4_BF16_TARGET __attribute__((noinline)) void Tiles(const uint16_t* x, size_t ld
 }
 
 // Decode (one activation row): one weight row after another, so that each thread reads its rows as
-// one sequential stream, which the hardware prefetcher follows without help. Tiles of 8 rows with a
-// software prefetch 16 KiB ahead in each row (eight interleaved 3 KiB streams per tile at E2B's
-// K = 1536) decoded E2B BF16 slower: `bench -p 0 -n 32 -r 2`, 14 alternated rounds, median ratio
-// 1.085x for one row at a time (11 of 14 rounds faster). A row's arithmetic is the same either way
-// (one accumulator per row and activation row, in k order). Prefill: the weights in panels
+// one sequential stream, which the hardware prefetcher follows without help (tiles of 8 rows
+// would read eight interleaved short streams, slower even with a software prefetch). A row's
+// arithmetic is the same either way (one accumulator per row and activation row, in k order).
+// Prefill: the weights in panels
 // of ~kPanelBytes (which stay in L2) while tiles of 4 weight rows x 6 activation rows (24
 // accumulators, 10 loads per 24 dot-product instructions) pass over them.
 void MatMulAvx512(const uint16_t* x, int rows, int K, const uint16_t* w, int M, float* y, int ldy) {

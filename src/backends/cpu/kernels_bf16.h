@@ -2,7 +2,7 @@
 // (x86: AVX512_BF16 `vdpbf16ps`, Zen 4 and Cooper Lake / Sapphire Rapids on). llama.cpp computes
 // BF16 matmuls the same way on these CPUs (its activations are converted to bf16 first). One
 // instruction multiplies 32 bf16 pairs and adds them into 16 f32 lanes, where the f32 path (MatMul)
-// widens the weights to f32 first: on a Zen 4 EPYC this is about twice the multiply-adds per cycle.
+// widens the weights to f32 first: about twice the multiply-adds per cycle.
 // The backend uses it where CpuBackendOptions::bf16_activations allows and HasBf16Dot() says.
 //
 // Arithmetic (the instruction's, from Intel's SDM; products of two bf16 are exact in f32):

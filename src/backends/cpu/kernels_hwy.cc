@@ -8,10 +8,11 @@
 // and multiplied into f32 accumulators for one to four activation rows (decode) or eight (prefill),
 // so a block is decoded once per tile of rows and the dequantised row is never written to memory.
 // Plain float weights (F32, F16, BF16) run register tiles of weight rows x activation rows
-// (MatMulFloat). This file is compiled with -ffp-contract=off (CMakeLists.txt) so that the
-// decoding's separate multiply and add stay separate, as in dequant.cc; the dot products use
-// explicit fused multiply-adds (hn::MulAdd) where the target has them. Activations are never
-// quantised.
+// (MatMulFloat, kernels_float-inl.h, included below). The element-wise kernels (Dot, GeGlu,
+// RmsNorm, ...) are kernels_vec_hwy.cc. This file is compiled with -ffp-contract=off
+// (CMakeLists.txt) so that the decoding's separate multiply and add stay separate, as in
+// dequant.cc; the dot products use explicit fused multiply-adds (hn::MulAdd) where the target has
+// them. Activations are never quantised.
 //
 // Vectors never straddle a scale group: block formats use at most 16 f32 lanes (one Q6_K scale
 // covers 16 elements, a Q4_0 nibble half 16), Q5_0/Q5_1 at most 8, via CappedTag.
@@ -32,7 +33,6 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 // Must come after foreach_target.h.
 #include "hwy/cache_control.h"
-#include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 
 #ifndef G4_KERNELS_HWY_TABLES_
@@ -294,8 +294,7 @@ struct DecQ6K {
 // ---------------------------------------------------------------------------------------------
 // Block weights with f32 activations. Every (activation row, weight row) dot product follows one
 // canonical sequence of f32 operations, whatever the tile it is computed in -- decode and prefill,
-// any batch size, any first weight row give bit-identical outputs
-// (KernelsTest.BlockWeightRowsAreIndependentOfTheBatch):
+// any batch size, any first weight row give bit-identical outputs:
 //   the columns are cut into slices of kBlockSliceCols from column 0. Per slice, the N-lane
 //   weight vectors in the decoder's order (Dec::Get over groups, then elements; a group holds an
 //   even number of vectors) alternate between two accumulators, a (even vectors) and c (odd), one
@@ -431,281 +430,7 @@ HWY_INLINE void Pack8(DF df, const float* HWY_RESTRICT x, size_t ldx, size_t k, 
     for (size_t r = 0; r < 8; ++r) hn::StoreU(hn::LoadU(df, x + r * ldx + c), df, xp + 8 * c + r * N);
 }
 
-// ---------------------------------------------------------------------------------------------
-// Plain float weights (F32, F16, BF16).
-//
-// Every (activation row, weight row) dot product follows one canonical sequence of f32 operations,
-// whatever the tile it is computed in -- decode and prefill, any batch size, any first weight row
-// give bit-identical outputs (KernelsTest.FloatWeightRowsAreIndependentOfTheBatch):
-//   one accumulator; per chunk of 2N elements (N = Lanes(DFF)) two fused multiply-adds, its first
-//   half then its second half, in the loader's lane order (below); one more N-lane fused
-//   multiply-add for a remaining N elements, in natural order; SumOfLanes; then the last < N
-//   elements one by one, s += w * x.
-// Loaders: Half<0>/Half<1>(df, row, i) = the two N-lane halves of elements i .. i + 2N - 1 as f32;
-// Half<2>(df, row, i) = elements i .. i + N - 1 in natural order; At(row, i) = one element. F32
-// and F16 use the natural order (Half<1> = elements i + N ..). BF16 (kEvenOdd) loads 2N values as
-// N u32 lanes and takes the even elements (bf16 in the low half of a lane: shift left 16) and the
-// odd ones (high half: mask), one ALU op per vector instead of a widening shuffle plus a shift;
-// the activations are then packed to match (PackEvenOdd), once per call.
-struct LoadF32 {
-  static constexpr size_t kSize = 4;
-  static constexpr bool kEvenOdd = false;
-  template <int H, class DF>
-  static HWY_INLINE hn::Vec<DF> Half(DF df, const uint8_t* HWY_RESTRICT w, size_t i) {
-    return hn::LoadU(df, reinterpret_cast<const float*>(w) + i + (H == 1 ? hn::Lanes(df) : 0));
-  }
-  static HWY_INLINE float At(const uint8_t* w, size_t i) {
-    float f;
-    std::memcpy(&f, w + 4 * i, 4);
-    return f;
-  }
-};
-struct LoadBF16 {
-  static constexpr size_t kSize = 2;
-  // Not on HWY_SCALAR, whose u16 vectors have one lane like its u32 ones.
-  static constexpr bool kEvenOdd = HWY_TARGET != HWY_SCALAR;
-  template <int H, class DF>
-  static HWY_INLINE hn::Vec<DF> Half(DF df, const uint8_t* HWY_RESTRICT w, size_t i) {
-    const hn::RebindToUnsigned<DF> du;
-    const uint16_t* HWY_RESTRICT p = reinterpret_cast<const uint16_t*>(w) + i;
-    if constexpr (kEvenOdd && H != 2) {
-      const hn::Repartition<uint16_t, decltype(du)> d16;
-      const auto v = hn::BitCast(du, hn::LoadU(d16, p));  // lane j: element 2j (low), 2j + 1 (high)
-      if constexpr (H == 0) return hn::BitCast(df, hn::ShiftLeft<16>(v));
-      return hn::BitCast(df, hn::And(v, hn::Set(du, 0xFFFF0000u)));
-    } else {
-      const hn::Rebind<uint16_t, DF> d16;
-      const auto v = hn::PromoteTo(du, hn::LoadU(d16, p + (H == 1 ? hn::Lanes(df) : 0)));
-      return hn::BitCast(df, hn::ShiftLeft<16>(v));
-    }
-  }
-  static HWY_INLINE float At(const uint8_t* w, size_t i) {
-    return Bf16ToF32(static_cast<uint16_t>(w[2 * i] | (w[2 * i + 1] << 8)));
-  }
-};
-struct LoadF16 {
-  static constexpr size_t kSize = 2;
-  static constexpr bool kEvenOdd = false;
-  template <int H, class DF>
-  static HWY_INLINE hn::Vec<DF> Half(DF df, const uint8_t* HWY_RESTRICT w, size_t i) {
-    const hn::Rebind<hwy::float16_t, DF> d16;
-    const auto* HWY_RESTRICT p = reinterpret_cast<const hwy::float16_t*>(w) + i + (H == 1 ? hn::Lanes(df) : 0);
-    return hn::PromoteTo(df, hn::LoadU(d16, p));
-  }
-  static HWY_INLINE float At(const uint8_t* w, size_t i) {
-    return F16ToF32(static_cast<uint16_t>(w[2 * i] | (w[2 * i + 1] << 8)));
-  }
-};
-
-// rows x K activations (stride K) in the order of an even/odd loader: per chunk of 2N columns,
-// the even columns then the odd ones; the last K % 2N columns as they are.
-HWY_INLINE void PackEvenOdd(const float* HWY_RESTRICT x, size_t rows, size_t K, float* HWY_RESTRICT xp) {
-  const DFF df;
-  [[maybe_unused]] const size_t N = hn::Lanes(df);
-  for (size_t r = 0; r < rows; ++r) {
-    const float* HWY_RESTRICT xr = x + r * K;
-    float* HWY_RESTRICT o = xp + r * K;
-    size_t i = 0;
-#if HWY_TARGET != HWY_SCALAR
-    for (; i + 2 * N <= K; i += 2 * N) {
-      const auto lo = hn::LoadU(df, xr + i), hi = hn::LoadU(df, xr + i + N);
-      hn::StoreU(hn::ConcatEven(df, hi, lo), df, o + i);
-      hn::StoreU(hn::ConcatOdd(df, hi, lo), df, o + i + N);
-    }
-#endif
-    for (; i < K; ++i) o[i] = xr[i];
-  }
-}
-
-// The accumulators of a tile: a<j><r> for weight row j < 8 and activation row r < 4 (named
-// variables, not arrays: SVE vectors are sizeless). Unused ones are dead code.
-#define G4_TILE_ROW(X, j) X(j, 0) X(j, 1) X(j, 2) X(j, 3)
-#define G4_TILE_ALL(X)                                                                                   \
-  G4_TILE_ROW(X, 0) G4_TILE_ROW(X, 1) G4_TILE_ROW(X, 2) G4_TILE_ROW(X, 3) G4_TILE_ROW(X, 4) G4_TILE_ROW(X, 5) \
-  G4_TILE_ROW(X, 6) G4_TILE_ROW(X, 7)
-#define G4_TILE_ZERO(j, r) [[maybe_unused]] auto a##j##r = hn::Zero(df);
-#define G4_TILE_SUM(j, r) \
-  if constexpr (W > j && R > r) out[j * R + r] = hn::GetLane(hn::SumOfLanes(df, a##j##r));
-// Weight row j's half H (at x offset XO) into the accumulators of row j.
-#define G4_TILE_FMA(H, j)                                                        \
-  if constexpr (W > j) {                                                         \
-    const auto t = Ld::template Half<H>(df, w##j, i);                            \
-    a##j##0 = hn::MulAdd(t, x0v, a##j##0);                                       \
-    if constexpr (R > 1) a##j##1 = hn::MulAdd(t, x1v, a##j##1);                  \
-    if constexpr (R > 2) a##j##2 = hn::MulAdd(t, x2v, a##j##2);                  \
-    if constexpr (R > 3) a##j##3 = hn::MulAdd(t, x3v, a##j##3);                  \
-  }
-#define G4_TILE_STEP(H, XO)                                                                      \
-  {                                                                                              \
-    const auto x0v = hn::LoadU(df, x0 + i + (XO));                                               \
-    [[maybe_unused]] const auto x1v = hn::LoadU(df, x1 + i + (XO));                              \
-    [[maybe_unused]] const auto x2v = hn::LoadU(df, x2 + i + (XO));                              \
-    [[maybe_unused]] const auto x3v = hn::LoadU(df, x3 + i + (XO));                              \
-    G4_TILE_FMA(H, 0) G4_TILE_FMA(H, 1) G4_TILE_FMA(H, 2) G4_TILE_FMA(H, 3) G4_TILE_FMA(H, 4)    \
-    G4_TILE_FMA(H, 5) G4_TILE_FMA(H, 6) G4_TILE_FMA(H, 7)                                        \
-  }
-
-// How far ahead a decode tile of 16-bit weights prefetches each row. Full-size E2B BF16 decode on
-// a Zen 4 EPYC VM (2 threads, `bench -p 0 -n 32 -r 3`, alternating rounds; this VM's figures vary
-// by 20% between minutes): the next tile's rows into L1 (Zen 3's best) 4.8-6.5 tokens/s; 1 KiB
-// ahead into L1 5.1-5.5; into L2 2 KiB 5.5-6.7, 4 KiB 5.7-8.2, 8 KiB 6.6-8.5, 16 KiB 6.8-9.1,
-// 32 KiB 7.1-9.1; 8 KiB with prefetcht2 6.4-6.8.
-constexpr size_t kDecodePrefetchBytes = 16384;
-
-// W weight rows (stride row_bytes) x R activation rows (stride ldx, in the loader's order) over K
-// elements, out[j * R + r] = dot(x row r, weight row j), each by the canonical sequence above. Per
-// 2N elements: 2W weight vectors built, 2R activation vectors loaded, 2WR fused multiply-adds
-// into W * R independent accumulators.
-template <class Ld, int W, int R>
-HWY_INLINE void FloatTile(const float* HWY_RESTRICT x, size_t ldx, const uint8_t* HWY_RESTRICT w, size_t row_bytes,
-                          size_t K, float* HWY_RESTRICT out) {
-  static_assert(W >= 1 && W <= 8 && R >= 1 && R <= 4);
-  const DFF df;
-  const size_t N = hn::Lanes(df);
-  const uint8_t* HWY_RESTRICT wr[8];
-  for (int j = 0; j < 8; ++j) wr[j] = w + (j < W ? j : 0) * row_bytes;
-  [[maybe_unused]] const uint8_t* HWY_RESTRICT w0 = wr[0];
-  [[maybe_unused]] const uint8_t* HWY_RESTRICT w1 = wr[1];
-  [[maybe_unused]] const uint8_t* HWY_RESTRICT w2 = wr[2];
-  [[maybe_unused]] const uint8_t* HWY_RESTRICT w3 = wr[3];
-  [[maybe_unused]] const uint8_t* HWY_RESTRICT w4 = wr[4];
-  [[maybe_unused]] const uint8_t* HWY_RESTRICT w5 = wr[5];
-  [[maybe_unused]] const uint8_t* HWY_RESTRICT w6 = wr[6];
-  [[maybe_unused]] const uint8_t* HWY_RESTRICT w7 = wr[7];
-  const float* HWY_RESTRICT xr[4];
-  for (int r = 0; r < 4; ++r) xr[r] = x + (r < R ? r : 0) * ldx;
-  const float* HWY_RESTRICT x0 = xr[0];
-  [[maybe_unused]] const float* HWY_RESTRICT x1 = xr[1];
-  [[maybe_unused]] const float* HWY_RESTRICT x2 = xr[2];
-  [[maybe_unused]] const float* HWY_RESTRICT x3 = xr[3];
-  G4_TILE_ALL(G4_TILE_ZERO)
-  size_t i = 0;
-  for (; i + 2 * N <= K; i += 2 * N) {
-    // Decode of 16-bit weights: a cache line per row per 64 bytes read, kDecodePrefetchBytes ahead
-    // in the same row (past its end: the rows that follow), into L2 (prefetcht1). F32 measured
-    // slower with any prefetch, its loads already fill the load ports.
-    if constexpr (R == 1 && Ld::kSize == 2) {
-      if (((i * Ld::kSize) & 63) == 0) {
-        for (int j = 0; j < W; ++j) __builtin_prefetch(wr[j] + i * Ld::kSize + kDecodePrefetchBytes, 0, 2);
-      }
-    }
-    G4_TILE_STEP(0, 0)
-    G4_TILE_STEP(1, N)
-  }
-  if (i + N <= K) {
-    G4_TILE_STEP(2, 0)
-    i += N;
-  }
-  G4_TILE_ALL(G4_TILE_SUM)
-  for (; i < K; ++i) {
-    for (int j = 0; j < W; ++j) {
-      const float wi = Ld::At(wr[j], i);
-      for (int r = 0; r < R; ++r) out[j * R + r] += wi * xr[r][i];
-    }
-  }
-}
-#undef G4_TILE_STEP
-#undef G4_TILE_FMA
-#undef G4_TILE_SUM
-#undef G4_TILE_ZERO
-#undef G4_TILE_ALL
-#undef G4_TILE_ROW
-
-// y[r, m] = dot(x row r, weight row m) for weight rows [m0, m1) and activation rows [0, R): tiles of
-// W weight rows, then of four, then single rows.
-template <class Ld, int W, int R>
-HWY_NOINLINE void FloatTiles(const float* x, size_t ldx, size_t K, const uint8_t* w, size_t row_bytes, int m0, int m1,
-                             float* y, size_t ldy) {
-  float s[W * R];
-  int m = m0;
-  auto put = [&](int w_rows) {
-    for (int j = 0; j < w_rows; ++j)
-      for (int r = 0; r < R; ++r) y[r * ldy + m + j] = s[j * R + r];
-    m += w_rows;
-  };
-  for (; m + W <= m1;) {
-    FloatTile<Ld, W, R>(x, ldx, w + static_cast<size_t>(m) * row_bytes, row_bytes, K, s);
-    put(W);
-  }
-  if constexpr (W > 4) {
-    if (m + 4 <= m1) {
-      FloatTile<Ld, 4, R>(x, ldx, w + static_cast<size_t>(m) * row_bytes, row_bytes, K, s);
-      put(4);
-    }
-  }
-  while (m < m1) {
-    FloatTile<Ld, 1, R>(x, ldx, w + static_cast<size_t>(m) * row_bytes, row_bytes, K, s);
-    put(1);
-  }
-}
-
-// Float weights [M, K], any number of activation rows: tiles of 4 weight rows x 3 activation rows
-// (12 accumulators; per 2N elements 8 weight vectors built, 6 activation vectors loaded, 24 fused
-// multiply-adds), the last 1 or 2 activation rows against 8 or 4 weight rows. Decode (one row) thus
-// runs 8 independent accumulator chains over the weights, read once (16-bit weights prefetch the
-// next 8 rows).
-// Prefill (rows > 3) walks the weights in panels of ~kPanelBytes that stay in L2 while every
-// activation tile passes over them (a tile's 3 x K floats stay in L1 for K = 1536; for K = 6144
-// they stream from L2, which measured as fast). BF16 activations are first packed in the loader's
-// even/odd order (PackEvenOdd, rows x K floats, once per call).
-// Measured single-threaded on a Zen3 EPYC VM (AVX2, ~3.15 GHz), bench/kernels_bench.cc, CPU time,
-// against the previous kernel (one weight row x 4 activation rows, natural-order BF16 widening):
-// BF16 6144 x 1536 x 64 rows 28.4 -> 16.6 ms (~1.3 fused multiply-adds per cycle), 1536 x 6144 x
-// 64 rows 31.1 -> 19.8 ms; 2048 x 640, 1 row: BF16 91 -> 57 us, F16 84 -> 50 us, F32 96 -> 86 us;
-// 2048 x 640 x 64 rows (in cache): BF16 2.75 -> 2.56 ms, F16 2.46 -> 2.20, F32 3.00 -> 2.41;
-// BM_Stream_BF16 (48 MB, 1 row) 3.2 -> 2.4 ms; `gemma4rt bench` on a full-size Gemma 4 E2B BF16
-// checkpoint, 2 threads: pp512 18.0 -> 27.8 tokens/s. Tried and dropped (weight x activation rows): 3 x 3
-// tiles (as fast for BF16, F32 slower), 2 x 4 and 3 x 4 tiles (slower), L2 panels of 96 or 384 KiB
-// (no better), the prefetch in prefill tiles (slower). A BF16 -> f32 panel converted once per
-// call was not built: F32 weights, which need no conversion, run no faster than BF16 here.
-// x_reordered: x is already in the loader's order (ReorderActivationsHwy), shared by the caller's
-// threads and by the matmuls of one input -- measured on the E2B BF16 checkpoint (2 threads,
-// pp512), a copy per thread and call let both threads stream their own 512 x 12288 floats (2 x 25
-// MB, more than the 32 MiB L3) through every weight panel of the wide MLPs' down projections:
-// 1536 x 12288 x 513 rows, 2 threads on one x vs two copies, 1.32 vs 1.12 fused multiply-adds
-// per cycle (1536 x 6144: 1.68 vs 1.29).
-template <class Ld>
-HWY_INLINE bool ReordersActivations(int K) {
-  if constexpr (Ld::kEvenOdd) return static_cast<size_t>(K) >= 2 * hn::Lanes(DFF());
-  return false;
-}
-
-template <class Ld>
-void MatMulFloat(const float* x, int rows, int K, const uint8_t* w, int M, float scale, float* y, int ldy,
-                 bool x_reordered) {
-  constexpr size_t kPanelBytes = 192 << 10;
-  const size_t row_bytes = static_cast<size_t>(K) * Ld::kSize;
-  const size_t ldx = static_cast<size_t>(K);
-  const size_t ly = static_cast<size_t>(ldy);
-  if constexpr (Ld::kEvenOdd) {
-    if (!x_reordered && ReordersActivations<Ld>(K)) {
-      thread_local std::vector<float> packed;
-      const size_t need = static_cast<size_t>(rows) * ldx;
-      if (packed.size() < need) packed.resize(need);
-      PackEvenOdd(x, rows, ldx, packed.data());
-      x = packed.data();
-    }
-  }
-  const int panel = rows <= 3 ? M : std::max(8, static_cast<int>(kPanelBytes / row_bytes) / 8 * 8);
-  for (int m0 = 0; m0 < M; m0 += panel) {
-    const int m1 = std::min(M, m0 + panel);
-    for (int r0 = 0; r0 < rows;) {
-      const int R = std::min(3, rows - r0);
-      const float* xr = x + static_cast<size_t>(r0) * ldx;
-      float* yr = y + static_cast<size_t>(r0) * ly;
-      switch (R) {
-        case 3: FloatTiles<Ld, 4, 3>(xr, ldx, K, w, row_bytes, m0, m1, yr, ly); break;
-        case 2: FloatTiles<Ld, 4, 2>(xr, ldx, K, w, row_bytes, m0, m1, yr, ly); break;
-        default: FloatTiles<Ld, 8, 1>(xr, ldx, K, w, row_bytes, m0, m1, yr, ly); break;
-      }
-      r0 += R;
-    }
-  }
-  if (scale != 1.0f) {
-    for (int r = 0; r < rows; ++r)
-      for (int m = 0; m < M; ++m) y[static_cast<size_t>(r) * ly + m] *= scale;
-  }
-}
+#include "backends/cpu/kernels_float-inl.h"
 
 // One weight row of block type Dec against R activation rows (R <= 4, or R == 8 packed by Pack8
 // with ldx unused, one slice at most): Dot<R>(x, ldx, k, w, out) for k elements; Offset(k) =
@@ -817,130 +542,6 @@ void MatMulHwy(const float* x, int rows, int K, const uint8_t* w, DType wt, int 
   }
 }
 
-// ---------------------------------------------------------------------------------------------
-// Vector helpers.
-
-float DotHwy(const float* HWY_RESTRICT a, const float* HWY_RESTRICT b, int n) {
-  const DFF df;
-  const size_t N = hn::Lanes(df);
-  const size_t len = n > 0 ? static_cast<size_t>(n) : 0;
-  auto s0 = hn::Zero(df), s1 = hn::Zero(df), s2 = hn::Zero(df), s3 = hn::Zero(df);
-  size_t i = 0;
-  for (; i + 4 * N <= len; i += 4 * N) {
-    s0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), s0);
-    s1 = hn::MulAdd(hn::LoadU(df, a + i + N), hn::LoadU(df, b + i + N), s1);
-    s2 = hn::MulAdd(hn::LoadU(df, a + i + 2 * N), hn::LoadU(df, b + i + 2 * N), s2);
-    s3 = hn::MulAdd(hn::LoadU(df, a + i + 3 * N), hn::LoadU(df, b + i + 3 * N), s3);
-  }
-  for (; i + N <= len; i += N) s0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), s0);
-  float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(s0, s1), hn::Add(s2, s3))));
-  for (; i < len; ++i) s += a[i] * b[i];
-  return s;
-}
-
-void AxpyHwy(float alpha, const float* HWY_RESTRICT x, float* HWY_RESTRICT y, int n) {
-  const DFF df;
-  const size_t N = hn::Lanes(df);
-  const size_t len = n > 0 ? static_cast<size_t>(n) : 0;
-  const auto va = hn::Set(df, alpha);
-  size_t i = 0;
-  for (; i + N <= len; i += N) hn::StoreU(hn::MulAdd(va, hn::LoadU(df, x + i), hn::LoadU(df, y + i)), df, y + i);
-  for (; i < len; ++i) y[i] += alpha * x[i];
-}
-
-// out = f(df, in0, in1) over n floats: full vectors in place, the tail through a padded buffer so
-// every element goes through the same vector code. `out` may be `in0` (in place: each vector is
-// loaded before its result is stored).
-template <class F>
-HWY_INLINE void MapN(const float* in0, const float* HWY_RESTRICT in1, size_t n, float* out, const F& f) {
-  const DFF df;
-  const size_t N = hn::Lanes(df);
-  size_t i = 0;
-  for (; i + N <= n; i += N) {
-    hn::StoreU(f(df, hn::LoadU(df, in0 + i), hn::LoadU(df, in1 + i)), df, out + i);
-  }
-  if (i < n) {
-    HWY_ALIGN float b0[HWY_MAX_BYTES / sizeof(float)] = {};
-    HWY_ALIGN float b1[HWY_MAX_BYTES / sizeof(float)] = {};
-    const size_t rest = n - i;
-    std::memcpy(b0, in0 + i, rest * sizeof(float));
-    std::memcpy(b1, in1 + i, rest * sizeof(float));
-    hn::Store(f(df, hn::Load(df, b0), hn::Load(df, b1)), df, b0);
-    std::memcpy(out + i, b0, rest * sizeof(float));
-  }
-}
-
-void GeGluHwy(const float* a, const float* b, int64_t n, float* out) {
-  MapN(a, b, static_cast<size_t>(n), out, [](DFF df, hn::Vec<DFF> x, hn::Vec<DFF> g) HWY_ATTR {
-    const auto beta = hn::Set(df, 0.7978845608028654f);  // sqrt(2/pi)
-    const auto kappa = hn::Set(df, 0.044715f);
-    // Same operations and order as GeluTanh: 0.5f * x * (1 + tanh(beta * (x + kappa * x * x * x))).
-    const auto inner = hn::Mul(beta, hn::Add(x, hn::Mul(hn::Mul(hn::Mul(kappa, x), x), x)));
-    const auto gelu = hn::Mul(hn::Mul(hn::Set(df, 0.5f), x), hn::Add(hn::Set(df, 1.0f), hn::Tanh(df, inner)));
-    return hn::Mul(gelu, g);
-  });
-}
-
-void SoftcapHwy(const float* x, int64_t n, float cap, float* out) {
-  MapN(x, x, static_cast<size_t>(n), out, [cap](DFF df, hn::Vec<DFF> v, hn::Vec<DFF>) HWY_ATTR {
-    const auto c = hn::Set(df, cap);
-    return hn::Mul(c, hn::Tanh(df, hn::Div(v, c)));
-  });
-}
-
-// sum of x[j]^2 in f64, as RmsNormReference.
-HWY_INLINE double SumSquares(const float* HWY_RESTRICT x, size_t n) {
-  size_t i = 0;
-  double ss = 0;
-#if HWY_HAVE_FLOAT64
-  const hn::ScalableTag<double> dd;
-  const hn::Rebind<float, decltype(dd)> dfh;
-  const size_t N = hn::Lanes(dd);
-  auto s0 = hn::Zero(dd), s1 = hn::Zero(dd);
-  for (; i + 2 * N <= n; i += 2 * N) {
-    const auto v0 = hn::PromoteTo(dd, hn::LoadU(dfh, x + i));
-    const auto v1 = hn::PromoteTo(dd, hn::LoadU(dfh, x + i + N));
-    s0 = hn::MulAdd(v0, v0, s0);  // exact products: a float squared fits in a double
-    s1 = hn::MulAdd(v1, v1, s1);
-  }
-  ss = hn::GetLane(hn::SumOfLanes(dd, hn::Add(s0, s1)));
-#endif
-  for (; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
-  return ss;
-}
-
-void RmsNormHwy(const float* x, int rows, int cols, int group, const uint8_t* w, DType wt, float eps, float offset,
-                float* y) {
-  thread_local std::vector<float> wf;
-  if (w != nullptr) {
-    wf.resize(group);
-    ConvertToF32(wt, w, wf.data(), group);
-  }
-  const DFF df;
-  const size_t N = hn::Lanes(df);
-  const auto voff = hn::Set(df, offset);
-  for (int r = 0; r < rows; ++r) {
-    for (int g0 = 0; g0 < cols; g0 += group) {
-      const float* xi = x + static_cast<size_t>(r) * cols + g0;
-      float* yi = y + static_cast<size_t>(r) * cols + g0;
-      const float mean = static_cast<float>(SumSquares(xi, group) / group);
-      const float inv = 1.0f / std::sqrt(mean + eps);
-      const auto vinv = hn::Set(df, inv);
-      size_t j = 0;
-      for (; j + N <= static_cast<size_t>(group); j += N) {
-        auto v = hn::Mul(hn::LoadU(df, xi + j), vinv);
-        if (w != nullptr) v = hn::Mul(v, hn::Add(voff, hn::LoadU(df, wf.data() + j)));
-        hn::StoreU(v, df, yi + j);
-      }
-      for (; j < static_cast<size_t>(group); ++j) {
-        float v = xi[j] * inv;
-        if (w != nullptr) v = v * (offset + wf[j]);
-        yi[j] = v;
-      }
-    }
-  }
-}
-
 const char* TargetNameHwy() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace HWY_NAMESPACE
@@ -955,11 +556,6 @@ namespace cpu {
 HWY_EXPORT(MatMulHwy);
 HWY_EXPORT(ReordersActivationsHwy);
 HWY_EXPORT(ReorderActivationsHwy);
-HWY_EXPORT(DotHwy);
-HWY_EXPORT(AxpyHwy);
-HWY_EXPORT(GeGluHwy);
-HWY_EXPORT(SoftcapHwy);
-HWY_EXPORT(RmsNormHwy);
 HWY_EXPORT(TargetNameHwy);
 
 void MatMul(const float* x, int rows, int K, const uint8_t* w, DType wt, int M, float scale, float* y, int ldy,
@@ -973,14 +569,6 @@ void ReorderActivations(DType wt, const float* x, int rows, int K, float* xr) {
 void MatMulReordered(const float* xr, int rows, int K, const uint8_t* w, DType wt, int M, float scale, float* y,
                      int ldy) {
   HWY_DYNAMIC_DISPATCH(MatMulHwy)(xr, rows, K, w, wt, M, scale, y, ldy, nullptr, true);
-}
-float Dot(const float* a, const float* b, int n) { return HWY_DYNAMIC_DISPATCH(DotHwy)(a, b, n); }
-void Axpy(float alpha, const float* x, float* y, int n) { HWY_DYNAMIC_DISPATCH(AxpyHwy)(alpha, x, y, n); }
-void GeGlu(const float* a, const float* b, int64_t n, float* out) { HWY_DYNAMIC_DISPATCH(GeGluHwy)(a, b, n, out); }
-void Softcap(const float* x, int64_t n, float cap, float* out) { HWY_DYNAMIC_DISPATCH(SoftcapHwy)(x, n, cap, out); }
-void RmsNorm(const float* x, int rows, int cols, int group, const uint8_t* w, DType wt, float eps, float offset,
-             float* y) {
-  HWY_DYNAMIC_DISPATCH(RmsNormHwy)(x, rows, cols, group, w, wt, eps, offset, y);
 }
 const char* SimdTargetName() { return HWY_DYNAMIC_DISPATCH(TargetNameHwy)(); }
 

@@ -16,10 +16,9 @@
 //
 // Cost against the f32-activation path (kernels.h MatMul): activations lose precision (relative
 // error up to 1/254 of each group's largest magnitude), so logits move by about as much as
-// llama.cpp's do (its CPU backend quantises activations the same way, to Q8_0/Q8_K). Gemma 3 270M
-// Q4_K_M, `bench --quality --quality-tokens 128`: mean KL 0.0021 nats/token, top-1 96.1% with
-// groups of 32 everywhere; 0.0039 and 93.7% with groups of 256 for the Q4_K/Q5_K matmuls (the
-// engine's choice: their prefill tiles run 1.36x faster, docs/PERFORMANCE.md). The engine
+// llama.cpp's do (its CPU backend quantises activations the same way, to Q8_0/Q8_K; measured
+// accuracy: docs/NUMERICS.md). K-quant matmuls take groups of 256 (faster tiles, a little less
+// accurate than 32), the rest groups of 32 (PreferredActGroup). The engine
 // uses this path for block-quantised weights unless told to use f32 activations
 // (CpuBackendOptions::int8_activations, CLI --f32-activations), which the transformers-parity
 // tests do.
