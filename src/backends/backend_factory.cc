@@ -9,6 +9,9 @@
 #if GEMMA4RT_HAVE_XLA
 #include "backends/xla/xla_backend.h"
 #endif
+#if GEMMA4RT_HAVE_CUDA
+#include "backends/cuda/cuda_backend.h"
+#endif
 
 namespace g4 {
 namespace {
@@ -78,7 +81,15 @@ StatusOr<std::unique_ptr<Backend>> MakeBackend(const BackendOptions& o) {
     co.profile = o.profile;
     return MakeCpuBackend(o.threads, co);
   }
-  if (o.backend != "xla") return InvalidArgument("--backend must be cpu or xla, got '" + o.backend + "'");
+  if (o.backend == "cuda") {
+#if GEMMA4RT_HAVE_CUDA
+    return MakeCudaBackend({o.device, o.compute_dtype});
+#else
+    return Unimplemented("--backend cuda: this build has no CUDA backend (configure with the CUDA toolkit: "
+                         "cmake -DGEMMA4RT_CUDA=ON; scripts/build.sh does where nvcc is found)");
+#endif
+  }
+  if (o.backend != "xla") return InvalidArgument("--backend must be cpu, xla or cuda, got '" + o.backend + "'");
 #if GEMMA4RT_HAVE_XLA
   std::string path = o.pjrt_plugin;
   if (path.empty()) {
@@ -103,6 +114,17 @@ std::string DevicePolicyFields(const Backend& backend, const BackendOptions& o) 
     return "backend=xla plugin=" + x->plugin_path + " api=" + x->api_version + " platform=" + x->platform +
            " device=\"" + x->device_kind + "\" device_memory=" + mem + " compute=" + x->compute_dtype +
            " weights_on_device=f32/f16/bf16/q8_0/q4_0/w4g32-as-stored,other-quantised-as-f32";
+  }
+#endif
+#if GEMMA4RT_HAVE_CUDA
+  if (const CudaDeviceInfo* c = CudaInfo(backend)) {
+    char mem[96];
+    std::snprintf(mem, sizeof mem, "%.1fGiB(free=%.1fGiB)", c->total_memory / 1073741824.0, c->free_memory / 1073741824.0);
+    return "backend=cuda device=" + std::to_string(c->device) + " name=\"" + c->name + "\" cc=" + std::to_string(c->cc_major) +
+           "." + std::to_string(c->cc_minor) + " sms=" + std::to_string(c->sm_count) + " device_memory=" + mem +
+           " compute=" + c->compute_dtype + "(" + c->compute_reason + ") accumulate=f32 activations=f32" +
+           " weights_on_device=f16,bf16-as-" + c->compute_dtype + ",f32-as-" + c->compute_dtype +
+           ",q8_0/q4_0/q4_k/q6_k/w4g32-as-stored kv_cache=on-device";
   }
 #endif
   (void)backend;
