@@ -7,7 +7,8 @@
 #
 # `prepare` builds gemma4rt_tests and gemma4rt_cuda_bench for sm_90 only and copies them with the
 # shared libraries the GPU machine's image lacks (Highway, cpp-httplib; its CUDA toolkit provides
-# cudart and cuBLAS) into .devcheck-cuda/. `run` (about 6 minutes) needs nothing but that folder,
+# cudart and cuBLAS) into .devcheck-cuda/ (about 35 MiB). They are Debian 12 builds (glibc 2.36):
+# on an image with an older glibc they do not start, and the build has to happen there. `run` (about 6 minutes) needs nothing but that folder,
 # the repository's tests/ and tools/, nvcc's runtime and Python with numpy:
 #  1. the CUDA tests (gtest filter *Cuda*: per-op conformance against the CPU backend and the golden
 #     fixtures), log to $OUT/cuda-tests.log;
@@ -21,18 +22,18 @@ cd "$(dirname "$0")/.."
 DC=.devcheck-cuda
 case "${1:-}" in
 prepare)
-  grep -qx "/$DC/" .git/info/exclude 2>/dev/null || echo "/$DC/" >> "$(git rev-parse --git-path info/exclude)"
   nvcc="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)"
-  cmake -S . -B build-devcheck-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEMMA4RT_CUDA=ON \
+  B="${BUILD_DIR:-build-devcheck-cuda}"  # BUILD_DIR: an existing sm_90 build to reuse
+  cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEMMA4RT_CUDA=ON \
     -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES=90 "${@:2}" >/dev/null
-  cmake --build build-devcheck-cuda -j"${JOBS:-$(nproc)}" --target gemma4rt_tests gemma4rt_cuda_bench
+  cmake --build "$B" -j"${JOBS:-$(nproc)}" --target gemma4rt_tests gemma4rt_cuda_bench
   rm -rf "$DC"
   mkdir -p "$DC/lib"
-  cp build-devcheck-cuda/gemma4rt_tests build-devcheck-cuda/gemma4rt_cuda_bench build-devcheck-cuda/gemma4rt "$DC/"
+  cp "$B"/gemma4rt_tests "$B"/gemma4rt_cuda_bench "$B"/gemma4rt "$DC/"
   # Shared libraries from Debian packages (not libc, not CUDA's): the GPU image has none of them.
   for bin in "$DC"/gemma4rt_tests "$DC"/gemma4rt_cuda_bench "$DC"/gemma4rt; do
     ldd "$bin" | awk '/=> \// {print $3}' | grep -Ev '/(libc|libm|libpthread|libdl|librt|libgcc_s|libstdc\+\+|ld-linux[^/]*|libcuda[^/]*|libcublas[^/]*|libcudart[^/]*)\.so' \
-      | while read -r lib; do cp -Ln "$lib" "$DC/lib/" 2>/dev/null || true; done
+      | while read -r lib; do cp -Ln "$lib" "$DC/lib/" 2>/dev/null || true; done || true
   done
   # The tests find tests/ at the absolute path they were built in; `run` links it there.
   pwd > "$DC/source_dir"
