@@ -8,8 +8,10 @@
 # `prepare` builds gemma4rt_tests and gemma4rt_cuda_bench for sm_90 only and copies them with the
 # shared libraries the GPU machine's image lacks (Highway, cpp-httplib; its CUDA toolkit provides
 # cudart and cuBLAS) into .devcheck-cuda/ (about 35 MiB). They are Debian 12 builds (glibc 2.36):
-# on an image with an older glibc they do not start, and the build has to happen there. `run` (about 6 minutes) needs nothing but that folder,
-# the repository's tests/ and tools/, nvcc's runtime and Python with numpy:
+# on an image with an older glibc they do not start, and the build has to happen there. `run`
+# (under 10 minutes: timeout_s 600) needs that folder, the repository's tests/ and tools/, the CUDA
+# runtime and Python with numpy:
+#  0. the synthetic E2B written in the background while the tests run (step 2);
 #  1. the CUDA tests (gtest filter *Cuda*: per-op conformance against the CPU backend and the golden
 #     fixtures), log to $OUT/cuda-tests.log;
 #  2. tools/make_synthetic_e2b.py writes the full-size random-weight E2B (BF16, ~9.3 GB) to
@@ -46,20 +48,23 @@ run)
   nvidia-smi --query-gpu=name,compute_cap,memory.total,clocks.max.memory --format=csv | tee "$OUT/gpu.txt"
   src="$(cat "$DC/source_dir")"
   if [ "$src" != "$PWD" ] && [ ! -e "$src" ]; then mkdir -p "$(dirname "$src")" && ln -s "$PWD" "$src"; fi
-  cuda_lib="$(dirname "$(find / -name 'libcublas.so.13' -not -path '*/proc/*' 2>/dev/null | head -1)")"
+  cuda_lib="$(dirname "$(find /usr /opt -name 'libcublas.so.13' 2>/dev/null | head -1)")"
   export LD_LIBRARY_PATH="$PWD/$DC/lib:${cuda_lib}:${LD_LIBRARY_PATH:-}"
   set +e
-  timeout 240 "$DC/gemma4rt_tests" --gtest_filter='*Cuda*' > "$OUT/cuda-tests.log" 2>&1
+  synth=0
+  if [ ! -f /tmp/e2b-synth/config.json ]; then
+    timeout 300 python3 tools/make_synthetic_e2b.py /tmp/e2b-synth > "$OUT/synth.log" 2>&1 &
+    synth=$!
+  fi
+  timeout 200 "$DC/gemma4rt_tests" --gtest_filter='*Cuda*' > "$OUT/cuda-tests.log" 2>&1
   echo "tests: exit $?" | tee -a "$OUT/cuda-tests.log"
   grep -E '^\[  FAILED|^\[  PASSED|SKIPPED \]|tests? ran|Failure|error' "$OUT/cuda-tests.log" | head -60
-  if [ ! -f /tmp/e2b-synth/config.json ]; then
-    timeout 180 python3 tools/make_synthetic_e2b.py /tmp/e2b-synth > "$OUT/synth.log" 2>&1 || echo "synthetic E2B: failed (see synth.log)"
-  fi
+  if [ "$synth" != 0 ] && ! wait "$synth"; then echo "synthetic E2B: failed (see synth.log)"; fi
   : > "$OUT/cuda-bench.jsonl"
   for q in bf16 q4_0; do
     args=(-m /tmp/e2b-synth -p 512 -n 32 --batches 1,8,32 --label "e2b-$q")
     [ "$q" = bf16 ] || args+=(--quantize "$q")
-    timeout 150 "$DC/gemma4rt_cuda_bench" "${args[@]}" 2>&1 | tee -a "$OUT/cuda-bench.jsonl"
+    timeout 120 "$DC/gemma4rt_cuda_bench" "${args[@]}" 2>&1 | tee -a "$OUT/cuda-bench.jsonl"
   done
   ;;
 *)
