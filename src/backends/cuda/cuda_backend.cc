@@ -9,6 +9,7 @@
 #include <variant>
 #include <vector>
 
+#include "backends/cuda/arena_plan.h"
 #include "backends/cuda/blocks.h"
 #include "backends/cuda/cuda_policy.h"
 #include "backends/cuda/kernels.h"
@@ -22,11 +23,11 @@ struct Overloaded : Ts... { using Ts::operator()...; };
 template <class... Ts>
 Overloaded(Ts...) -> Overloaded<Ts...>;
 
-constexpr int kMatVecMaxRows = 8;        // steps of more rows multiply with cuBLAS
-constexpr int64_t kGemmTileRows = 4096;  // weight rows dequantised per cuBLAS call
-constexpr size_t kAlign = 256;
-
-size_t AlignUp(size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+using cuda::ArenaPlan;
+using cuda::kGemmTileRows;
+using cuda::kMatVecMaxRows;
+using cuda::PlanArena;
+using cuda::RowsOf;
 
 Status CudaStatus(cudaError_t e, const std::string& what) {
   if (e == cudaSuccess) return OkStatus();
@@ -244,73 +245,12 @@ StatusOr<std::unique_ptr<KvCacheBase>> CudaBackend::CreateKvCache(const ModelCon
 
 class CudaExecutable;
 
-// The step arena's plan for one graph and step shape: an offset per node output and the scratch.
-struct ArenaPlan {
-  std::vector<size_t> offset;  // per node (bytes); unused for nodes without output
-  size_t values = 0;           // bytes of the node outputs
-  size_t half_x = 0, half_w = 0;  // cuBLAS path: the activations and a weight tile in 16 bits
-  size_t moe = 0;              // MoE scratch
-  size_t ints = 0;             // the step's token arrays
-  size_t total() const { return values + half_x + half_w + moe + ints; }
-};
-
-int RowsOf(const Node& n, int T, int R) { return n.rows == Rows::kTokens ? T : R; }
-
-// Offsets by liveness: a node's output lives from its node to its last reader (exported outputs
-// to the end of the step); a freed range is reused by a later output that fits (first fit).
-ArenaPlan PlanArena(const Graph& g, int T, int R) {
-  const auto& nodes = g.nodes();
-  const int n = static_cast<int>(nodes.size());
-  std::vector<int> last(n, -1);
-  for (int i = 0; i < n; ++i) {
-    last[i] = nodes[i].name.empty() ? i : n;
-    for (int in : nodes[i].inputs) last[in] = std::max(last[in], i);
-  }
-  ArenaPlan p;
-  p.offset.assign(n, 0);
-  std::vector<std::pair<size_t, size_t>> free_list;  // (offset, bytes)
-  std::vector<std::vector<int>> dies(n + 1);
-  int64_t max_k = 32, max_moe = 0;
-  for (int i = 0; i < n; ++i) {
-    const Node& node = nodes[i];
-    if (const auto* mm = std::get_if<MatMulOp>(&node.op)) {
-      max_k = std::max(max_k, mm->w->shape.back());
-      p.half_w = std::max(p.half_w, AlignUp(2 * static_cast<size_t>(std::min<int64_t>(kGemmTileRows, mm->w->shape[0])) * mm->w->shape.back()));
-    }
-    if (const auto* moe = std::get_if<MoEOp>(&node.op)) {
-      const int64_t H = moe->router_proj->shape[1], jobs = static_cast<int64_t>(RowsOf(node, T, R)) * moe->top_k;
-      max_moe = std::max<int64_t>(max_moe, jobs * (2 + 2 * moe->width + moe->width + H));
-    }
-    if (node.cols > 0) {
-      const size_t bytes = AlignUp(static_cast<size_t>(RowsOf(node, T, R)) * node.cols * sizeof(float));
-      auto it = std::find_if(free_list.begin(), free_list.end(), [&](auto& f) { return f.second >= bytes; });
-      if (it != free_list.end()) {
-        p.offset[i] = it->first;
-        if (it->second > bytes) *it = {it->first + bytes, it->second - bytes};
-        else free_list.erase(it);
-      } else {
-        p.offset[i] = p.values;
-        p.values += bytes;
-      }
-      if (last[i] < n) dies[std::max(last[i], i)].push_back(i);
-    }
-    for (int d : dies[i])  // values whose last reader is node i: free after it (not for its own output)
-      free_list.push_back({p.offset[d], AlignUp(static_cast<size_t>(RowsOf(nodes[d], T, R)) * nodes[d].cols * sizeof(float))});
-  }
-  p.half_x = AlignUp(2 * static_cast<size_t>(T) * max_k);
-  if (T <= kMatVecMaxRows) p.half_x = p.half_w = 0;
-  p.moe = AlignUp(static_cast<size_t>(max_moe) * sizeof(float));
-  p.ints = AlignUp((4 * static_cast<size_t>(T) + R + 1) * sizeof(int32_t));
-  return p;
-}
-
 class CudaExecutable : public Executable {
  public:
   CudaExecutable(CudaBackend* b, const Graph& g, int T, int R) : backend_(b), graph_(g), T_(T), R_(R) {}
   Status Prepare();
   Status Run(const StepInput& input, KvCacheBase& cache) override;
   OutputView Output(const std::string& name) const override;
-  size_t StepBytes() const override { return plan_.total(); }
 
  private:
   float* Value(int node) const { return reinterpret_cast<float*>(static_cast<char*>(arena_.p) + plan_.offset[node]); }
