@@ -50,6 +50,11 @@ struct DeviceMem {
   DeviceMem(const DeviceMem&) = delete;
   DeviceMem& operator=(const DeviceMem&) = delete;
   DeviceMem(DeviceMem&& o) noexcept : p(o.p), bytes(o.bytes) { o.p = nullptr; o.bytes = 0; }
+  DeviceMem& operator=(DeviceMem&& o) noexcept {
+    std::swap(p, o.p);
+    std::swap(bytes, o.bytes);
+    return *this;
+  }
   ~DeviceMem() { if (p) cudaFree(p); }
   Status Alloc(size_t n, const std::string& what) {
     G4_CUDA(cudaMalloc(&p, std::max<size_t>(n, 1)), "allocating " + what + " (" + std::to_string(n) + " bytes) on the device");
@@ -128,6 +133,11 @@ class CudaBackend : public Backend {
   // Bytes a weight takes on the device (as Matrix or Vector would upload it).
   size_t DeviceBytes(const Tensor* t, bool matrix) const;
   CudaWeightBytes weight_bytes() const { return bytes_; }
+  // The step memory every executable of this backend shares (steps run one at a time; Executable
+  // contract): grown at Compile to the largest plan, so memory follows the largest step shape, not
+  // the number of shapes. Errors: ResourceExhausted with the plan's terms against free memory.
+  Status ReserveArena(const ArenaPlan& plan, int tokens);
+  void* arena() const { return arena_.p; }
   void CountMatMul(const Tensor* t) {
     if (matmul_.insert(t).second) bytes_.matmul += weights_.at(t).mem.bytes;
   }
@@ -135,6 +145,7 @@ class CudaBackend : public Backend {
  private:
   CudaWeightBytes bytes_;
   std::set<const Tensor*> matmul_;
+  DeviceMem arena_;
   CudaDeviceInfo info_;
   cudaStream_t stream_;
   cublasHandle_t blas_;
@@ -245,6 +256,20 @@ StatusOr<std::unique_ptr<KvCacheBase>> CudaBackend::CreateKvCache(const ModelCon
 
 class CudaExecutable;
 
+Status CudaBackend::ReserveArena(const ArenaPlan& plan, int tokens) {
+  if (plan.total() <= arena_.bytes) return OkStatus();
+  size_t free = 0, total = 0;
+  G4_CUDA(cudaMemGetInfo(&free, &total), "reading the device's free memory");
+  if (plan.total() > free + arena_.bytes)
+    return ResourceExhausted("a step of " + std::to_string(tokens) + " tokens needs " + std::to_string(plan.total()) +
+                             " bytes of device memory (values " + std::to_string(plan.values) + " + matmul scratch " +
+                             std::to_string(plan.half_x + plan.half_w) + " + MoE " + std::to_string(plan.moe) + " + tokens " +
+                             std::to_string(plan.ints) + ") > " + std::to_string(free) + " bytes free + " +
+                             std::to_string(arena_.bytes) + " of the current step memory");
+  arena_ = DeviceMem();
+  return arena_.Alloc(plan.total(), "the step memory of a " + std::to_string(tokens) + "-token step");
+}
+
 class CudaExecutable : public Executable {
  public:
   CudaExecutable(CudaBackend* b, const Graph& g, int T, int R) : backend_(b), graph_(g), T_(T), R_(R) {}
@@ -253,7 +278,8 @@ class CudaExecutable : public Executable {
   OutputView Output(const std::string& name) const override;
 
  private:
-  float* Value(int node) const { return reinterpret_cast<float*>(static_cast<char*>(arena_.p) + plan_.offset[node]); }
+  char* Arena() const { return static_cast<char*>(backend_->arena()); }
+  float* Value(int node) const { return reinterpret_cast<float*>(Arena() + plan_.offset[node]); }
   Status RunMatMul(const Node& node, const MatMulOp& op, const float* x, float* out, int rows);
   Status RunMoE(const Node& node, const MoEOp& op, const float* y, const float* r, float* out, int rows);
 
@@ -261,7 +287,6 @@ class CudaExecutable : public Executable {
   const Graph& graph_;
   const int T_, R_;
   ArenaPlan plan_;
-  DeviceMem arena_;
   std::vector<DeviceMem> rope_freqs_;  // per node (RopeOp), else empty
   std::map<std::string, std::vector<float>> outputs_;
 };
@@ -327,14 +352,7 @@ Status CudaExecutable::Prepare() {
     if (!s.ok()) return s;
   }
   plan_ = PlanArena(graph_, T_, R_);
-  size_t free = 0, total = 0;
-  G4_CUDA(cudaMemGetInfo(&free, &total), "reading the device's free memory");
-  if (plan_.total() > free)
-    return ResourceExhausted("a step of " + std::to_string(T_) + " tokens needs " + std::to_string(plan_.total()) +
-                             " bytes of device memory (values " + std::to_string(plan_.values) + " + matmul scratch " +
-                             std::to_string(plan_.half_x + plan_.half_w) + " + MoE " + std::to_string(plan_.moe) +
-                             ") > " + std::to_string(free) + " bytes free");
-  return arena_.Alloc(plan_.total(), "the step memory of a " + std::to_string(T_) + "-token step");
+  return backend_->ReserveArena(plan_, T_);
 }
 
 Status CudaExecutable::RunMatMul(const Node& node, const MatMulOp& op, const float* x, float* out, int rows) {
@@ -347,7 +365,7 @@ Status CudaExecutable::RunMatMul(const Node& node, const MatMulOp& op, const flo
   // compute dtype (blocks, dequantised a tile of rows at a time).
   const bool dense = w->format == cuda::kWF16 || w->format == cuda::kWBF16;
   const bool half16 = dense ? w->format == cuda::kWF16 : !backend_->bf16();
-  char* base = static_cast<char*>(arena_.p) + plan_.values;
+  char* base = Arena() + plan_.values;
   void* x16 = base;
   void* w16 = base + plan_.half_x;
   G4_CUDA(cuda::ToHalf16(x, static_cast<size_t>(rows) * K, half16, x16, st), "converting activations");
@@ -378,7 +396,7 @@ Status CudaExecutable::RunMoE(const Node& node, const MoEOp& op, const float* y,
   G4_ASSIGN_OR_RETURN(const float* rscale, backend_->Vector(op.router_scale));
   G4_ASSIGN_OR_RETURN(const float* escale, backend_->Vector(op.per_expert_scale));
   const int jobs = rows * k;
-  float* base = reinterpret_cast<float*>(static_cast<char*>(arena_.p) + plan_.values + plan_.half_x + plan_.half_w);
+  float* base = reinterpret_cast<float*>(Arena() + plan_.values + plan_.half_x + plan_.half_w);
   int32_t* chosen = reinterpret_cast<int32_t*>(base);
   float* weight = base + jobs;
   float* gu = weight + jobs;
@@ -420,7 +438,7 @@ Status CudaExecutable::Run(const StepInput& in, KvCacheBase& base) {
     host[4 * T_ + r] = in.output_rows[r];
   }
   cudaStream_t st = backend_->stream();
-  auto* ints = reinterpret_cast<int32_t*>(static_cast<char*>(arena_.p) + plan_.total() - plan_.ints);
+  auto* ints = reinterpret_cast<int32_t*>(Arena() + plan_.total() - plan_.ints);
   G4_CUDA(cudaMemcpyAsync(ints, host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice, st), "uploading the step's tokens");
   const cuda::StepArrays sa{ints, ints + T_, ints + 2 * T_, ints + 3 * T_, ints + 4 * T_, T_};
   const int kv_type = cache->type() == DType::kF32 ? 0 : cache->type() == DType::kF16 ? 1 : 2;

@@ -8,9 +8,10 @@
 // block types are refused at Compile. The KV cache (CreateKvCache) is two device arrays per
 // cache-owning layer in KvCache's layout ([max_seqs, slots, Nkv*D], f32/f16/bf16).
 //
-// Step: every node's output an f32 device array in one arena per executable (allocated at
-// Compile, offsets reused once a value's last reader has run); the token arrays go up and the
-// exported outputs (the logits) come back per Run. MatMul: the matrix-vector kernel for steps of
+// Step: every node's output an f32 device array at an offset of one arena that the backend's
+// executables share (arena_plan.h: offsets reused once a value's last reader has run; the arena
+// grown at Compile to the largest plan); the token arrays go up and the exported outputs (the
+// logits) come back per Run. MatMul: the matrix-vector kernel for steps of
 // up to 8 rows (decode, batched decode), else cuBLAS (GemmEx, 16-bit inputs, f32 accumulation and
 // output) on weights dequantised to the compute dtype 4096 rows at a time (prefill).
 #pragma once
