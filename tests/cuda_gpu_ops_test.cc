@@ -67,7 +67,7 @@ TEST(CudaGpuOpsTest, EmbedAndMatMulOfEveryWeightFormatBothPaths) {
     g.Add(MatMulOp{p.Random({40, 512}, dt), 0.25f}, {x}, 40, "mm");
     g.Add(MatMulOp{p.Random({4100, 512}, dt)}, {x}, 4100, "mm_two_tiles");
     for (int T : {1, 5, 8, 24}) {
-      SCOPED_TRACE(std::string(DTypeName(dt)) + " T=" + std::to_string(T));
+      SCOPED_TRACE(testing::Message() << DTypeName(dt) << " T=" << T);
       CompareStateless(g, OneSequence(T, 13, p.rng()), exact && T <= 8 ? 1e-4 : 2e-2);
     }
   }
@@ -107,8 +107,8 @@ struct AttnCase {
 };
 
 void RunAttentionCase(const AttnCase& c, uint32_t seed) {
-  SCOPED_TRACE("D=" + std::to_string(c.head_dim) + " window=" + std::to_string(c.window) + " heads=" +
-               std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + " cache=" + std::string(DTypeName(c.cache)));
+  SCOPED_TRACE(testing::Message() << "D=" << c.head_dim << " window=" << c.window << " heads=" << c.heads << "/"
+                                  << c.kv_heads << " cache=" << DTypeName(c.cache));
   TensorPool p(seed);
   const int V = 50, qw = c.heads * c.head_dim, kw = c.kv_heads * c.head_dim;
   Graph g;

@@ -63,7 +63,8 @@ class TensorPool {
         else EXPECT_TRUE(QuantizeRow(t, src, dst, K));
       }
     }
-    e.t.name = "t" + std::to_string(entries_.size());
+    e.t.name = "t";
+    e.t.name += std::to_string(entries_.size());
     e.t.dtype = t;
     e.t.shape = std::move(shape);
     e.t.data = e.bytes.data();
