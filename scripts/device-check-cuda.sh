@@ -5,7 +5,8 @@
 #                                               # .devcheck-cuda/ (ignored: add it to carry)
 #   bash scripts/device-check-cuda.sh run       # there: tests, then the synthetic-E2B benchmark
 #
-# `prepare` builds gemma4rt_tests and gemma4rt_cuda_bench for sm_90 only and copies them with the
+# `prepare` builds gemma4rt_tests, gemma4rt_cuda_bench and the backend module (libgemma4rt_cuda.so,
+# found beside them) for sm_90 only and copies them with the
 # shared libraries the GPU machine's image lacks (Highway, cpp-httplib; its CUDA toolkit provides
 # cudart and cuBLAS) into .devcheck-cuda/ (about 35 MiB). They are Debian 12 builds (glibc 2.36):
 # on an image with an older glibc they do not start, and the build has to happen there. `run`
@@ -28,12 +29,12 @@ prepare)
   B="${BUILD_DIR:-build-devcheck-cuda}"  # BUILD_DIR: an existing sm_90 build to reuse
   cmake -S . -B "$B" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGEMMA4RT_CUDA=ON \
     -DCMAKE_CUDA_COMPILER="$nvcc" -DCMAKE_CUDA_ARCHITECTURES=90 "${@:2}" >/dev/null
-  cmake --build "$B" -j"${JOBS:-$(nproc)}" --target gemma4rt_tests gemma4rt_cuda_bench
+  cmake --build "$B" -j"${JOBS:-$(nproc)}" --target gemma4rt_tests gemma4rt_cuda_bench gemma4rt gemma4rt_cuda
   rm -rf "$DC"
   mkdir -p "$DC/lib"
-  cp "$B"/gemma4rt_tests "$B"/gemma4rt_cuda_bench "$B"/gemma4rt "$DC/"
+  cp "$B"/gemma4rt_tests "$B"/gemma4rt_cuda_bench "$B"/gemma4rt "$B"/libgemma4rt_cuda.so "$DC/"
   # Shared libraries from Debian packages (not libc, not CUDA's): the GPU image has none of them.
-  for bin in "$DC"/gemma4rt_tests "$DC"/gemma4rt_cuda_bench "$DC"/gemma4rt; do
+  for bin in "$DC"/gemma4rt_tests "$DC"/gemma4rt_cuda_bench "$DC"/gemma4rt "$DC"/libgemma4rt_cuda.so; do
     ldd "$bin" | awk '/=> \// {print $3}' | grep -Ev '/(libc|libm|libpthread|libdl|librt|libgcc_s|libstdc\+\+|ld-linux[^/]*|libcuda[^/]*|libcublas[^/]*|libcudart[^/]*)\.so' \
       | while read -r lib; do cp -Ln "$lib" "$DC/lib/" 2>/dev/null || true; done || true
   done

@@ -117,7 +117,7 @@ std::string DevicePolicyFields(const Backend& backend, const BackendOptions& o) 
   }
 #endif
 #if GEMMA4RT_HAVE_CUDA
-  if (const CudaDeviceInfo* c = CudaInfo(backend)) {
+  if (const CudaDeviceInfo* c = backend.Name() == "cuda" ? CudaInfo(backend) : nullptr) {  // (loads no module for cpu/xla)
     char mem[96];
     std::snprintf(mem, sizeof mem, "%.1fGiB(free=%.1fGiB)", c->total_memory / 1073741824.0, c->free_memory / 1073741824.0);
     return "backend=cuda device=" + std::to_string(c->device) + " name=\"" + c->name + "\" cc=" + std::to_string(c->cc_major) +

@@ -1,4 +1,5 @@
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_module.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -548,14 +549,12 @@ Status CudaBackend::PlanMemory(const Graph& graph, const KvCacheBase& cache) con
                            " tokens; device total " + std::to_string(total) + ")");
 }
 
-}  // namespace
-
-int CudaDeviceCount() {
+int DeviceCount() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
 
-StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOptions& o) {
+StatusOr<std::unique_ptr<Backend>> Make(const CudaBackendOptions& o) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess || count == 0)
@@ -593,14 +592,20 @@ StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOptions& o) 
   return std::unique_ptr<Backend>(new CudaBackend(std::move(info), stream, blas));
 }
 
-CudaWeightBytes CudaWeights(const Backend& backend) {
+CudaWeightBytes Weights(const Backend& backend) {
   const auto* c = dynamic_cast<const CudaBackend*>(&backend);
   return c ? c->weight_bytes() : CudaWeightBytes{};
 }
 
-const CudaDeviceInfo* CudaInfo(const Backend& backend) {
+const CudaDeviceInfo* Info(const Backend& backend) {
   const auto* c = dynamic_cast<const CudaBackend*>(&backend);
   return c ? &c->info() : nullptr;
 }
 
+}  // namespace
 }  // namespace g4
+
+extern "C" __attribute__((visibility("default"))) const g4::cuda::ModuleApi* g4_cuda_backend_api() {
+  static const g4::cuda::ModuleApi api{g4::cuda::kModuleApiVersion, g4::Make, g4::Info, g4::Weights, g4::DeviceCount};
+  return &api;
+}

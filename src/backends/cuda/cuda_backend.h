@@ -41,8 +41,10 @@ struct CudaDeviceInfo {
   std::string compute_dtype, compute_reason;
 };
 
-// Errors: FailedPrecondition when there is no CUDA device (or no driver) or `device` is out of
-// range; InvalidArgument for a compute dtype the device cannot honour.
+// These four load the backend's module on first call (cuda_module.h, cuda_loader.cc).
+// Errors: FailedPrecondition when the module or the CUDA libraries cannot be loaded, there is no
+// CUDA device (or no driver) or `device` is out of range; InvalidArgument for a compute dtype the
+// device cannot honour.
 StatusOr<std::unique_ptr<Backend>> MakeCudaBackend(const CudaBackendOptions& options);
 // The device information of a backend MakeCudaBackend made (nullptr for another backend).
 const CudaDeviceInfo* CudaInfo(const Backend& backend);
@@ -52,7 +54,7 @@ struct CudaWeightBytes {
   size_t on_device = 0, matmul = 0;
 };
 CudaWeightBytes CudaWeights(const Backend& backend);
-// The number of CUDA devices (0 where there is no driver or device).
+// The number of CUDA devices (0 where there is no driver or device, or the module cannot load).
 int CudaDeviceCount();
 
 }  // namespace g4
