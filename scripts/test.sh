@@ -13,6 +13,8 @@ export GEMMA4RT_DEFAULT_MODEL
 # XLA's CPU plugin and the PJRT C API header (PyPI, pinned and hashed; outside the repository):
 # the build then has the XLA backend and CTest runs its tests on the plugin.
 eval "$(bash scripts/setup-xla.sh | sed 's/^/export /')"
+# The CUDA backend is compiled where the CUDA toolkit is (build.sh says whether); its GPU tests skip
+# visibly ("no CUDA device") where there is no GPU, and scripts/device-check-cuda.sh runs them on one.
 bash scripts/build.sh
 ctest --test-dir build --output-on-failure -j"$(nproc)"
 # The kernels capped below this CPU's best SIMD target (GEMMA4RT_SIMD_MAX), so that one machine

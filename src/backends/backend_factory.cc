@@ -11,6 +11,9 @@
 #include "backends/xla/device_policy.h"
 #include "backends/xla/xla_backend.h"
 #endif
+#if GEMMA4RT_HAVE_CUDA
+#include "backends/cuda/cuda_backend.h"
+#endif
 
 namespace g4 {
 namespace {
@@ -77,17 +80,28 @@ StatusOr<std::string> FindPjrtPlugin(std::vector<std::string>* searched) {
 StatusOr<std::unique_ptr<Backend>> MakeBackend(const BackendOptions& o) {
   if (o.backend == "cpu") {
     if (!o.mesh.empty() || o.devices != 0) return InvalidArgument("--mesh and --devices need --backend xla");
-    if (o.device != 0) return InvalidArgument("--device applies to --backend xla (a PJRT plugin's devices)");
+    if (o.device != 0) return InvalidArgument("--device applies to --backend xla or cuda");
     if (o.device_memory != 0) return InvalidArgument("--device-memory applies to --backend xla (the device's memory plan)");
     if (o.compute_dtype != "auto" && o.compute_dtype != "f32")
       return InvalidArgument("--compute-dtype " + o.compute_dtype +
                              ": the CPU backend accumulates in f32 (its activation policy is --f32-activations); "
-                             "--compute-dtype applies to --backend xla");
+                             "--compute-dtype applies to --backend xla or cuda");
     CpuBackendOptions co = CpuBackendOptionsFor(o.f32_activations);
     co.profile = o.profile;
     return MakeCpuBackend(o.threads, co);
   }
-  if (o.backend != "xla") return InvalidArgument("--backend must be cpu or xla, got '" + o.backend + "'");
+  if (o.backend == "cuda") {
+    if (!o.mesh.empty() || o.devices != 0) return InvalidArgument("--mesh and --devices need --backend xla");
+    if (o.device_memory != 0)
+      return InvalidArgument("--device-memory applies to --backend xla (the CUDA backend plans against free device memory)");
+#if GEMMA4RT_HAVE_CUDA
+    return MakeCudaBackend({o.device, o.compute_dtype});
+#else
+    return Unimplemented("--backend cuda: this build has no CUDA backend (configure with the CUDA toolkit: "
+                         "cmake -DGEMMA4RT_CUDA=ON; scripts/build.sh does where nvcc is found)");
+#endif
+  }
+  if (o.backend != "xla") return InvalidArgument("--backend must be cpu, xla or cuda, got '" + o.backend + "'");
 #if GEMMA4RT_HAVE_XLA
   xla::Mesh mesh;
   if (!o.mesh.empty() && o.devices > 0) return InvalidArgument("give --mesh or --devices, not both");
@@ -128,6 +142,17 @@ std::string DevicePolicyFields(const Backend& backend, const BackendOptions& o) 
            " device_memory=" + mem + (x->mesh.size() > 1 ? " mesh=" + x->mesh.ToString() : std::string()) +
            " compute=" + x->compute_dtype + " compute_policy=\"" + x->compute_reason +
            "\" weights_on_device=" + xla::WeightsOnDevice(x->compute);
+  }
+#endif
+#if GEMMA4RT_HAVE_CUDA
+  if (const CudaDeviceInfo* c = backend.Name() == "cuda" ? CudaInfo(backend) : nullptr) {  // (loads no module for cpu/xla)
+    char mem[96];
+    std::snprintf(mem, sizeof mem, "%.1fGiB(free=%.1fGiB)", c->total_memory / 1073741824.0, c->free_memory / 1073741824.0);
+    return "backend=cuda device=" + std::to_string(c->device) + " name=\"" + c->name + "\" cc=" + std::to_string(c->cc_major) +
+           "." + std::to_string(c->cc_minor) + " sms=" + std::to_string(c->sm_count) + " device_memory=" + mem +
+           " compute=" + c->compute_dtype + "(" + c->compute_reason + ") accumulate=f32 activations=f32" +
+           " weights_on_device=f16,bf16-as-" + c->compute_dtype + ",f32-as-" + c->compute_dtype +
+           ",q8_0/q4_0/q4_k/q6_k/w4g32-as-stored kv_cache=on-device";
   }
 #endif
   (void)backend;

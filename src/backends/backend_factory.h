@@ -1,5 +1,6 @@
 // The one place that names the backends. The CLI (generate, logits, info, bench) and the server
-// choose theirs with --backend cpu|xla and --pjrt-plugin PATH (backend_flags.h) and make it here;
+// choose theirs with --backend cpu|xla|cuda, --pjrt-plugin PATH, --device N and --compute-dtype
+// (backend_flags.h) and make it here;
 // nothing else knows which backend runs.
 #pragma once
 
@@ -13,10 +14,10 @@
 
 namespace g4 {
 
-inline const std::vector<std::string> kBackendNames = {"cpu", "xla"};
+inline const std::vector<std::string> kBackendNames = {"cpu", "xla", "cuda"};
 
 struct BackendOptions {
-  std::string backend = "cpu";  // --backend: "cpu" or "xla"
+  std::string backend = "cpu";  // --backend: "cpu", "xla" or "cuda"
   // --pjrt-plugin: the PJRT plugin for "xla"; "" = $GEMMA4RT_PJRT_PLUGIN, else the first plugin
   // FindPjrtPlugin finds.
   std::string pjrt_plugin;
@@ -26,7 +27,7 @@ struct BackendOptions {
   int threads = 1;               // CPU worker threads (>= 1)
   bool f32_activations = false;  // CPU: CpuBackendOptionsFor
   bool profile = false;          // CPU: CpuBackendOptions::profile (`bench --profile`)
-  // XLA only (the CPU backend refuses other values): --compute-dtype auto|f32|bf16|f16 (the
+  // XLA and CUDA (the CPU backend refuses other values): --compute-dtype auto|f32|bf16|f16 (the
   // device policy, src/backends/xla/device_policy.h), --device N (index into the plugin's
   // addressable devices), --device-memory SIZE (bytes the memory plan checks against; 0: the
   // device's own limit).
@@ -35,19 +36,19 @@ struct BackendOptions {
   int64_t device_memory = 0;
 };
 
-inline const std::vector<std::string> kComputeDtypeFlagValues = {"auto", "f32", "bf16", "f16"};
-
-// Errors: InvalidArgument for an unknown backend name or an XLA-only option given to "cpu"; for
-// "xla": Unimplemented in a build without the XLA backend, InvalidArgument for a --device out of
-// range or a --compute-dtype the device cannot honour (with the reason), NotFound when no plugin
-// is given or found (naming where it looked), and MakeXlaBackend's (a file that is not a plugin,
-// another API major version, the plugin's own).
+// Errors: InvalidArgument for an unknown backend name or a device option the backend does not
+// take; for "xla": Unimplemented in a build without the XLA backend, InvalidArgument for a
+// --device out of range or a --compute-dtype the device cannot honour (with the reason), NotFound
+// when no plugin is given or found (naming where it looked), and MakeXlaBackend's (a file that is
+// not a plugin, another API major version, the plugin's own); for "cuda": Unimplemented in a build
+// without the CUDA backend, MakeCudaBackend's (no device, a compute dtype the device cannot honour).
 StatusOr<std::unique_ptr<Backend>> MakeBackend(const BackendOptions& options);
 
 // The device-policy fields of a backend MakeBackend made, for the first log line and `info`:
 // "backend=cpu simd=AVX2 compute=f32 activations=..." or "backend=xla plugin=PATH api=0.115
 // platform=cpu device=cpu device_index=0/1 device_memory=... compute=f32 compute_policy=\"auto: ...\"
-// weights_on_device=...".
+// weights_on_device=..." or "backend=cuda device=0 name=... cc=9.0 device_memory=...
+// compute=bf16(cc9.0>=8.0) accumulate=f32 ...".
 std::string DevicePolicyFields(const Backend& backend, const BackendOptions& options);
 
 // The per-device memory plan of `graph` on the backend's device mesh (--mesh), for `info --mesh`:
