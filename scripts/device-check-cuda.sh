@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The CUDA backend on a GPU (an H200 lent to a session; see issue 33), in two halves:
+# The CUDA backend on a GPU (an H200, say), in two halves:
 #
 #   bash scripts/device-check-cuda.sh prepare   # here, no GPU needed: builds for sm_90 into
 #                                               # .devcheck-cuda/ (ignored: add it to carry)
