@@ -23,6 +23,7 @@ PJRT_Buffer_Type PjrtType(DType t) {
     case DType::kF16: return PJRT_Buffer_Type_F16;
     case DType::kBF16: return PJRT_Buffer_Type_BF16;
     case DType::kI32: return PJRT_Buffer_Type_S32;
+    case DType::kI8: return PJRT_Buffer_Type_S8;
     default: return PJRT_Buffer_Type_F32;
   }
 }
@@ -44,7 +45,13 @@ class XlaKvCache : public KvCacheBase {
   const XlaBackend* owner;
   std::vector<CacheLayer> layers;  // every cache-owning layer, in layer order
   std::vector<Buffer> k, v;        // [max_seqs, slots, width] each
+  std::vector<Buffer> ks, vs;      // i8 only: their scales, f32 [max_seqs, slots, heads] each
   size_t bytes_ = 0;
+  // The device buffers of layer i in the step's parameter order (xla::KvBuffersPerLayer).
+  std::vector<Buffer*> Buffers(size_t i) {
+    if (ks.empty()) return {&k[i], &v[i]};
+    return {&k[i], &v[i], &ks[i], &vs[i]};
+  }
 };
 
 class XlaBackend : public Backend {
@@ -146,25 +153,35 @@ StatusOr<std::unique_ptr<Executable>> XlaBackend::Compile(const Graph& graph, in
 
 StatusOr<std::unique_ptr<KvCacheBase>> XlaBackend::CreateKvCache(const ModelConfig& config, int max_seqs, int max_context,
                                                                  DType type) {
-  if (!IsKvCacheType(type)) return InvalidArgument("KV cache type must be f32, f16 or bf16");
+  if (!IsHostKvCacheType(type)) return InvalidArgument("KV cache type must be f32, f16, bf16 or q8");
   auto cache = std::make_unique<XlaKvCache>(this, max_seqs, max_context, type);
   std::vector<uint8_t> zeros;
   for (int l = 0; l < config.num_layers; ++l) {
     const LayerPlan& lp = config.layers[l];
     if (lp.kv_donor >= 0) continue;
-    CacheLayer c{l, lp.window ? std::min(lp.window, max_context) : max_context, lp.window, lp.num_kv_heads * lp.head_dim};
-    const std::vector<int64_t> dims{max_seqs, c.slots, c.width};
-    const size_t bytes = static_cast<size_t>(max_seqs) * c.slots * c.width * DTypeSize(type);
-    if (zeros.size() < bytes) zeros.assign(bytes, 0);
-    for (auto* list : {&cache->k, &cache->v}) {
-      auto b = client_->Upload(zeros.data(), PjrtType(type), dims);
+    CacheLayer c{l, lp.window ? std::min(lp.window, max_context) : max_context, lp.window, lp.num_kv_heads * lp.head_dim,
+                 lp.num_kv_heads};
+    // K and V; an i8 cache's scales (f32, one per slot and KV head) after them.
+    const int64_t rows = static_cast<int64_t>(max_seqs) * c.slots;
+    struct Part {
+      std::vector<Buffer>* list;
+      DType type;
+      int64_t width;
+    };
+    std::vector<Part> parts{{&cache->k, type, c.width}, {&cache->v, type, c.width}};
+    if (type == DType::kI8) parts.insert(parts.end(), {{&cache->ks, DType::kF32, c.heads}, {&cache->vs, DType::kF32, c.heads}});
+    for (const Part& part : parts) {
+      const std::vector<int64_t> dims{max_seqs, c.slots, part.width};
+      const size_t bytes = static_cast<size_t>(rows * part.width) * DTypeSize(part.type);
+      if (zeros.size() < bytes) zeros.assign(bytes, 0);
+      auto b = client_->Upload(zeros.data(), PjrtType(part.type), dims);
       if (!b.ok())
         return Status(b.status().code(), "allocating the KV cache of layer " + std::to_string(l) + " (" +
                                              std::to_string(bytes) + " bytes) on the device: " + b.status().message());
-      list->push_back(std::move(*b));
+      part.list->push_back(std::move(*b));
+      cache->bytes_ += bytes;
     }
     cache->layers.push_back(c);
-    cache->bytes_ += 2 * bytes;
   }
   return std::unique_ptr<KvCacheBase>(std::move(cache));
 }
@@ -225,17 +242,16 @@ Status XlaExecutable::Run(const StepInput& in, KvCacheBase& base) {
   }
   std::vector<int64_t> keep(args.size());
   for (size_t i = 0; i < keep.size(); ++i) keep[i] = static_cast<int64_t>(i);
-  for (size_t i = 0; i < cache->layers.size(); ++i) {  // donated
-    args.push_back(cache->k[i].get());
-    args.push_back(cache->v[i].get());
-  }
+  for (size_t i = 0; i < cache->layers.size(); ++i)  // donated
+    for (Buffer* b : cache->Buffers(i)) args.push_back(b->get());
   G4_ASSIGN_OR_RETURN(std::vector<Buffer> outs, v->program->Execute(args, keep));
-  const size_t num_out = v->lowered.outputs.size();
-  G4_CHECK(outs.size() == num_out + 2 * cache->layers.size());
+  const size_t num_out = v->lowered.outputs.size(), per = static_cast<size_t>(v->lowered.kv_buffers);
+  G4_CHECK(outs.size() == num_out + per * cache->layers.size());
   // The donated cache buffers are invalid now: their storage is the new caches'.
   for (size_t i = 0; i < cache->layers.size(); ++i) {
-    cache->k[i] = std::move(outs[num_out + 2 * i]);
-    cache->v[i] = std::move(outs[num_out + 2 * i + 1]);
+    std::vector<Buffer*> bufs = cache->Buffers(i);
+    G4_CHECK(bufs.size() == per);
+    for (size_t j = 0; j < per; ++j) *bufs[j] = std::move(outs[num_out + per * i + j]);
   }
   const auto& nodes = graph_.nodes();
   for (size_t j = 0; j < num_out; ++j) {
