@@ -283,6 +283,11 @@ StatusOr<LoweredStep> LowerGraph(const Graph& graph, const StepShape& sh) {
               auto scaled = [&](const Value& x, const Value& scale, const std::vector<int64_t>& dims) {
                 return i8 ? b.Mul(x, b.Broadcast(scale, x.shape, dims)) : x;
               };
+              // i8: the softmax weights times V's scales, zero at masked keys (a stale slot's scale may
+              // be NaN, from a row that was not finite: 0 * NaN would reach the output).
+              auto weighted = [&](const Value& p, const Value& mask, const Value& scale, const std::vector<int64_t>& dims) {
+                return i8 ? b.Select(mask, scaled(p, scale, dims), b.Splat(0, p.shape, kF32)) : p;
+              };
               auto scores = [&](Value s) {
                 s = b.MulScalar(s, op.scale);
                 if (op.softcap > 0) s = b.MulScalar(b.Unary("tanh", b.MulScalar(s, 1.0 / op.softcap)), op.softcap);
@@ -326,7 +331,7 @@ StatusOr<LoweredStep> LowerGraph(const Graph& graph, const StepShape& sh) {
                                    3);
                 Value mask = b.Broadcast(b.Concat({cmask, smask}, 1), s.shape, {1, 3});
                 Value p = lo.Softmax(b.Select(mask, s, b.Splat(kNegInf, s.shape, kF32)), 3);  // [Nkv, T, G, C+T]
-                Value o = b.Dot(scaled(p, vsc, {0, 3}), b.Concat({vc, v3}, 0), {0}, {1}, {3}, {0});  // [Nkv, T, G, D]
+                Value o = b.Dot(weighted(p, mask, vsc, {0, 3}), b.Concat({vc, v3}, 0), {0}, {1}, {3}, {0});  // [Nkv, T, G, D]
                 vals[i] = b.Reshape(b.Transpose(o, {1, 0, 2, 3}), {T, Nq * D});
               } else {
                 Value kc = b.Convert(b.Reshape(b.TakeRows(cache_k[*ci], seq_clamped), {T, C, Nkv, D}), kF32);
@@ -344,8 +349,9 @@ StatusOr<LoweredStep> LowerGraph(const Graph& graph, const StepShape& sh) {
                 Value s = b.Concat({sc, ss}, 3);
                 Value mask = b.Broadcast(b.Concat({cmask, b.Splat(1, {T, 1}, ElemType::kPred)}, 1), s.shape, {0, 3});
                 Value p = lo.Softmax(b.Select(mask, s, b.Splat(kNegInf, s.shape, kF32)), 3);
-                Value pc = scaled(b.Slice(p, {0, 0, 0, 0}, {T, Nkv, G, C}), vsc, {0, 1, 3});
-                Value ps = scaled(b.Reshape(b.Slice(p, {0, 0, 0, C}, {T, Nkv, G, C + 1}), {T, Nkv, G}), vs3, {0, 1});
+                if (i8) p = weighted(p, mask, b.Concat({vsc, b.Reshape(vs3, {T, Nkv, 1})}, 2), {0, 1, 3});
+                Value pc = b.Slice(p, {0, 0, 0, 0}, {T, Nkv, G, C});
+                Value ps = b.Reshape(b.Slice(p, {0, 0, 0, C}, {T, Nkv, G, C + 1}), {T, Nkv, G});
                 Value o = b.Dot(pc, vc, {0, 1}, {0, 2}, {3}, {1});  // [T, Nkv, G, D]
                 o = b.Add(o, b.Mul(b.Broadcast(ps, {T, Nkv, G, D}, {0, 1, 2}), b.Broadcast(v3, {T, Nkv, G, D}, {0, 1, 3})));
                 vals[i] = b.Reshape(o, {T, Nq * D});
