@@ -38,7 +38,9 @@
 # engines, so that neither depth always runs first in its process (the first test of a gemma4rt
 # process ran its matmuls 8-15% slower on this VM).
 #
-# Environment: GEMMA4RT_BIN (default build/gemma4rt, built with scripts/build.sh when missing),
+# Environment: LLAMA_BENCH_ARGS: more llama-bench arguments for every run (e.g. "--repack 0": on a
+# CPU with AMX, llama.cpp's AMX matmul of this build crashes on batches, as a depth's fill or pp;
+# --repack 0 keeps its weights out of the AMX buffers). GEMMA4RT_BIN (default build/gemma4rt, built with scripts/build.sh when missing),
 # GEMMA4RT_MODEL (default model), GEMMA4RT_CACHE, LLAMA_CPP_PYTHON_VERSION (default 0.3.36),
 # OUT_DIR.
 set -euo pipefail
@@ -178,10 +180,12 @@ run_g4() {  # round type
 run_llama() {  # round type
   local d; d="$(dir_of "$2")"
   local kv=(-ctk "$2" -ctv "$2")
+  local extra=()
+  read -r -a extra <<<"${LLAMA_BENCH_ARGS:-}"
   [ "$2" = q8 ] && kv=(-ctk q8_0 -ctv q8_0 -fa 1)
   echo "llama.cpp round $1: load $(load1)" >>"$d/load.txt"
   log "round $1: llama-bench, ${kv[*]} (load $(load1))"
-  "$LLAMA_BENCH" -m "$MODEL" -t "$THREADS" -p "$P" -n "$N" -d "$(depths_of_round "$1")" -r "$REPS" "${kv[@]}" -o json \
+  "$LLAMA_BENCH" -m "$MODEL" -t "$THREADS" -p "$P" -n "$N" -d "$(depths_of_round "$1")" -r "$REPS" "${kv[@]}" "${extra[@]}" -o json \
     >"$d/llama.$1.json" 2>"$d/llama.$1.log" \
     || { log "llama-bench failed:"; tail -20 "$d/llama.$1.log" >&2; exit 1; }
 }
