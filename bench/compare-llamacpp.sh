@@ -2,7 +2,7 @@
 # Compares gemma4rt with llama.cpp on the same GGUF, same thread count, same test sizes.
 #
 #   bench/compare-llamacpp.sh [-m GGUF] [-t THREADS] [-r REPS] [-p 512] [-n 128] [-d 0,4000] [--rounds K]
-#                             [--build-only]
+#                             [--cache-type f16,q8] [--build-only]
 #
 # llama.cpp's own llama-bench is built from the llama.cpp sources vendored in the
 # llama-cpp-python source distribution on PyPI (pip download, no install; no other network), with
@@ -19,8 +19,15 @@
 # back to back, so a ratio within a round is less moved by the machine's drift) with their
 # median; the raw JSON of every run is kept in $OUT_DIR (default a temp dir, printed).
 #
+# --cache-type LIST (default f16): the KV cache types, comma-separated, of f16, bf16, f32 and q8:
+# gemma4rt gets `--cache-type T`, llama-bench `-ctk T -ctv T` with q8 as llama.cpp's q8_0 (blocks of
+# 32 int8 with an f16 scale; gemma4rt's q8 has one f32 scale per token and KV head) and, for q8,
+# `-fa 1` (llama.cpp keeps a quantised V cache only with flash attention). Each round runs every
+# type on both engines; with more than one type, each type's JSON is in $OUT_DIR/TYPE and the
+# report is printed once per type.
+#
 # -d LIST (default 0): context depths, comma-separated, given to both engines (each test runs
-# with that many tokens already in the KV cache; both engines use their default f16 cache). With
+# with that many tokens already in the KV cache, of the --cache-type). With
 # more than one depth the report adds, per engine, tgN at each depth against the smallest, and
 # what the bandwidth limit alone predicts for gemma4rt (the weights plus the KV cache bytes a
 # token reads at that depth, from gemma4rt's JSON: (w + kv(d0)) / (w + kv(d))); "excess" is the
@@ -31,7 +38,9 @@
 # engines, so that neither depth always runs first in its process (a process's first test can
 # run slower).
 #
-# Environment: GEMMA4RT_BIN (default build/gemma4rt, built with scripts/build.sh when missing),
+# Environment: LLAMA_BENCH_ARGS: more llama-bench arguments for every run (e.g. "--repack 0": on a
+# CPU with AMX, llama.cpp's AMX matmul of this build crashes on batches, as a depth's fill or pp;
+# --repack 0 keeps its weights out of the AMX buffers). GEMMA4RT_BIN (default build/gemma4rt, built with scripts/build.sh when missing),
 # GEMMA4RT_MODEL (default model), GEMMA4RT_CACHE, LLAMA_CPP_PYTHON_VERSION (default 0.3.36),
 # OUT_DIR.
 set -euo pipefail
@@ -45,11 +54,12 @@ P=512
 N=128
 ROUNDS=2
 DEPTHS=0
+CACHE_TYPES=f16
 BUILD_ONLY=0
 
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d;s/^# \{0,1\}//'; }
 while (($#)); do
-  case "$1" in -m|-t|-r|-p|-n|-d|--rounds) (($# >= 2)) || { echo "compare-llamacpp: $1 needs a value" >&2; exit 2; } ;; esac
+  case "$1" in -m|-t|-r|-p|-n|-d|--rounds|--cache-type) (($# >= 2)) || { echo "compare-llamacpp: $1 needs a value" >&2; exit 2; } ;; esac
   case "$1" in
     -m) MODEL="$2"; shift 2 ;;
     -t) THREADS="$2"; shift 2 ;;
@@ -58,6 +68,7 @@ while (($#)); do
     -n) N="$2"; shift 2 ;;
     -d) DEPTHS="$2"; shift 2 ;;
     --rounds) ROUNDS="$2"; shift 2 ;;
+    --cache-type) CACHE_TYPES="$2"; shift 2 ;;
     --build-only) BUILD_ONLY=1; shift ;;
     -h|--help) usage; exit 0 ;;
     *) echo "compare-llamacpp: unknown argument '$1'" >&2; usage >&2; exit 2 ;;
@@ -68,6 +79,9 @@ for v in THREADS REPS P N ROUNDS; do
 done
 [[ "$DEPTHS" =~ ^[0-9]+(,[0-9]+)*$ ]] || { echo "compare-llamacpp: -d must be a comma-separated list of depths, got '$DEPTHS'" >&2; exit 2; }
 ((THREADS >= 1 && REPS >= 1 && ROUNDS >= 1)) || { echo "compare-llamacpp: -t, -r and --rounds must be >= 1" >&2; exit 2; }
+[[ "$CACHE_TYPES" =~ ^(f16|bf16|f32|q8)(,(f16|bf16|f32|q8))*$ ]] \
+  || { echo "compare-llamacpp: --cache-type must be a comma-separated list of f16, bf16, f32, q8; got '$CACHE_TYPES'" >&2; exit 2; }
+IFS=, read -r -a TYPES <<<"$CACHE_TYPES"
 log() { echo "compare-llamacpp: $*" >&2; }
 
 # ---- llama-bench, built once from the PyPI sdist --------------------------------------------
@@ -140,7 +154,10 @@ fi
 
 OUT_DIR="${OUT_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/compare-llamacpp.XXXXXX")}"
 mkdir -p "$OUT_DIR"
-log "model $MODEL, threads $THREADS, pp$P tg$N, depths $DEPTHS, $REPS repetitions x $ROUNDS rounds; raw JSON in $OUT_DIR"
+log "model $MODEL, threads $THREADS, pp$P tg$N, depths $DEPTHS, KV cache $CACHE_TYPES, $REPS repetitions x $ROUNDS rounds; raw JSON in $OUT_DIR"
+# One type: its files in $OUT_DIR itself; several: in $OUT_DIR/TYPE.
+dir_of() { if ((${#TYPES[@]} > 1)); then echo "$OUT_DIR/$1"; else echo "$OUT_DIR"; fi; }
+for t in "${TYPES[@]}"; do mkdir -p "$(dir_of "$t")"; done
 
 # Other processes on the machine distort both engines (llama.cpp's spinning OpenMP threads most):
 # the 1-minute load average before each run is logged and printed with the results.
@@ -152,25 +169,36 @@ fi
 depths_of_round() {
   if (($1 % 2)); then echo "$DEPTHS"; else echo "$DEPTHS" | tr ',' '\n' | tac | paste -sd, -; fi
 }
-run_g4() {
-  local out="$OUT_DIR/gemma4rt.$1.json"
-  echo "gemma4rt round $1: load $(load1)" >>"$OUT_DIR/load.txt"
-  log "round $1: gemma4rt bench (load $(load1))"
-  "$G4" bench -m "$MODEL" -t "$THREADS" -p "$P" -n "$N" -d "$(depths_of_round "$1")" -r "$REPS" --json >"$out" 2>"$OUT_DIR/gemma4rt.$1.log" \
-    || { log "gemma4rt bench failed:"; cat "$OUT_DIR/gemma4rt.$1.log" >&2; exit 1; }
+run_g4() {  # round type
+  local d; d="$(dir_of "$2")"
+  echo "gemma4rt round $1: load $(load1)" >>"$d/load.txt"
+  log "round $1: gemma4rt bench, $2 cache (load $(load1))"
+  "$G4" bench -m "$MODEL" -t "$THREADS" -p "$P" -n "$N" -d "$(depths_of_round "$1")" -r "$REPS" --cache-type "$2" --json \
+    >"$d/gemma4rt.$1.json" 2>"$d/gemma4rt.$1.log" \
+    || { log "gemma4rt bench failed:"; cat "$d/gemma4rt.$1.log" >&2; exit 1; }
 }
-run_llama() {
-  local out="$OUT_DIR/llama.$1.json"
-  echo "llama.cpp round $1: load $(load1)" >>"$OUT_DIR/load.txt"
-  log "round $1: llama-bench (load $(load1))"
-  "$LLAMA_BENCH" -m "$MODEL" -t "$THREADS" -p "$P" -n "$N" -d "$(depths_of_round "$1")" -r "$REPS" -o json >"$out" 2>"$OUT_DIR/llama.$1.log" \
-    || { log "llama-bench failed:"; tail -20 "$OUT_DIR/llama.$1.log" >&2; exit 1; }
+run_llama() {  # round type
+  local d; d="$(dir_of "$2")"
+  local kv=(-ctk "$2" -ctv "$2")
+  local extra=()
+  read -r -a extra <<<"${LLAMA_BENCH_ARGS:-}"
+  [ "$2" = q8 ] && kv=(-ctk q8_0 -ctv q8_0 -fa 1)
+  echo "llama.cpp round $1: load $(load1)" >>"$d/load.txt"
+  log "round $1: llama-bench, ${kv[*]} (load $(load1))"
+  "$LLAMA_BENCH" -m "$MODEL" -t "$THREADS" -p "$P" -n "$N" -d "$(depths_of_round "$1")" -r "$REPS" "${kv[@]}" "${extra[@]}" -o json \
+    >"$d/llama.$1.json" 2>"$d/llama.$1.log" \
+    || { log "llama-bench failed:"; tail -20 "$d/llama.$1.log" >&2; exit 1; }
 }
 for ((k = 1; k <= ROUNDS; ++k)); do
-  if ((k % 2)); then run_g4 "$k"; run_llama "$k"; else run_llama "$k"; run_g4 "$k"; fi
+  for t in "${TYPES[@]}"; do
+    if ((k % 2)); then run_g4 "$k" "$t"; run_llama "$k" "$t"; else run_llama "$k" "$t"; run_g4 "$k" "$t"; fi
+  done
 done
 
-python3 - "$OUT_DIR" "$P" "$N" "$THREADS" "$MODEL" "$VERSION" "$DEPTHS" <<'PYEOF'
+for t in "${TYPES[@]}"; do
+if ((${#TYPES[@]} > 1)); then printf '## KV cache %s\n\n' "$t"; fi
+
+python3 - "$(dir_of "$t")" "$P" "$N" "$THREADS" "$MODEL" "$VERSION" "$DEPTHS" <<'PYEOF'
 import glob, json, statistics, sys, os
 out_dir, P, N, T, model, version = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5], sys.argv[6]
 depths = sorted(set(int(d) for d in sys.argv[7].split(",")))
@@ -303,3 +331,5 @@ print("1-minute load average before each run: " + "; ".join(l for l in loads if 
 json.dump(summary, open(os.path.join(out_dir, "summary.json"), "w"), indent=1)
 print(f"(t/s: medians over all samples; raw JSON and summary.json in {out_dir})")
 PYEOF
+if ((${#TYPES[@]} > 1)); then echo; fi
+done

@@ -2,10 +2,15 @@
 // shared cache: a sliding layer whose ring (4 slots) a 6-token chunk overfills and later chunks
 // wrap, a full layer with a larger head dim and soft-capped scores, two KV-shared layers reading
 // the owners' caches, prefill chunks (StepMode::kOneSequence) and batched decode
-// (kOneTokenPerSequence) of sequences at different lengths, with and without padding rows, f32
-// and f16 caches. Outputs and the whole caches are compared after every step. Needs
-// GEMMA4RT_PJRT_PLUGIN (skipped otherwise).
+// (kOneTokenPerSequence) of sequences at different lengths, with and without padding rows, f32,
+// f16 and i8 caches. Outputs and the whole caches are compared after every step: the caches' bytes
+// (i8: the integers and the scales' bits) must be equal, the outputs within f32 rounding; with the
+// i8 cache the outputs are also checked against the CPU backend's with an f32 cache, within the
+// quantisation's bound. Needs GEMMA4RT_PJRT_PLUGIN (skipped otherwise).
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
 
 #include "backends/cpu/cpu_backend.h"
 #include "model/config.h"
@@ -59,15 +64,34 @@ struct Fixture {
 // A step: (sequence, tokens) pairs; one pair: a prefill chunk; several of one token each: decode.
 using Step = std::vector<std::pair<int, int>>;
 
+// The i8 cache against exact f32 attention: every K/V element of the fixture's rows (embeddings in
+// [-2, 2]) is within max|x| / 254 <= 2 / 254 of its value, so a score moves by at most
+// e = scale * sum_d |q_d| 2/254 <= scale * D * 4 / 254 (the soft-cap only shrinks it), every
+// softmax weight by a factor within exp(+-2e), and an output by at most (exp(2e) - 1) max|v| + 2/254.
+struct OpBound {
+  const char* name;
+  float scale;
+  int head_dim;
+};
+constexpr OpBound kOps[] = {{"a0", 0.35f, 8}, {"a1", 0.25f, 16}, {"a2", 1.0f, 8}, {"a3", 0.5f, 16}};
+float QuantisationBound(const OpBound& op) {
+  const double e = op.scale * op.head_dim * 4.0 / 254.0;
+  return static_cast<float>((std::exp(2 * e) - 1) * 2.0 + 2.0 / 254.0);
+}
+
 void RunScenario(DType kv_type, bool pad) {
   Fixture f;
   KvCache cpu_cache(f.config, kSeqs, kContext, kv_type);
+  KvCache f32_cache(f.config, kSeqs, kContext, DType::kF32);  // i8: the unquantised reference
+  const bool i8 = kv_type == DType::kI8;
   StepShape sh;
   sh.max_seqs = kSeqs;
   sh.kv_type = kv_type;
-  sh.caches = {{0, cpu_cache.slots(0), 4, cpu_cache.kv_width(0)}, {1, cpu_cache.slots(1), 0, cpu_cache.kv_width(1)}};
+  sh.caches = {{0, cpu_cache.slots(0), 4, cpu_cache.kv_width(0), cpu_cache.kv_heads(0)},
+               {1, cpu_cache.slots(1), 0, cpu_cache.kv_width(1), cpu_cache.kv_heads(1)}};
   HostCache xla_cache = testing_util::ZeroCache(sh);
   auto backend = MakeCpuBackend(1, CpuBackendOptionsFor(true));
+  auto f32_backend = MakeCpuBackend(1, CpuBackendOptionsFor(true));  // its own workspace: both outputs stay
   std::uniform_int_distribution<int> tok(0, kVocab - 1);
   const std::vector<Step> steps = {{{0, 6}}, {{0, 3}}, {{1, 2}}, {{0, 1}, {1, 1}}, {{1, 1}, {0, 1}, {2, 1}},
                                    {{2, 5}}, {{0, 1}, {2, 1}, {1, 1}}, {{1, 1}, {2, 1}}, {{1, 1}}, {{2, 1}, {1, 1}}};
@@ -93,6 +117,17 @@ void RunScenario(DType kv_type, bool pad) {
     ASSERT_TRUE(cpu_exe.ok());
     ASSERT_TRUE((*cpu_exe)->Run(StepInput{in.tokens, in.positions, in.seq_ids, in.out_rows}, cpu_cache).ok());
     for (auto [seq, count] : step) cpu_cache.set_length(seq, cpu_cache.length(seq) + count);
+    std::map<std::string, std::vector<float>> exact;  // i8: the CPU backend with an f32 cache
+    if (i8) {
+      auto f32_exe = f32_backend->Compile(f.graph, T, T);
+      ASSERT_TRUE(f32_exe.ok());
+      ASSERT_TRUE((*f32_exe)->Run(StepInput{in.tokens, in.positions, in.seq_ids, in.out_rows}, f32_cache).ok());
+      for (auto [seq, count] : step) f32_cache.set_length(seq, f32_cache.length(seq) + count);
+      for (const OpBound& op : kOps) {
+        OutputView v = (*f32_exe)->Output(op.name);
+        exact[op.name].assign(v.data, v.data + static_cast<size_t>(T) * v.cols);
+      }
+    }
     // XLA, padded to a bucket of 4 rows where asked (padding: seq -1, token 0, position 0).
     StepInputs xin = in;
     const int Tp = pad ? (T + 4) / 4 * 4 : T;
@@ -110,8 +145,22 @@ void RunScenario(DType kv_type, bool pad) {
       ASSERT_EQ(out[name].size(), static_cast<size_t>(Tp) * v.cols) << name;
       ExpectNear(out[name].data(), v.data, static_cast<size_t>(T) * v.cols, 1e-4f, 1e-5f, name);
     }
+    for (const OpBound& op : kOps) {
+      if (!i8) break;
+      const std::vector<float>& want = exact[op.name];
+      ExpectNear(out[op.name].data(), want.data(), want.size(), 0, QuantisationBound(op),
+                 std::string(op.name) + " (i8 against an f32 cache)");
+    }
     for (int c = 0; c < 2; ++c) {
       const size_t elems = static_cast<size_t>(kSeqs) * cpu_cache.slots(c) * cpu_cache.kv_width(c);
+      if (i8) {  // the same integers and the same scales' bits
+        const size_t scales = static_cast<size_t>(kSeqs) * cpu_cache.slots(c) * cpu_cache.kv_heads(c);
+        EXPECT_EQ(0, std::memcmp(xla_cache.k[c].data(), cpu_cache.k(c, 0, 0), elems)) << "K cache " << c;
+        EXPECT_EQ(0, std::memcmp(xla_cache.v[c].data(), cpu_cache.v(c, 0, 0), elems)) << "V cache " << c;
+        EXPECT_EQ(0, std::memcmp(xla_cache.ks[c].data(), cpu_cache.k_scale(c, 0, 0), scales * sizeof(float))) << "K scales " << c;
+        EXPECT_EQ(0, std::memcmp(xla_cache.vs[c].data(), cpu_cache.v_scale(c, 0, 0), scales * sizeof(float))) << "V scales " << c;
+        continue;
+      }
       for (int kv = 0; kv < 2; ++kv) {
         std::vector<float> want(elems), got(elems);
         ConvertToF32(kv_type, kv ? cpu_cache.v(c, 0, 0) : cpu_cache.k(c, 0, 0), want.data(), elems);
@@ -135,6 +184,12 @@ TEST(XlaAttentionTest, PaddingRowsNeverWriteTheCache) {
 TEST(XlaAttentionTest, F16Cache) {
   G4_REQUIRE_PJRT_PLUGIN();
   RunScenario(DType::kF16, true);
+}
+
+TEST(XlaAttentionTest, I8CacheSameBytesAsTheCpuBackend) {
+  G4_REQUIRE_PJRT_PLUGIN();
+  RunScenario(DType::kI8, false);
+  RunScenario(DType::kI8, true);
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 // plugin (GEMMA4RT_PJRT_PLUGIN; skipped without it), against the same transformers references at
 // the CPU f32 path's tolerance (1e-4 of the largest value per tensor): one-shot prefill at every
 // layer, chunked prefill (chunks across the window edge) and token-by-token decode, and batched
-// decode of two sequences against each alone.
+// decode of two sequences against each alone; the q8 cache against the CPU backend's q8 cache.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +11,7 @@
 #include <map>
 #include <span>
 
+#include "backends/cpu/cpu_backend.h"
 #include "backends/xla/lower.h"
 #include "backends/xla/xla_backend.h"
 #include "model/gemma.h"
@@ -25,18 +26,21 @@ namespace {
 
 using namespace golden;
 
-std::unique_ptr<Engine> MakeXlaEngine(const std::string& fixture, int chunk, int max_seqs = 1) {
+std::unique_ptr<Engine> MakeXlaEngine(const std::string& fixture, int chunk, int max_seqs = 1,
+                                      DType kv_type = DType::kF32, bool cpu = false) {
   auto m = LoadModel(ModelPath(fixture));
   EXPECT_TRUE(m.ok()) << m.status().ToString();
   if (!m.ok()) return nullptr;
   // f32 compute on every plugin: the references are transformers' f32 arithmetic.
-  auto backend = MakeXlaBackend({xla::testing_util::PluginPath(), xla::testing_util::ClientOptions(1), 0, "f32"});
+  auto backend = cpu ? StatusOr<std::unique_ptr<Backend>>(MakeCpuBackend(1, CpuBackendOptionsFor(true)))
+                     : MakeXlaBackend({xla::testing_util::PluginPath(), xla::testing_util::ClientOptions(1), 0, "f32"});
   EXPECT_TRUE(backend.ok()) << backend.status().ToString();
   if (!backend.ok()) return nullptr;
   EngineOptions o;
   o.prefill_chunk = chunk;
   o.max_seqs = max_seqs;
   o.max_context = 64;
+  o.kv_type = kv_type;
   auto e = Engine::Create(std::move(m).value(), std::move(backend).value(), o);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   return e.ok() ? std::move(e).value() : nullptr;
@@ -119,6 +123,60 @@ TEST_P(XlaGoldenTest, BatchedDecodeOfThreeSequencesMatchesEachAlone) {
           << "seq " << s << " position " << p[s];
     }
     for (int s = 0; s < 3; ++s) ++p[s];
+  }
+}
+
+// Prefill in chunks across the window, then decode, with the q8 cache (int8 K/V, a scale per token
+// and KV head) on both backends: both quantise the same way (lower_kv.h, cpu::QuantizeKvRow), so
+// they store the same bytes wherever their K and V rows agree to the bit; the rows differ in the
+// last bits (other summation orders), which can move an int8 by one step (max|x| / 127) where a
+// value lies near a rounding midpoint. The logits within 1e-2 of the largest (relative, as
+// kRelTol; measured 1.8e-7, 2.9e-6 and 2.5e-3, where the q8 cache itself is 1.8e-3 to 4.9e-2 from
+// transformers' f32) and the same top token at every position.
+TEST(XlaQ8CacheTest, MatchesTheCpuBackendsQ8Cache) {
+  G4_REQUIRE_PJRT_PLUGIN();
+  for (const char* fixture : {"gemma3-tiny", "gemma4-e2b-tiny", "gemma4-31b-tiny"}) {
+    SCOPED_TRACE(fixture);
+    Reference ref = LoadReference(fixture);
+    const std::vector<float> want = ref.Get("logits");
+    const int V = static_cast<int>(want.size() / ref.ids.size());
+    std::vector<float> got[2];  // XLA, CPU
+    for (int cpu = 0; cpu < 2; ++cpu) {
+      auto engine = MakeXlaEngine(fixture, 7, 1, DType::kI8, cpu == 1);
+      ASSERT_NE(engine, nullptr);
+      EXPECT_EQ(engine->cache().type(), DType::kI8);
+      std::vector<float> row;
+      ASSERT_TRUE(engine->Prefill(0, std::span<const int32_t>(ref.ids).first(20), true, &got[cpu]).ok());
+      for (size_t t = 20; t < ref.ids.size(); ++t) {
+        const int32_t seq = 0;
+        ASSERT_TRUE(engine->Decode(std::span<const int32_t>(&seq, 1), std::span<const int32_t>(&ref.ids[t], 1), &row).ok());
+        got[cpu].insert(got[cpu].end(), row.begin(), row.end());
+      }
+    }
+    const double diff = RelErr(got[0], got[1]);
+    std::printf("%s: q8 cache, XLA against CPU %.3g, XLA against transformers (f32) %.3g, CPU against it %.3g\n", fixture,
+                diff, RelErr(got[0], want), RelErr(got[1], want));
+    EXPECT_LT(diff, 1e-2);
+    EXPECT_EQ(ArgmaxRows(got[0], V), ArgmaxRows(got[1], V));
+  }
+}
+
+// The KV cache's device bytes: K and V of every cache-owning layer in the cache's type, and with
+// q8 their f32 scales, the bytes the host cache and `info` (KvCache::BytesPerSequence) count.
+TEST(XlaQ8CacheTest, DeviceCacheBytesCountTheScales) {
+  G4_REQUIRE_PJRT_PLUGIN();
+  for (DType t : {DType::kF16, DType::kI8}) {
+    auto engine = MakeXlaEngine("gemma4-e2b-tiny", 8, /*max_seqs=*/3, t);
+    ASSERT_NE(engine, nullptr);
+    const ModelConfig& c = engine->config();
+    size_t want = 0;
+    for (const LayerPlan& lp : c.layers) {
+      if (lp.kv_donor >= 0) continue;
+      const size_t slots = lp.window ? std::min(lp.window, 64) : 64;
+      want += 3 * 2 * slots * lp.num_kv_heads * (lp.head_dim * DTypeSize(t) + (t == DType::kI8 ? 4 : 0));
+    }
+    EXPECT_EQ(engine->cache().bytes(), want) << DTypeName(t);
+    EXPECT_EQ(engine->cache().bytes(), 3 * KvCache::BytesPerSequence(c, 64, t)) << DTypeName(t);
   }
 }
 

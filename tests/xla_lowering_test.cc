@@ -2,9 +2,15 @@
 // src/graph/graph.h lowered alone (fed by embeddings of random tables) and run through XLA's CPU
 // plugin, against the CPU backend with f32 activations on the same inputs; attention and the KV
 // cache over several steps: rings across the window edge, both head dims, shared KV, soft-cap,
-// prefill chunks and batched decode, padding rows. Needs GEMMA4RT_PJRT_PLUGIN (skipped otherwise).
+// prefill chunks and batched decode, padding rows; the i8 cache's KV write on rows that test its
+// rounding. Needs GEMMA4RT_PJRT_PLUGIN (skipped otherwise).
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "backends/cpu/attention.h"
 #include "backends/cpu/cpu_backend.h"
 #include "model/config.h"
 #include "runtime/kv_cache.h"
@@ -173,6 +179,72 @@ TEST(XlaLoweringTest, MoEWithTopKRouting) {
   q.down = p.Random({E, H, 32}, DType::kQ8_0);
   gq.Add(q, {y, r}, H, "moe_q");
   CompareStateless(gq, OneSequence(8, 9, p.rng()));
+}
+
+// The i8 cache's KV write (lower_kv.h) stores the bytes cpu::QuantizeKvRow gives, on rows chosen
+// for its edges (2 KV heads of 8): an all-zero head, NaN and infinity (scale NaN, q 0), exact
+// rounding midpoints (max |x| 127: x * 127 / max = x, so 0.5, 1.5, 2.5, -2.5, 126.5 round to even),
+// tiny and huge magnitudes, maxima whose division by 127 a multiplication by 1/127 would round the
+// other way, random values; and an i8 cache without head counts is refused.
+TEST(XlaLoweringTest, I8KvWriteStoresTheCpuBackendsBytes) {
+  G4_REQUIRE_PJRT_PLUGIN();
+  constexpr int kHeads = 2, kD = 8, kW = kHeads * kD, kRows = 7, kSlots = 8;
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> rows = {
+      0, 0, 0, 0, 0, 0, 0, 0, 0.25f, -1, 3, 0, 0.5f, 2, -7, 1,                              // zero head
+      1, nan, 2, 3, 0, 0, 0, 0, 1, 2, inf, 3, 4, 5, 6, 7,                                    // NaN, infinity
+      0.5f, 1.5f, 2.5f, -0.5f, -2.5f, 126.5f, 127, -3.5f, -127, 63.5f, -64.5f, 0.5f, 1, 2, 3, 4,  // midpoints
+      1e-30f, -3e-31f, 0, 2e-31f, 1e-35f, 0, 5e-31f, -1e-30f, 1e30f, -2e29f, 3e30f, 0, 1, -1e30f, 7e29f, 2e30f,
+      // max |x| / 127 differs from max |x| * (1 / 127) in f32 (as for about 5% of floats)
+      788.428894f, -3, 1, 0.25f, 500, -600, 2, 1, 2.36342478f, -1, 0.5f, 2, -2, 1.5f, 0, 1,
+  };
+  TensorPool p(11);
+  std::uniform_real_distribution<float> u(-3, 3);
+  for (int i = 0; i < 2 * kW; ++i) rows.push_back(u(p.rng()));  // two random rows
+  ASSERT_EQ(rows.size(), static_cast<size_t>(kRows * kW));
+  const Tensor* table = p.FromF32({kRows, kW}, rows);
+  Graph g;
+  const int k = g.Add(EmbedOp{table, 1.0f}, {}, kW, "k");
+  g.Add(KvWriteOp{0}, {k, k}, 0);
+  StepInputs in;
+  for (int t = 0; t < kRows; ++t) {
+    in.tokens.push_back(t);
+    in.positions.push_back(t);
+    in.seq_ids.push_back(0);
+    in.out_rows.push_back(t);
+  }
+  in.kv_len = {0};
+  in.kv_end = {kRows};
+  StepShape sh;
+  sh.tokens = sh.output_rows = kRows;
+  sh.kv_type = DType::kI8;
+  sh.caches = {{0, kSlots, 0, kW, kHeads}};
+  HostCache hc = testing_util::ZeroCache(sh);
+  RunXlaStep(g, sh, in, hc);
+  ASSERT_EQ(hc.k[0].size(), static_cast<size_t>(kSlots * kW));
+  ASSERT_EQ(hc.ks[0].size(), static_cast<size_t>(kSlots * kHeads));
+  for (int r = 0; r < kRows; ++r) {
+    int8_t q[kW];
+    float scale[kHeads];
+    cpu::QuantizeKvRow(rows.data() + r * kW, kHeads, kD, q, scale);
+    for (const auto* cache : {&hc.k[0], &hc.v[0]})
+      EXPECT_EQ(0, std::memcmp(cache->data() + r * kW, q, kW)) << "row " << r;
+    for (const auto* scales : {&hc.ks[0], &hc.vs[0]})
+      EXPECT_EQ(0, std::memcmp(scales->data() + r * kHeads, scale, sizeof(scale)))
+          << "row " << r << ": " << (*scales)[r * kHeads] << ", " << (*scales)[r * kHeads + 1] << " vs " << scale[0] << ", " << scale[1];
+  }
+  // The midpoints' row as the rounding rule says (max 127: q = x rounded to nearest even).
+  const int8_t want[kD] = {0, 2, 2, 0, -2, 126, 127, -4};
+  EXPECT_EQ(0, std::memcmp(hc.k[0].data() + 2 * kW, want, kD));
+  EXPECT_TRUE(std::isnan(hc.ks[0][2]) && std::isnan(hc.ks[0][3]));  // row 1: NaN in head 0, infinity in head 1
+  EXPECT_EQ(hc.ks[0][0], 0.0f);                                      // row 0: the zero head
+  // Rows past the step keep their zeros.
+  for (int i = kRows * kW; i < kSlots * kW; ++i) ASSERT_EQ(hc.k[0][i], 0) << i;
+  sh.caches[0].heads = 0;
+  auto refused = LowerGraph(g, sh);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("KV head count"), std::string::npos) << refused.status().message();
 }
 
 }  // namespace

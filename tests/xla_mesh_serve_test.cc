@@ -96,7 +96,7 @@ TEST(XlaMeshCliTest, GenerateInfoAndInvalidMeshes) {
   EXPECT_NE(bad.status, 0);
   EXPECT_NE(bad.out.find("the model axis divides no weight of this model"), std::string::npos) << bad.out;
   CliResult malformed = RunCli(gen + plugin + " --mesh rows=2");
-  EXPECT_NE(malformed.status, 0);
+  EXPECT_EQ(malformed.status, 2);  // a usage error
   EXPECT_NE(malformed.out.find("unknown axis 'rows'"), std::string::npos) << malformed.out;
   CliResult cpu = RunCli(gen + " --mesh model=2");
   EXPECT_NE(cpu.status, 0);

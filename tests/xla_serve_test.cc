@@ -202,6 +202,33 @@ TEST(XlaCliTest, GenerateLogitsBenchAndInfoRunOnXla) {
   EXPECT_NE(info.out.find("device policy: backend=xla"), std::string::npos) << info.out;
 }
 
+// `--cache-type q8` on XLA: int8 K/V with their scales on the device, the same greedy ids as the
+// CPU backend's q8 cache (both store the same bytes: lower_kv.h), and `info` counts the scales.
+TEST(XlaCliTest, Q8CacheGivesTheCpuBackendsGreedyIds) {
+  G4_REQUIRE_PJRT_PLUGIN();
+  const std::string common = "generate -m " + TinyModel() + " --tokens 2,17,300,41 -n 10 --temp 0 --ignore-eos --show-ids "
+                             "--cache-type q8 --f32-activations";
+  CliResult cpu = RunCli(common);
+  CliResult on_xla = RunCli(common + " --backend xla --pjrt-plugin " + xla::testing_util::PluginPath());
+  ASSERT_EQ(cpu.status, 0) << cpu.out;
+  ASSERT_EQ(on_xla.status, 0) << on_xla.out;
+  auto ids = [](const std::string& out) {
+    const size_t p = out.find("ids: ");
+    return p == std::string::npos ? std::string() : out.substr(p, out.find('\n', p) - p);
+  };
+  EXPECT_FALSE(ids(cpu.out).empty()) << cpu.out;
+  EXPECT_EQ(ids(on_xla.out), ids(cpu.out));
+  EXPECT_NE(on_xla.out.find("device policy: backend=xla"), std::string::npos) << on_xla.out;
+  EXPECT_NE(on_xla.out.find(" kv=q8 "), std::string::npos) << on_xla.out;
+  // K and V of 5 sliding layers (8 slots, D 16) and a full one (128 slots, D 32), one KV head, D + 4
+  // bytes a slot: 2 (5 * 8 * 20 + 128 * 36) = 10816 bytes, 0.0103 MiB (without the scales 0.0090).
+  CliResult info = RunCli("info -m " + TinyModel() + " -c 128 --cache-type q8 --backend xla --pjrt-plugin " +
+                          xla::testing_util::PluginPath());
+  EXPECT_EQ(info.status, 0) << info.out;
+  EXPECT_NE(info.out.find("kv cache: 0.010 MiB per sequence at 128 tokens (q8), 6 cache-owning layers"), std::string::npos)
+      << info.out;
+}
+
 // The real Gemma 3 270M (Q4_K_M GGUF: Q8_0 embeddings on the device as blocks, the k-quants as
 // f32): greedy ids equal the CPU backend's with f32 activations.
 TEST(XlaCliTest, RealModelGreedyIdsAreTheCpuBackendsWithF32Activations) {

@@ -170,6 +170,14 @@ StatusOr<std::vector<std::string>> MeshPlanLines(const Backend& backend, const G
   return std::vector<std::string>{};
 }
 
+std::string MeshFlagError(const std::string& text) {
+#if GEMMA4RT_HAVE_XLA
+  if (auto m = xla::ParseMesh(text); !m.ok()) return m.status().message();
+#endif
+  (void)text;
+  return "";
+}
+
 int MeshDataAxis(const BackendOptions& o) {
 #if GEMMA4RT_HAVE_XLA
   if (!o.mesh.empty())

@@ -57,6 +57,9 @@ std::string DevicePolicyFields(const Backend& backend, const BackendOptions& opt
 // device). Errors: an invalid plan (an axis that divides nothing).
 StatusOr<std::vector<std::string>> MeshPlanLines(const Backend& backend, const Graph& graph, const ModelConfig& config,
                                                  int max_seqs, int max_context, DType kv_type);
+// The check of a --mesh value ("data=D,model=M"): "" when it parses, else why not (a usage error,
+// exit 2). "" in a build without the XLA backend (MakeBackend then refuses --backend xla).
+std::string MeshFlagError(const std::string& text);
 // The sequences the smallest valid plan of `options`' mesh holds (its data axis; 1 without a mesh).
 int MeshDataAxis(const BackendOptions& options);
 // The XLA backend's memory plan so far (weights + KV cache + the largest compiled step against the

@@ -18,8 +18,10 @@ inline void AddBackendFlags(CLI::App* app, BackendOptions* o) {
                   "else one found in Python site-packages or ~/.cache/gemma4rt/xla");
   auto* mesh = app->add_option("--mesh", o->mesh,
                                "with --backend xla: run SPMD over a data x model device mesh, e.g. data=2,model=4 (model "
-                               "splits heads, MLP, vocabulary, experts; data splits the sequence slots)");
+                               "splits heads, MLP, vocabulary, experts; data splits the sequence slots)")
+                   ->check([](const std::string& text) { return MeshFlagError(text); });
   app->add_option("--devices", o->devices, "with --backend xla: split the model over N devices (--mesh model=N)")
+      ->check(CLI::Range(1, 1 << 16))
       ->excludes(mesh);
   app->add_option("--compute-dtype", o->compute_dtype,
                   "--backend xla or cuda: the dtype of the matmuls (f32 accumulation): auto (TPU and CUDA compute "

@@ -29,7 +29,7 @@ struct EngineOptions {
   int max_context = 0;     // tokens per sequence; 0 = DefaultContextSize (min(max_position_embeddings, 4096))
   int prefill_chunk = 512; // tokens per prefill step
   DType kv_type = DType::kF32;  // KV cache elements: kF32, kF16 or kBF16 (half the bytes; K/V rounded to f16 or
-                                // bf16), or kI8 (a quarter plus per-token scales; CPU backend only)
+                                // bf16), or kI8 (a quarter plus per-token scales)
 };
 
 // The KV cache element type of the commands' --cache-type flag: "f32", "f16", "bf16" or "q8"

@@ -115,6 +115,7 @@ inline PJRT_Buffer_Type PjrtType(DType t) {
     case DType::kF16: return PJRT_Buffer_Type_F16;
     case DType::kBF16: return PJRT_Buffer_Type_BF16;
     case DType::kI32: return PJRT_Buffer_Type_S32;
+    case DType::kI8: return PJRT_Buffer_Type_S8;
     default: return PJRT_Buffer_Type_F32;
   }
 }
@@ -123,17 +124,22 @@ struct StepInputs {
   std::vector<int32_t> tokens, positions, seq_ids, out_rows, kv_len, kv_end;
 };
 
-// Host mirrors of the device KV cache: K and V bytes of every StepShape::caches entry.
+// Host mirrors of the device KV cache: K and V bytes of every StepShape::caches entry, and with an
+// i8 cache their f32 scales [max_seqs, slots, heads] (ks, vs; empty otherwise).
 struct HostCache {
   std::vector<std::vector<uint8_t>> k, v;
+  std::vector<std::vector<float>> ks, vs;
 };
 
 inline HostCache ZeroCache(const StepShape& sh) {
   HostCache c;
   for (const CacheLayer& l : sh.caches) {
-    const size_t n = static_cast<size_t>(sh.max_seqs) * l.slots * l.width * DTypeSize(sh.kv_type);
+    const size_t rows = static_cast<size_t>(sh.max_seqs) * l.slots, n = rows * l.width * DTypeSize(sh.kv_type);
     c.k.emplace_back(n, 0);
     c.v.emplace_back(n, 0);
+    if (sh.kv_type != DType::kI8) continue;
+    c.ks.emplace_back(rows * l.heads, 0.0f);
+    c.vs.emplace_back(rows * l.heads, 0.0f);
   }
   return c;
 }
@@ -181,22 +187,29 @@ inline std::map<std::string, std::vector<float>> RunXlaStep(const Graph& graph, 
       up(f.data(), DType::kF32, t->shape);
     }
   }
+  const bool i8 = sh.kv_type == DType::kI8;
   for (size_t i = 0; i < sh.caches.size(); ++i) {
     const std::vector<int64_t> dims{S, sh.caches[i].slots, sh.caches[i].width};
     up(cache.k[i].data(), sh.kv_type, dims);
     up(cache.v[i].data(), sh.kv_type, dims);
+    if (!i8) continue;
+    const std::vector<int64_t> sdims{S, sh.caches[i].slots, sh.caches[i].heads};
+    up(cache.ks[i].data(), DType::kF32, sdims);
+    up(cache.vs[i].data(), DType::kF32, sdims);
   }
+  const size_t cache_bufs = static_cast<size_t>(KvBuffersPerLayer(sh.kv_type)) * sh.caches.size();
+  EXPECT_EQ(low->num_params(), static_cast<int>(bufs.size()));
   std::vector<PJRT_Buffer*> args;
   std::vector<int64_t> keep;
   for (size_t i = 0; i < bufs.size(); ++i) {
     args.push_back(bufs[i].get());
-    if (i < bufs.size() - 2 * sh.caches.size()) keep.push_back(static_cast<int64_t>(i));
+    if (i < bufs.size() - cache_bufs) keep.push_back(static_cast<int64_t>(i));
   }
   auto outs = (*exe)->Execute(args, keep);
   EXPECT_TRUE(outs.ok()) << outs.status().message();
   if (!outs.ok()) return result;
   // The donated cache buffers are invalid now (their storage became the new caches): destroy the handles.
-  for (size_t i = bufs.size() - 2 * sh.caches.size(); i < bufs.size(); ++i) bufs[i].Reset();
+  for (size_t i = bufs.size() - cache_bufs; i < bufs.size(); ++i) bufs[i].Reset();
   const auto& nodes = graph.nodes();
   size_t j = 0;
   for (const auto& [name, id] : low->outputs) {
@@ -208,6 +221,9 @@ inline std::map<std::string, std::vector<float>> RunXlaStep(const Graph& graph, 
   for (size_t i = 0; i < sh.caches.size(); ++i) {
     EXPECT_TRUE((*outs)[j++].ToHost(cache.k[i].data(), cache.k[i].size()).ok());
     EXPECT_TRUE((*outs)[j++].ToHost(cache.v[i].data(), cache.v[i].size()).ok());
+    if (!i8) continue;
+    EXPECT_TRUE((*outs)[j++].ToHost(cache.ks[i].data(), cache.ks[i].size() * sizeof(float)).ok());
+    EXPECT_TRUE((*outs)[j++].ToHost(cache.vs[i].data(), cache.vs[i].size() * sizeof(float)).ok());
   }
   return result;
 }

@@ -10,9 +10,10 @@
 //   then every weight tensor the graph reads (LoweredStep::weights), in its device type
 //   (WeightDeviceType of StepShape::compute)
 //   then K and V of every cache-owning layer (LoweredStep::caches), [S, slots, Nkv*D] of kv_type,
-//   each aliased to its result (donated: updated in place).
+//   with an i8 cache followed by their scales f32 [S, slots, Nkv] (lower_kv.h), each aliased to
+//   its result (donated: updated in place).
 // Results: the graph's exported outputs (LoweredStep::outputs) as f32 [rows, cols], then the new
-// K and V of every cache layer in the parameter order.
+// cache buffers of every cache layer in the parameter order (KvBuffersPerLayer per layer).
 //
 // Attention layout (mode): StepMode::kOneSequence -- every real row belongs to seq_ids[0] (a
 // prefill chunk): the sequence's cache is sliced once; StepMode::kOneTokenPerSequence -- each row
@@ -43,6 +44,7 @@ struct CacheLayer {
   int slots = 0;   // rows per sequence
   int window = 0;  // > 0: sliding (a ring of `slots`)
   int width = 0;   // Nkv * D
+  int heads = 0;   // Nkv (needed by an i8 cache: one scale per KV head)
 };
 
 struct StepShape {
@@ -50,7 +52,7 @@ struct StepShape {
   int output_rows = 1;   // R
   int max_seqs = 1;      // S
   StepMode mode = StepMode::kOneSequence;
-  DType kv_type = DType::kF32;      // kF32, kF16 or kBF16
+  DType kv_type = DType::kF32;      // kF32, kF16, kBF16 or kI8 (with scales: lower_kv.h)
   std::vector<CacheLayer> caches;   // every cache-owning layer the graph reads or writes
   // Weights are parameters in their own dtype: F32, F16 and BF16 as such, Q8_0, Q4_0 and W4G32 as
   // their blocks' bytes (ui8 [..., K/32, block bytes], dequantised inside the step where they are
@@ -70,10 +72,14 @@ struct LoweredStep {
   std::string module;                          // StableHLO text
   std::vector<const Tensor*> weights;          // parameter order after the 6 step inputs
   std::vector<DType> weight_types;             // their device types
-  std::vector<CacheLayer> caches;              // K, V parameters (and results) in this order
+  std::vector<CacheLayer> caches;              // K, V (i8: and their scales) parameters and results in this order
+  int kv_buffers = 2;                          // cache buffers per layer (KvBuffersPerLayer)
   std::vector<std::pair<std::string, int>> outputs;  // exported (name, node id), results first
-  int num_params() const { return 6 + static_cast<int>(weights.size() + 2 * caches.size()); }
+  int num_params() const { return 6 + static_cast<int>(weights.size() + kv_buffers * caches.size()); }
 };
+
+// Device buffers per cache-owning layer: K and V, and for an i8 cache their scales (K's, V's).
+inline int KvBuffersPerLayer(DType kv_type) { return kv_type == DType::kI8 ? 4 : 2; }
 
 // The weight tensors `graph` reads, each once, in the order nodes first read them.
 std::vector<const Tensor*> GraphWeights(const Graph& graph);

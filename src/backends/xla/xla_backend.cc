@@ -27,6 +27,7 @@ PJRT_Buffer_Type PjrtType(DType t) {
     case DType::kF16: return PJRT_Buffer_Type_F16;
     case DType::kBF16: return PJRT_Buffer_Type_BF16;
     case DType::kI32: return PJRT_Buffer_Type_S32;
+    case DType::kI8: return PJRT_Buffer_Type_S8;
     default: return PJRT_Buffer_Type_F32;
   }
 }
@@ -47,9 +48,15 @@ class XlaKvCache : public KvCacheBase {
 
   const XlaBackend* owner;
   std::vector<CacheLayer> layers;  // every cache-owning layer, in layer order
-  std::vector<std::vector<Buffer>> k, v;  // [layer][device]: shards of [max_seqs, slots, width]
+  std::vector<std::vector<Buffer>> k, v;    // [layer][device]: shards of [max_seqs, slots, width]
+  std::vector<std::vector<Buffer>> ks, vs;  // i8 only: their scales, f32 [max_seqs, slots, heads], [layer][device]
   size_t bytes_ = 0;        // the whole cache
   size_t device_bytes = 0;  // what one device of the mesh holds
+  // Device d's buffers of layer i in the step's parameter order (xla::KvBuffersPerLayer).
+  std::vector<Buffer*> Buffers(size_t i, int d) {
+    if (ks.empty()) return {&k[i][d], &v[i][d]};
+    return {&k[i][d], &v[i][d], &ks[i][d], &vs[i][d]};
+  }
 };
 
 class XlaBackend : public Backend {
@@ -225,7 +232,9 @@ StatusOr<std::unique_ptr<Executable>> XlaBackend::Compile(const Graph& graph, in
 
 StatusOr<std::unique_ptr<KvCacheBase>> XlaBackend::CreateKvCache(const ModelConfig& config, int max_seqs, int max_context,
                                                                  DType type) {
-  if (!IsKvCacheType(type)) return InvalidArgument("KV cache type must be f32, f16 or bf16");
+  if (!IsHostKvCacheType(type)) return InvalidArgument("KV cache type must be f32, f16, bf16 or q8");
+  if (type == DType::kI8 && mesh_.size() > 1)
+    return InvalidArgument("--cache-type q8 on a device mesh is not supported yet: use f16 or bf16");
   G4_RETURN_IF_ERROR(xla::CheckDataAxis(mesh_, max_seqs));
   if (type == DType::kBF16 && info_.compute == DType::kF16)
     return InvalidArgument("--cache-type bf16: this device computes in f16 (" + info_.compute_reason +
@@ -234,21 +243,29 @@ StatusOr<std::unique_ptr<KvCacheBase>> XlaBackend::CreateKvCache(const ModelConf
   for (int l = 0; l < config.num_layers; ++l) {
     const LayerPlan& lp = config.layers[l];
     if (lp.kv_donor >= 0) continue;
-    CacheLayer c{l, lp.window ? std::min(lp.window, max_context) : max_context, lp.window, lp.num_kv_heads * lp.head_dim};
-    const std::vector<int64_t> dims{max_seqs, c.slots, c.width};
-    const size_t bytes = static_cast<size_t>(max_seqs) * c.slots * c.width * DTypeSize(type);
+    CacheLayer c{l, lp.window ? std::min(lp.window, max_context) : max_context, lp.window, lp.num_kv_heads * lp.head_dim,
+                 lp.num_kv_heads};
     const xla::TensorSplit split = xla::CacheSplit(mesh_, lp.num_kv_heads);
-    for (auto* list : {&cache->k, &cache->v}) {
-      auto b = xla::ZeroShards(*client_, mesh_, PjrtType(type), DTypeSize(type), dims, split, first_device());
+    // K and V; an i8 cache's scales (f32, one per slot and KV head) after them.
+    struct Part {
+      std::vector<std::vector<Buffer>>* list;
+      DType type;
+      int64_t width;
+    };
+    std::vector<Part> parts{{&cache->k, type, c.width}, {&cache->v, type, c.width}};
+    if (type == DType::kI8) parts.insert(parts.end(), {{&cache->ks, DType::kF32, c.heads}, {&cache->vs, DType::kF32, c.heads}});
+    for (const Part& part : parts) {
+      const std::vector<int64_t> dims{max_seqs, c.slots, part.width};
+      const size_t bytes = static_cast<size_t>(max_seqs) * c.slots * part.width * DTypeSize(part.type);
+      auto b = xla::ZeroShards(*client_, mesh_, PjrtType(part.type), DTypeSize(part.type), dims, split, first_device());
       if (!b.ok())
         return Status(b.status().code(), "allocating the KV cache of layer " + std::to_string(l) + " (" +
                                              std::to_string(bytes) + " bytes) on the device: " + b.status().message());
-      list->push_back(std::move(*b));
+      part.list->push_back(std::move(*b));
+      cache->bytes_ += bytes;
+      cache->device_bytes += bytes / (split.data_dim >= 0 ? mesh_.data : 1) / (split.model_dim >= 0 ? mesh_.model : 1);
     }
     cache->layers.push_back(c);
-    cache->bytes_ += 2 * bytes;
-    cache->device_bytes +=
-        2 * bytes / (split.data_dim >= 0 ? mesh_.data : 1) / (split.model_dim >= 0 ? mesh_.model : 1);
   }
   return std::unique_ptr<KvCacheBase>(std::move(cache));
 }
@@ -327,21 +344,19 @@ Status XlaExecutable::Run(const StepInput& in, KvCacheBase& base) {
   }
   std::vector<int64_t> keep(args[0].size());
   for (size_t i = 0; i < keep.size(); ++i) keep[i] = static_cast<int64_t>(i);
-  for (size_t i = 0; i < cache->layers.size(); ++i) {  // donated
-    for (int d = 0; d < devices; ++d) {
-      args[d].push_back(cache->k[i][d].get());
-      args[d].push_back(cache->v[i][d].get());
-    }
-  }
+  for (size_t i = 0; i < cache->layers.size(); ++i)  // donated
+    for (int d = 0; d < devices; ++d)
+      for (Buffer* b : cache->Buffers(i, d)) args[d].push_back(b->get());
   G4_ASSIGN_OR_RETURN(std::vector<std::vector<Buffer>> per_device,
                       v->program->ExecuteSharded(args, keep, backend_->execute_device()));
-  const size_t num_out = v->lowered.outputs.size();
-  for (const auto& outs : per_device) G4_CHECK(outs.size() == num_out + 2 * cache->layers.size());
+  const size_t num_out = v->lowered.outputs.size(), per = static_cast<size_t>(v->lowered.kv_buffers);
+  for (const auto& outs : per_device) G4_CHECK(outs.size() == num_out + per * cache->layers.size());
   // The donated cache buffers are invalid now: their storage is the new caches'.
   for (size_t i = 0; i < cache->layers.size(); ++i) {
     for (int d = 0; d < devices; ++d) {
-      cache->k[i][d] = std::move(per_device[d][num_out + 2 * i]);
-      cache->v[i][d] = std::move(per_device[d][num_out + 2 * i + 1]);
+      std::vector<Buffer*> bufs = cache->Buffers(i, d);
+      G4_CHECK(bufs.size() == per);
+      for (size_t j = 0; j < per; ++j) *bufs[j] = std::move(per_device[d][num_out + per * i + j]);
     }
   }
   std::vector<Buffer>& outs = per_device[0];  // exported outputs are replicated

@@ -4,8 +4,10 @@
 // Device state: every weight is uploaded once, on first use by a compile (the engine's warm-up),
 // and shared by every executable: F32, F16, BF16 as stored; Q8_0, Q4_0, W4G32 as their blocks'
 // bytes, dequantised in the step (lower.h); other block types dequantised to F32 at upload; under a
-// bf16/f16 compute dtype (device_policy.h) matrices in that dtype, vectors in F32. The KV cache (CreateKvCache) is two device buffers
-// per cache-owning layer, [max_seqs, slots, Nkv*D] of the cache type, which every step takes as
+// bf16/f16 compute dtype (device_policy.h) matrices in that dtype, vectors in F32. The KV cache
+// (CreateKvCache) is two device buffers per cache-owning layer, [max_seqs, slots, Nkv*D] of the
+// cache type (q8: int8, and two more of their f32 scales [max_seqs, slots, Nkv], lower_kv.h),
+// each split over a mesh as shard_plan.h says, which every step takes as
 // arguments aliased to its results (donated: updated in place, no second copy) and replaces by
 // those results. Only the step's inputs (ids, positions, lengths: a few KB) go to the device and
 // only its exported outputs (the logits) come back.
