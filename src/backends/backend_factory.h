@@ -36,6 +36,8 @@ struct BackendOptions {
   int64_t device_memory = 0;
 };
 
+inline const std::vector<std::string> kComputeDtypeFlagValues = {"auto", "f32", "bf16", "f16"};
+
 // Errors: InvalidArgument for an unknown backend name or a device option the backend does not
 // take; for "xla": Unimplemented in a build without the XLA backend, InvalidArgument for a
 // --device out of range or a --compute-dtype the device cannot honour (with the reason), NotFound
