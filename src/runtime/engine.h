@@ -46,8 +46,7 @@ inline constexpr const char* kDefaultCacheType = "f16";
 // fp8 is a name so that ParseCacheType refuses it with its reason (CLI11 would only say "not in").
 inline const std::vector<std::string> kCacheTypeNames = {"f32", "f16", "bf16", "q8", "q8_0", "fp8"};
 inline constexpr const char* kCacheTypeHelp =
-    "KV cache element type, one for K and V: f16 (the default), bf16, f32 or q8 (int8, CPU backend); "
-    "llama.cpp's -ctk/-ctv/--cache-type-k/--cache-type-v work too";
+    "KV cache element type for K and V: f16 (default), bf16, f32 or q8 (int8; cpu and xla); -ctk/-ctv work too";
 StatusOr<DType> ParseCacheType(const std::string& name);
 // The --cache-type spelling of a KV cache type: "f32", "f16", "bf16" or "q8".
 const char* CacheTypeName(DType type);

@@ -118,7 +118,7 @@ ParsedFlags ParseServeFlags(const std::vector<std::string>& args) {
                "(default on; the output is the same)")
       ->envname("GEMMA4RT_CACHE_PROMPT");
   app.add_option("--prefill-chunk", o.prefill_chunk, "prompt tokens per prefill step")->envname("GEMMA4RT_PREFILL_CHUNK")->check(CLI::Range(1, 1 << 16));
-  AddBackendFlags(&app, &o.backend);
+  AddBackendFlags(&app, &o.backend, /*with_env=*/true);
   // llama-server's two-letter short flag; CLI11 only has one-letter short names.
   // Then llama.cpp's cache-type spellings (-ctk, -ctv, ...). Option values stay as given.
   std::vector<std::string> argv_s{"gemma4rt serve"};
