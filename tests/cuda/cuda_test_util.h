@@ -17,70 +17,14 @@
 #include "runtime/backend.h"
 #include "tensor/dtype.h"
 #include "tensor/quantize.h"
+#include "../tensor_pool.h"
 
 #define G4_REQUIRE_CUDA_DEVICE() \
   if (::g4::CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device"
 
 namespace g4::cuda_test {
 
-// Tensors with their bytes at stable addresses.
-class TensorPool {
- public:
-  explicit TensorPool(uint32_t seed) : rng_(seed) {}
-  // Random values in [-1, 1) stored as `t`: F32/F16/BF16 rounded, Q8_0/Q4_0/W4G32 quantised,
-  // Q4_K/Q6_K random quant bytes with scales of about 1/64 (no quantiser for those here).
-  const Tensor* Random(std::vector<int64_t> shape, DType t = DType::kF32) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    const int64_t K = shape.back(), rows = n / K;
-    Entry& e = entries_.emplace_back();
-    e.bytes.resize(rows * DTypeRowBytes(t, K));
-    std::uniform_real_distribution<float> u(-1, 1);
-    if (t == DType::kQ4_K || t == DType::kQ6_K) {
-      for (auto& b : e.bytes) b = static_cast<uint8_t>(rng_());
-      const size_t bb = DTypeBlockBytes(t);
-      for (size_t i = 0; i < e.bytes.size() / bb; ++i) {
-        uint8_t* blk = e.bytes.data() + i * bb;
-        auto put = [&](uint8_t* p) {
-          const uint16_t h = F32ToF16(std::ldexp(0.5f + 0.5f * std::abs(u(rng_)), t == DType::kQ4_K ? -9 : -11));
-          p[0] = h & 0xff, p[1] = h >> 8;
-        };
-        if (t == DType::kQ4_K) put(blk), put(blk + 2);
-        else put(blk + 208);
-      }
-    } else {
-      std::vector<float> v(n);
-      for (float& x : v) x = u(rng_);
-      for (int64_t r = 0; r < rows; ++r) {
-        uint8_t* dst = e.bytes.data() + r * DTypeRowBytes(t, K);
-        const float* src = v.data() + r * K;
-        if (t == DType::kF32) std::memcpy(dst, src, 4 * K);
-        else if (t == DType::kF16 || t == DType::kBF16)
-          for (int64_t j = 0; j < K; ++j) {
-            const uint16_t h = t == DType::kF16 ? F32ToF16(src[j]) : F32ToBf16(src[j]);
-            std::memcpy(dst + 2 * j, &h, 2);
-          }
-        else EXPECT_TRUE(QuantizeRow(t, src, dst, K));
-      }
-    }
-    e.t.name = "t";
-    e.t.name += std::to_string(entries_.size());
-    e.t.dtype = t;
-    e.t.shape = std::move(shape);
-    e.t.data = e.bytes.data();
-    e.t.nbytes = e.bytes.size();
-    return &e.t;
-  }
-  std::mt19937& rng() { return rng_; }
-
- private:
-  struct Entry {
-    std::vector<uint8_t> bytes;
-    Tensor t;
-  };
-  std::deque<Entry> entries_;
-  std::mt19937 rng_;
-};
+using test_util::TensorPool;
 
 struct Step {
   std::vector<int32_t> tokens, positions, seq_ids, out_rows;

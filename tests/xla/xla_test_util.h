@@ -19,6 +19,7 @@
 #include "tensor/dtype.h"
 #include "tensor/quantize.h"
 #include "tensor/tensor.h"
+#include "../tensor_pool.h"
 
 namespace g4::xla::testing_util {
 
@@ -61,54 +62,7 @@ inline Client* SharedClient() {
   return client.get();
 }
 
-// Tensors with their bytes, at stable addresses.
-class TensorPool {
- public:
-  explicit TensorPool(uint32_t seed) : rng_(seed) {}
-  // Random values in [lo, hi), stored as `dtype` (F32, F16 or BF16).
-  const Tensor* Random(std::vector<int64_t> shape, DType dtype = DType::kF32, float lo = -1, float hi = 1) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    std::vector<float> v(n);
-    std::uniform_real_distribution<float> u(lo, hi);
-    for (float& x : v) x = u(rng_);
-    return FromF32(std::move(shape), v, dtype);
-  }
-  const Tensor* FromF32(std::vector<int64_t> shape, const std::vector<float>& v, DType dtype = DType::kF32) {
-    auto& e = entries_.emplace_back();
-    if (DTypeSize(dtype) == 0) {  // a block type: each row of shape.back() elements quantised
-      const int64_t K = shape.back(), rows = static_cast<int64_t>(v.size()) / K;
-      e.bytes.resize(rows * DTypeRowBytes(dtype, K));
-      for (int64_t r = 0; r < rows; ++r)
-        EXPECT_TRUE(QuantizeRow(dtype, v.data() + r * K, e.bytes.data() + r * DTypeRowBytes(dtype, K), K));
-    } else {
-      e.bytes.resize(v.size() * DTypeSize(dtype));
-    }
-    for (size_t i = 0; i < v.size() && DTypeSize(dtype) != 0; ++i) {
-      if (dtype == DType::kF32) std::memcpy(e.bytes.data() + 4 * i, &v[i], 4);
-      else {
-        const uint16_t h = dtype == DType::kF16 ? F32ToF16(v[i]) : F32ToBf16(v[i]);
-        std::memcpy(e.bytes.data() + 2 * i, &h, 2);
-      }
-    }
-    e.t.name = "t";
-    e.t.name += std::to_string(entries_.size());
-    e.t.dtype = dtype;
-    e.t.shape = std::move(shape);
-    e.t.data = e.bytes.data();
-    e.t.nbytes = e.bytes.size();
-    return &e.t;
-  }
-  std::mt19937& rng() { return rng_; }
-
- private:
-  struct Entry {
-    std::vector<uint8_t> bytes;
-    Tensor t;
-  };
-  std::deque<Entry> entries_;
-  std::mt19937 rng_;
-};
+using test_util::TensorPool;
 
 inline PJRT_Buffer_Type PjrtType(DType t) {
   switch (t) {
