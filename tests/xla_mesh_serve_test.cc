@@ -11,6 +11,7 @@
 
 #include "cli_runner.h"
 #include "server/serve.h"
+#include "xla/xla_serve_util.h"
 #include "xla/xla_test_util.h"
 
 namespace g4::server {
@@ -20,44 +21,14 @@ using json = nlohmann::json;
 using test_util::CliResult;
 using test_util::RunCli;
 
-std::string TinyModel() { return std::string(GEMMA4RT_TEST_DATA_DIR) + "/golden/gemma4-e2b-tiny"; }
-
-std::unique_ptr<ServeInstance> StartServer(const std::string& backend, const std::string& mesh, int parallel) {
-  ServeOptions o;
-  o.model = TinyModel();
-  o.ctx = 64;
-  o.parallel = parallel;
-  o.host = "127.0.0.1";
-  o.port = 0;
-  o.threads = 1;
-  o.log_requests = false;
-  o.cache_type = "f32";
-  o.f32_activations = true;
-  o.prefill_chunk = 8;
-  o.backend.backend = backend;
-  o.backend.mesh = mesh;
-  o.backend.pjrt_plugin = xla::testing_util::PluginPath();
-  auto s = ServeInstance::Start(o);
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
-  if (!s.ok()) return nullptr;
-  Status st = (*s)->WaitLoaded();
-  EXPECT_TRUE(st.ok()) << st.ToString();
-  return std::move(s).value();
-}
-
-json Complete(int port, const std::vector<int32_t>& prompt, int n) {
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(300, 0);
-  json req = {{"prompt", prompt}, {"max_tokens", n}, {"temperature", 0}, {"ignore_eos", true}, {"return_token_ids", true}};
-  auto r = c.Post("/v1/completions", req.dump(), "application/json");
-  if (!r || r->status != 200) return json();
-  return json::parse(r->body, nullptr, false)["choices"][0]["token_ids"];
-}
+using xla_serve_test::Complete;
+using xla_serve_test::StartServer;
+using xla_serve_test::TinyModel;
 
 TEST(XlaMeshServeTest, ConcurrentGreedyRequestsOnTwoByTwoEqualSoloRuns) {
   G4_REQUIRE_PJRT_PLUGIN();
-  auto cpu = StartServer("cpu", "", 1);
-  auto mesh = StartServer("xla", "data=2,model=2", 4);
+  auto cpu = StartServer("cpu", 1);
+  auto mesh = StartServer("xla", 4, TinyModel(), 64, "data=2,model=2");
   ASSERT_TRUE(cpu && mesh);
   const std::vector<std::vector<int32_t>> prompts = {
       {2, 17, 300, 41}, {2, 9, 8, 7, 6, 5, 4, 3, 250, 11, 12}, {2, 400, 5}, {2, 33, 34, 35, 36, 37, 38}};

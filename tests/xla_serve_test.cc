@@ -17,6 +17,7 @@
 #include "cli_runner.h"
 #include "model/model.h"
 #include "server/serve.h"
+#include "xla/xla_serve_util.h"
 #include "xla/xla_test_util.h"
 
 namespace g4::server {
@@ -26,50 +27,9 @@ using json = nlohmann::json;
 using test_util::CliResult;
 using test_util::RunCli;
 
-std::string TinyModel() { return std::string(GEMMA4RT_TEST_DATA_DIR) + "/golden/gemma4-e2b-tiny"; }
-
-std::unique_ptr<ServeInstance> StartServer(const std::string& backend, int parallel, const std::string& model = TinyModel(),
-                                           int ctx = 64) {
-  ServeOptions o;
-  o.model = model;
-  o.ctx = ctx;
-  o.parallel = parallel;
-  o.host = "127.0.0.1";
-  o.port = 0;
-  o.threads = 1;
-  o.log_requests = false;
-  o.cache_type = "f32";
-  o.f32_activations = true;
-  o.prefill_chunk = 8;
-  o.backend.backend = backend;
-  o.backend.pjrt_plugin = xla::testing_util::PluginPath();
-  auto s = ServeInstance::Start(o);
-  EXPECT_TRUE(s.ok()) << s.status().ToString();
-  if (!s.ok()) return nullptr;
-  Status st = (*s)->WaitLoaded();
-  EXPECT_TRUE(st.ok()) << st.ToString();
-  return std::move(s).value();
-}
-
-json Complete(int port, const std::vector<int32_t>& prompt, int n, bool stream = false) {
-  httplib::Client c("127.0.0.1", port);
-  c.set_read_timeout(300, 0);
-  json req = {{"prompt", prompt}, {"max_tokens", n}, {"temperature", 0}, {"ignore_eos", true},
-              {"return_token_ids", true}, {"stream", stream}};
-  auto r = c.Post("/v1/completions", req.dump(), "application/json");
-  if (!r || r->status != 200) return json();
-  if (!stream) return json::parse(r->body, nullptr, false)["choices"][0]["token_ids"];
-  json ids = json::array();  // the streamed token_ids, concatenated
-  std::stringstream ss(r->body);
-  std::string line;
-  while (std::getline(ss, line)) {
-    if (line.rfind("data: {", 0) != 0) continue;
-    json j = json::parse(line.substr(6), nullptr, false);
-    if (j.contains("choices") && !j["choices"].empty() && j["choices"][0].contains("token_ids"))
-      for (const auto& id : j["choices"][0]["token_ids"]) ids.push_back(id);
-  }
-  return ids;
-}
+using xla_serve_test::Complete;
+using xla_serve_test::StartServer;
+using xla_serve_test::TinyModel;
 
 TEST(XlaServeTest, CompletionsMatchTheCpuBackendStreamedAndConcurrent) {
   G4_REQUIRE_PJRT_PLUGIN();
