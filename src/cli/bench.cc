@@ -8,6 +8,7 @@
 #include "cli/progress.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -461,6 +462,8 @@ int BenchMain(int argc, char** argv) {
   }
 
   std::vector<TestResult> results;
+  std::string backend_column = backend_choice.backend;  // llama-bench's column: "CPU", "XLA", "CUDA"
+  for (char& c : backend_column) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   auto report = [&](const TestResult& r) {
     if (json) {
       std::fprintf(stderr, "gemma4rt: bench %s: %.2f t/s (median of %zu)\n", TestName(r).c_str(), r.median_ts, r.samples_ts.size());
@@ -468,7 +471,7 @@ int BenchMain(int argc, char** argv) {
       char ts[64];
       std::snprintf(ts, sizeof ts, "%.2f ± %.2f", r.median_ts, r.stddev_ts);  // "±" is 2 bytes, 1 column
       std::printf("| %-24s | %10s | %10s | %-7s | %7d |%s %16s | %21s |\n", desc, HumanBytes(static_cast<double>(size_bytes)).c_str(),
-                  HumanCount(n_params).c_str(), backend_choice.backend == "cpu" ? "CPU" : "XLA", threads, extra_cells.c_str(),
+                  HumanCount(n_params).c_str(), backend_column.c_str(), threads, extra_cells.c_str(),
                   TestName(r).c_str(), ts);
       std::fflush(stdout);
     }
