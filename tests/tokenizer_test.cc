@@ -12,7 +12,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -180,9 +179,10 @@ TEST_F(TokenizerGemma3, MinTokensIsALowerBound) {
   CheckMinTokensBound(*tok_, LoadJson(kDataDir + "/tokenizer_gemma3_golden.json")["cases"]);
 }
 
-TEST_F(TokenizerGemma3, LongInputsEncodeInLinearishTime) {
+TEST_F(TokenizerGemma3, LongInputsRoundTrip) {
   // Tens of thousands of characters without a space (one SentencePiece symbol run), a long run
   // of spaces/newlines (special-token partitioning) and long prose; each must round-trip.
+  // Encode time against length: bench/tokenizer_bench.cc.
   std::string no_spaces;
   for (int i = 0; i < 8000; ++i) no_spaces += "abcdefghijklmnopqrstuvwxyz0123456789"[i % 36];
   for (int i = 0; i < 8000; ++i) no_spaces += "\xE4\xB8\xAD";  // 中
@@ -190,11 +190,7 @@ TEST_F(TokenizerGemma3, LongInputsEncodeInLinearishTime) {
   std::string prose;
   while (prose.size() < 100000) prose += "The quick brown fox jumps over the lazy dog. ";
   for (const std::string* s : {&no_spaces, &blanks, &prose}) {
-    const auto t0 = std::chrono::steady_clock::now();
-    const std::vector<int32_t> ids = tok_->Encode(*s, false, true);
-    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    EXPECT_LT(secs, 2.0) << s->size() << " bytes took " << secs << " s";
-    EXPECT_EQ(tok_->Decode(ids), *s);
+    EXPECT_EQ(tok_->Decode(tok_->Encode(*s, false, true)), *s);
   }
 }
 
@@ -281,20 +277,16 @@ TEST_F(TokenizerGemma4Tiny, GgufAndHfAgreeExceptToolResponseAsText) {
   EXPECT_FALSE(hf_->add_bos_default());   // tokenizer_config.json says add_bos_token: false
 }
 
-TEST_F(TokenizerGemma4Tiny, LongInputsEncodeInLinearishTime) {
+TEST_F(TokenizerGemma4Tiny, LongInputsRoundTrip) {
   std::string no_spaces, prose;
   for (int i = 0; i < 60000; ++i) no_spaces += "abcdefghijklmnopqrstuvwxyz0123456789"[i % 36];
   for (int i = 0; i < 10000; ++i) no_spaces += "\xE2\x82\xAC";  // byte fallback
   while (prose.size() < 100000) prose += "the quick brown fox\n\n  jumps over the lazy dog. ";
   std::string newlines = std::string(50000, '\n') + std::string(50000, ' ');
-  for (const Tokenizer* tok : {hf_.get(), gguf_.get()}) {
-    for (const std::string* s : {&no_spaces, &prose, &newlines}) {
-      const auto t0 = std::chrono::steady_clock::now();
-      const std::vector<int32_t> ids = tok->Encode(*s, false, true);
-      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      EXPECT_LT(secs, 2.0) << s->size() << " bytes took " << secs << " s";
-      EXPECT_EQ(tok->Decode(ids), *s);
-    }
+  for (const std::string* s : {&no_spaces, &prose, &newlines}) {
+    const std::vector<int32_t> ids = hf_->Encode(*s, false, true);
+    EXPECT_EQ(hf_->Decode(ids), *s);
+    EXPECT_EQ(gguf_->Encode(*s, false, true), ids) << "tokenizer.json and GGUF disagree";
   }
 }
 
