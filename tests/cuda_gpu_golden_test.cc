@@ -8,10 +8,10 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <span>
 
 #include "backends/cuda/cuda_backend.h"
 #include "cuda/cuda_test_util.h"
+#include "golden_check.h"
 #include "golden_reference.h"
 #include "model/model.h"
 #include "runtime/engine.h"
@@ -28,19 +28,11 @@ struct Case {
 double Tol(const std::string& dtype) { return dtype == "f16" ? 5e-3 : 3e-2; }
 
 std::unique_ptr<Engine> MakeCudaEngine(const Case& c, int chunk, int max_seqs = 1) {
-  auto m = LoadModel(ModelPath(c.fixture));
-  EXPECT_TRUE(m.ok()) << m.status().ToString();
-  if (!m.ok()) return nullptr;
-  auto backend = MakeCudaBackend({0, c.dtype});
-  EXPECT_TRUE(backend.ok()) << backend.status().ToString();
-  if (!backend.ok()) return nullptr;
   EngineOptions o;
   o.prefill_chunk = chunk;
   o.max_seqs = max_seqs;
   o.max_context = 64;
-  auto e = Engine::Create(std::move(m).value(), std::move(backend).value(), o);
-  EXPECT_TRUE(e.ok()) << e.status().ToString();
-  return e.ok() ? std::move(e).value() : nullptr;
+  return MakeEngineOn(ModelPath(c.fixture), MakeCudaBackend({0, c.dtype}), o);
 }
 
 class CudaGoldenTest : public ::testing::TestWithParam<Case> {};
@@ -49,49 +41,20 @@ TEST_P(CudaGoldenTest, PrefillChunksAndDecodeMatchTransformers) {
   G4_REQUIRE_CUDA_DEVICE();
   const Case& c = GetParam();
   Reference ref = LoadReference(c.fixture);
-  const std::vector<float> want = ref.Get("logits");
-  for (int chunk : {1 << 20, 3, 9}) {
-    auto engine = MakeCudaEngine(c, chunk);
-    ASSERT_NE(engine, nullptr);
-    std::vector<float> logits;
-    ASSERT_TRUE(engine->Prefill(0, ref.ids, true, &logits).ok());
-    EXPECT_LT(RelErr(logits, want), Tol(c.dtype)) << "chunk " << chunk;
-  }
+  ExpectChunkedPrefillMatches([&](int chunk) { return MakeCudaEngine(c, chunk); }, ref, {1 << 20, 3, 9}, Tol(c.dtype));
   auto engine = MakeCudaEngine(c, 512);
   ASSERT_NE(engine, nullptr);
-  std::vector<float> logits, row;
-  ASSERT_TRUE(engine->Prefill(0, std::span<const int32_t>(ref.ids).first(5), true, &logits).ok());
-  for (size_t t = 5; t < ref.ids.size(); ++t) {
-    const int32_t seq = 0;
-    ASSERT_TRUE(engine->Decode(std::span<const int32_t>(&seq, 1), std::span<const int32_t>(&ref.ids[t], 1), &row).ok());
-    logits.insert(logits.end(), row.begin(), row.end());
-  }
-  EXPECT_LT(RelErr(logits, want), Tol(c.dtype));
+  ExpectDecodeMatches(*engine, ref, 5, Tol(c.dtype), /*argmax=*/false);
 }
 
 TEST_P(CudaGoldenTest, BatchedDecodeOfThreeSequences) {
   G4_REQUIRE_CUDA_DEVICE();
   const Case& c = GetParam();
   Reference ref = LoadReference(c.fixture);
-  const std::vector<float> want = ref.Get("logits");
-  const int V = static_cast<int>(want.size() / ref.ids.size());
   auto engine = MakeCudaEngine(c, 4, /*max_seqs=*/3);
   ASSERT_NE(engine, nullptr);
-  std::vector<float> unused, lg;
-  int p[3] = {11, 4, 17};  // different positions mod the window of 8
-  for (int s = 0; s < 3; ++s) ASSERT_TRUE(engine->Prefill(s, std::span<const int32_t>(ref.ids).first(p[s]), false, &unused).ok());
-  while (p[2] < static_cast<int>(ref.ids.size())) {
-    const int32_t seqs[3] = {1, 2, 0};
-    const int32_t toks[3] = {ref.ids[p[1]], ref.ids[p[2]], ref.ids[p[0]]};
-    ASSERT_TRUE(engine->Decode(seqs, toks, &lg).ok());
-    for (int b = 0; b < 3; ++b) {
-      const int s = seqs[b];
-      const std::vector<float> got(lg.begin() + b * V, lg.begin() + (b + 1) * V);
-      EXPECT_LT(RelErr(got, std::vector<float>(want.begin() + p[s] * V, want.begin() + (p[s] + 1) * V)), Tol(c.dtype))
-          << "seq " << s << " position " << p[s];
-    }
-    for (int s = 0; s < 3; ++s) ++p[s];
-  }
+  // Different positions mod the window of 8.
+  ExpectBatchedDecodeMatches(*engine, ref, {11, 4, 17}, {1, 2, 0}, Tol(c.dtype));
 }
 
 std::vector<Case> Cases() {

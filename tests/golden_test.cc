@@ -10,7 +10,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -21,6 +20,7 @@
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "runtime/engine.h"
+#include "golden_check.h"
 #include "golden_reference.h"
 
 namespace g4 {
@@ -35,15 +35,10 @@ const CpuBackendOptions kF32Activations = CpuBackendOptionsFor(/*f32_activations
 
 std::unique_ptr<Engine> MakeEngine(const std::string& fixture, int chunk, int max_seqs = 1, int threads = 1,
                                    const CpuBackendOptions& backend = {}) {
-  auto m = LoadModel(ModelPath(fixture));
-  EXPECT_TRUE(m.ok()) << m.status().ToString();
-  if (!m.ok()) return nullptr;
   EngineOptions o;
   o.prefill_chunk = chunk;
   o.max_seqs = max_seqs;
-  auto e = Engine::Create(std::move(m).value(), MakeCpuBackend(threads, backend), o);
-  EXPECT_TRUE(e.ok()) << e.status().ToString();
-  return e.ok() ? std::move(e).value() : nullptr;
+  return MakeEngineOn(ModelPath(fixture), MakeCpuBackend(threads, backend), o);
 }
 
 class GoldenTest : public ::testing::TestWithParam<std::string> {};
@@ -54,49 +49,19 @@ TEST_P(GoldenTest, OneShotPrefillMatchesTransformersAtEveryLayer) {
   ASSERT_GE(ref.ids.size(), 25u);  // longer than 3x the window of 8
   auto engine = MakeEngine(GetParam(), 1 << 20, 1, 1, kF32Activations);
   ASSERT_NE(engine, nullptr);
-  std::vector<float> logits;
-  std::map<std::string, std::vector<float>> got;
-  ASSERT_TRUE(engine->Prefill(0, ref.ids, true, &logits, &got).ok());
-  EXPECT_LT(RelErr(got["embeddings"], ref.Get("embeddings")), kRelTol);
-  if (engine->config().ple_dim > 0) {
-    std::vector<float> ple = ref.Get("ple");
-    ASSERT_FALSE(ple.empty()) << "reference has no 'ple'";
-    EXPECT_LT(RelErr(got["ple"], ple), kRelTol);
-  }
-  for (int l = 0; l < engine->config().num_layers; ++l) {
-    const std::string name = "hidden." + std::to_string(l);
-    EXPECT_LT(RelErr(got[name], ref.Get(name)), kRelTol) << name;
-  }
-  const std::vector<float> want = ref.Get("logits");
-  EXPECT_LT(RelErr(logits, want), kRelTol);
-  EXPECT_EQ(ArgmaxRows(logits, engine->config().vocab), ArgmaxRows(want, engine->config().vocab));
+  ExpectOneShotPrefillMatches(*engine, ref, /*layers=*/true);
 }
 
 // Chunked prefill (chunks that straddle the window of 8) and token-by-token decode give the
 // same logits as one-shot prefill.
 TEST_P(GoldenTest, ChunkedPrefillAndDecodeMatchOneShot) {
   Reference ref = LoadReference(GetParam());
-  const std::vector<float> want = ref.Get("logits");
-  const int V = static_cast<int>(want.size() / ref.ids.size());
-  for (int chunk : {1, 3, 7, 8, 9, 16}) {
-    auto engine = MakeEngine(GetParam(), chunk, 1, 1, kF32Activations);
-    ASSERT_NE(engine, nullptr);
-    std::vector<float> logits;
-    ASSERT_TRUE(engine->Prefill(0, ref.ids, true, &logits).ok());
-    EXPECT_LT(RelErr(logits, want), kRelTol) << "chunk " << chunk;
-  }
+  ExpectChunkedPrefillMatches([&](int chunk) { return MakeEngine(GetParam(), chunk, 1, 1, kF32Activations); }, ref,
+                              {1, 3, 7, 8, 9, 16}, kRelTol);
   // Prefill 5 tokens, then decode the rest one at a time.
   auto engine = MakeEngine(GetParam(), 512, 1, 1, kF32Activations);
-  std::vector<float> logits, row;
-  ASSERT_TRUE(engine->Prefill(0, std::span<const int32_t>(ref.ids).first(5), true, &logits).ok());
-  for (size_t t = 5; t < ref.ids.size(); ++t) {
-    const int32_t seq = 0;
-    ASSERT_TRUE(engine->Decode(std::span<const int32_t>(&seq, 1), std::span<const int32_t>(&ref.ids[t], 1), &row).ok());
-    logits.insert(logits.end(), row.begin(), row.end());
-  }
-  EXPECT_EQ(engine->SequenceLength(0), static_cast<int>(ref.ids.size()));
-  EXPECT_LT(RelErr(logits, want), kRelTol);
-  EXPECT_EQ(ArgmaxRows(logits, V), ArgmaxRows(want, V));
+  ASSERT_NE(engine, nullptr);
+  ExpectDecodeMatches(*engine, ref, 5, kRelTol);
 }
 
 // With the default options, BF16 weights meet bf16-rounded activations where the CPU has a bf16
@@ -121,13 +86,8 @@ TEST_P(GoldenTest, Bf16ActivationsStayCloseToTransformers) {
   }
   EXPECT_EQ(ArgmaxRows(logits, V), ArgmaxRows(want, V));
   auto chunked = MakeEngine(GetParam(), 3);
-  std::vector<float> got, row;
-  ASSERT_TRUE(chunked->Prefill(0, std::span<const int32_t>(ref.ids).first(10), true, &got).ok());
-  for (size_t t = 10; t < ref.ids.size(); ++t) {
-    const int32_t seq = 0;
-    ASSERT_TRUE(chunked->Decode(std::span<const int32_t>(&seq, 1), std::span<const int32_t>(&ref.ids[t], 1), &row).ok());
-    got.insert(got.end(), row.begin(), row.end());
-  }
+  ASSERT_NE(chunked, nullptr);
+  const std::vector<float> got = PrefillThenDecode(*chunked, ref.ids, 10);
   ASSERT_EQ(got.size(), logits.size());
   for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], logits[i]) << "logit " << i;
   std::printf("%s: bf16 activations, max |logit - transformers| / max |transformers| = %.2e\n", GetParam().c_str(), err);
@@ -167,26 +127,10 @@ TEST_P(GoldenTest, FusedMlpOnTwoThreadsGivesTheBitsOfUnfusedOnOne) {
 // sequence is offset (a different prompt prefix), so the batch mixes positions.
 TEST_P(GoldenTest, BatchedDecodeOfTwoSequencesMatchesSingle) {
   Reference ref = LoadReference(GetParam());
-  const std::vector<float> want = ref.Get("logits");
-  const int V = static_cast<int>(want.size() / ref.ids.size());
   auto engine = MakeEngine(GetParam(), 4, /*max_seqs=*/2, 1, kF32Activations);
   ASSERT_NE(engine, nullptr);
-  std::vector<float> unused;
-  const int n0 = 11, n1 = 4;  // seq 0 is at position 11, seq 1 at 4 (both different mod 8)
-  ASSERT_TRUE(engine->Prefill(0, std::span<const int32_t>(ref.ids).first(n0), false, &unused).ok());
-  ASSERT_TRUE(engine->Prefill(1, std::span<const int32_t>(ref.ids).first(n1), false, &unused).ok());
-  int p0 = n0, p1 = n1;
-  std::vector<float> lg;
-  while (p0 < static_cast<int>(ref.ids.size())) {
-    const int32_t seqs[2] = {1, 0};
-    const int32_t toks[2] = {ref.ids[p1], ref.ids[p0]};
-    ASSERT_TRUE(engine->Decode(seqs, toks, &lg).ok());
-    const std::vector<float> got0(lg.begin() + V, lg.begin() + 2 * V), got1(lg.begin(), lg.begin() + V);
-    EXPECT_LT(RelErr(got0, std::vector<float>(want.begin() + p0 * V, want.begin() + (p0 + 1) * V)), kRelTol) << p0;
-    EXPECT_LT(RelErr(got1, std::vector<float>(want.begin() + p1 * V, want.begin() + (p1 + 1) * V)), kRelTol) << p1;
-    ++p0;
-    ++p1;
-  }
+  // seq 0 is at position 11, seq 1 at 4 (both different mod 8); the batch is seq 1, then seq 0.
+  ExpectBatchedDecodeMatches(*engine, ref, {11, 4}, {1, 0}, kRelTol);
 }
 
 // Engine::StepLogits is the last step's logits without a copy: the bits Prefill and Decode copy

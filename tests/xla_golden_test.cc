@@ -6,10 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cmath>
 #include <filesystem>
-#include <map>
-#include <span>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/xla/lower.h"
@@ -18,6 +15,7 @@
 #include "model/model.h"
 #include "model/safetensors.h"
 #include "runtime/engine.h"
+#include "golden_check.h"
 #include "golden_reference.h"
 #include "xla/xla_test_util.h"
 
@@ -28,22 +26,16 @@ using namespace golden;
 
 std::unique_ptr<Engine> MakeXlaEngine(const std::string& fixture, int chunk, int max_seqs = 1,
                                       DType kv_type = DType::kF32, bool cpu = false) {
-  auto m = LoadModel(ModelPath(fixture));
-  EXPECT_TRUE(m.ok()) << m.status().ToString();
-  if (!m.ok()) return nullptr;
-  // f32 compute on every plugin: the references are transformers' f32 arithmetic.
-  auto backend = cpu ? StatusOr<std::unique_ptr<Backend>>(MakeCpuBackend(1, CpuBackendOptionsFor(true)))
-                     : MakeXlaBackend({xla::testing_util::PluginPath(), xla::testing_util::ClientOptions(1), 0, "f32"});
-  EXPECT_TRUE(backend.ok()) << backend.status().ToString();
-  if (!backend.ok()) return nullptr;
   EngineOptions o;
   o.prefill_chunk = chunk;
   o.max_seqs = max_seqs;
   o.max_context = 64;
   o.kv_type = kv_type;
-  auto e = Engine::Create(std::move(m).value(), std::move(backend).value(), o);
-  EXPECT_TRUE(e.ok()) << e.status().ToString();
-  return e.ok() ? std::move(e).value() : nullptr;
+  // f32 compute on every plugin: the references are transformers' f32 arithmetic.
+  return MakeEngineOn(ModelPath(fixture),
+                      cpu ? StatusOr<std::unique_ptr<Backend>>(MakeCpuBackend(1, CpuBackendOptionsFor(true)))
+                          : MakeXlaBackend({xla::testing_util::PluginPath(), xla::testing_util::ClientOptions(1), 0, "f32"}),
+                      o);
 }
 
 class XlaGoldenTest : public ::testing::TestWithParam<std::string> {};
@@ -55,75 +47,29 @@ TEST_P(XlaGoldenTest, OneShotPrefillMatchesTransformersAtEveryLayer) {
   ASSERT_GE(ref.ids.size(), 25u);
   auto engine = MakeXlaEngine(GetParam(), 1 << 20);
   ASSERT_NE(engine, nullptr);
-  std::vector<float> logits;
-  std::map<std::string, std::vector<float>> got;
-  ASSERT_TRUE(engine->Prefill(0, ref.ids, true, &logits, &got).ok());
   // The W4A16 fixtures' references hold the logits only (tools/make_w4a16_fixture.py).
-  if (!ref.Get("embeddings").empty()) {
-    EXPECT_LT(RelErr(got["embeddings"], ref.Get("embeddings")), kRelTol);
-    if (engine->config().ple_dim > 0) {
-      EXPECT_LT(RelErr(got["ple"], ref.Get("ple")), kRelTol);
-    }
-    for (int l = 0; l < engine->config().num_layers; ++l) {
-      const std::string name = "hidden." + std::to_string(l);
-      EXPECT_LT(RelErr(got[name], ref.Get(name)), kRelTol) << name;
-    }
-  } else {
-    EXPECT_NE(GetParam().find("w4a16"), std::string::npos) << "reference without intermediates";
-  }
-  const std::vector<float> want = ref.Get("logits");
-  EXPECT_LT(RelErr(logits, want), kRelTol);
-  EXPECT_EQ(ArgmaxRows(logits, engine->config().vocab), ArgmaxRows(want, engine->config().vocab));
+  const bool layers = !ref.Get("embeddings").empty();
+  EXPECT_TRUE(layers || GetParam().find("w4a16") != std::string::npos) << "reference without intermediates";
+  ExpectOneShotPrefillMatches(*engine, ref, layers);
 }
 
 TEST_P(XlaGoldenTest, ChunkedPrefillAndDecodeMatchOneShot) {
   G4_REQUIRE_PJRT_PLUGIN();
   Reference ref = LoadReference(GetParam());
-  const std::vector<float> want = ref.Get("logits");
-  const int V = static_cast<int>(want.size() / ref.ids.size());
-  for (int chunk : {3, 9}) {  // across the window of 8; 9: a bucket of 16 with 7 padding rows
-    auto engine = MakeXlaEngine(GetParam(), chunk);
-    ASSERT_NE(engine, nullptr);
-    std::vector<float> logits;
-    ASSERT_TRUE(engine->Prefill(0, ref.ids, true, &logits).ok());
-    EXPECT_LT(RelErr(logits, want), kRelTol) << "chunk " << chunk;
-  }
+  // Across the window of 8; 9: a bucket of 16 with 7 padding rows.
+  ExpectChunkedPrefillMatches([&](int chunk) { return MakeXlaEngine(GetParam(), chunk); }, ref, {3, 9}, kRelTol);
   auto engine = MakeXlaEngine(GetParam(), 512);
   ASSERT_NE(engine, nullptr);
-  std::vector<float> logits, row;
-  ASSERT_TRUE(engine->Prefill(0, std::span<const int32_t>(ref.ids).first(5), true, &logits).ok());
-  for (size_t t = 5; t < ref.ids.size(); ++t) {
-    const int32_t seq = 0;
-    ASSERT_TRUE(engine->Decode(std::span<const int32_t>(&seq, 1), std::span<const int32_t>(&ref.ids[t], 1), &row).ok());
-    logits.insert(logits.end(), row.begin(), row.end());
-  }
-  EXPECT_LT(RelErr(logits, want), kRelTol);
-  EXPECT_EQ(ArgmaxRows(logits, V), ArgmaxRows(want, V));
+  ExpectDecodeMatches(*engine, ref, 5, kRelTol);
 }
 
 TEST_P(XlaGoldenTest, BatchedDecodeOfThreeSequencesMatchesEachAlone) {
   G4_REQUIRE_PJRT_PLUGIN();
   Reference ref = LoadReference(GetParam());
-  const std::vector<float> want = ref.Get("logits");
-  const int V = static_cast<int>(want.size() / ref.ids.size());
   auto engine = MakeXlaEngine(GetParam(), 4, /*max_seqs=*/3);
   ASSERT_NE(engine, nullptr);
-  std::vector<float> unused;
-  int p[3] = {11, 4, 17};  // different positions mod the window of 8; 3 rows: a bucket of 4
-  for (int s = 0; s < 3; ++s) ASSERT_TRUE(engine->Prefill(s, std::span<const int32_t>(ref.ids).first(p[s]), false, &unused).ok());
-  std::vector<float> lg;
-  while (p[2] < static_cast<int>(ref.ids.size())) {
-    const int32_t seqs[3] = {1, 2, 0};
-    const int32_t toks[3] = {ref.ids[p[1]], ref.ids[p[2]], ref.ids[p[0]]};
-    ASSERT_TRUE(engine->Decode(seqs, toks, &lg).ok());
-    for (int b = 0; b < 3; ++b) {
-      const int s = seqs[b];
-      const std::vector<float> got(lg.begin() + b * V, lg.begin() + (b + 1) * V);
-      EXPECT_LT(RelErr(got, std::vector<float>(want.begin() + p[s] * V, want.begin() + (p[s] + 1) * V)), kRelTol)
-          << "seq " << s << " position " << p[s];
-    }
-    for (int s = 0; s < 3; ++s) ++p[s];
-  }
+  // Different positions mod the window of 8; 3 rows: a bucket of 4.
+  ExpectBatchedDecodeMatches(*engine, ref, {11, 4, 17}, {1, 2, 0}, kRelTol);
 }
 
 // Prefill in chunks across the window, then decode, with the q8 cache (int8 K/V, a scale per token
@@ -145,13 +91,7 @@ TEST(XlaQ8CacheTest, MatchesTheCpuBackendsQ8Cache) {
       auto engine = MakeXlaEngine(fixture, 7, 1, DType::kI8, cpu == 1);
       ASSERT_NE(engine, nullptr);
       EXPECT_EQ(engine->cache().type(), DType::kI8);
-      std::vector<float> row;
-      ASSERT_TRUE(engine->Prefill(0, std::span<const int32_t>(ref.ids).first(20), true, &got[cpu]).ok());
-      for (size_t t = 20; t < ref.ids.size(); ++t) {
-        const int32_t seq = 0;
-        ASSERT_TRUE(engine->Decode(std::span<const int32_t>(&seq, 1), std::span<const int32_t>(&ref.ids[t], 1), &row).ok());
-        got[cpu].insert(got[cpu].end(), row.begin(), row.end());
-      }
+      got[cpu] = PrefillThenDecode(*engine, ref.ids, 20);
     }
     const double diff = RelErr(got[0], got[1]);
     std::printf("%s: q8 cache, XLA against CPU %.3g, XLA against transformers (f32) %.3g, CPU against it %.3g\n", fixture,

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <span>
 
 #include "backends/xla/compile_options.h"
 #include "backends/xla/mesh.h"
@@ -16,6 +15,7 @@
 #include "model/gemma.h"
 #include "model/model.h"
 #include "runtime/engine.h"
+#include "golden_check.h"
 #include "golden_reference.h"
 #include "xla/xla_test_util.h"
 
@@ -155,23 +155,15 @@ TEST(MeshPjrtTest, ShardedMatmulRunsOnEveryDeviceAndReplicatesItsResult) {
 }
 
 std::unique_ptr<Engine> MakeMeshEngine(const std::string& fixture, Mesh mesh, int chunk, int max_seqs) {
-  auto m = LoadModel(ModelPath(fixture));
-  EXPECT_TRUE(m.ok()) << m.status().ToString();
-  if (!m.ok()) return nullptr;
   XlaBackendOptions xo;
   xo.plugin_path = xla::testing_util::PluginPath();
   xo.client_options = {{"cpu_device_count", int64_t{8}}};
   xo.mesh = mesh;
-  auto backend = MakeXlaBackend(xo);
-  EXPECT_TRUE(backend.ok()) << backend.status().ToString();
-  if (!backend.ok()) return nullptr;
   EngineOptions o;
   o.prefill_chunk = chunk;
   o.max_seqs = max_seqs;
   o.max_context = 64;
-  auto e = Engine::Create(std::move(m).value(), std::move(backend).value(), o);
-  EXPECT_TRUE(e.ok()) << e.status().ToString();
-  return e.ok() ? std::move(e).value() : nullptr;
+  return MakeEngineOn(ModelPath(fixture), MakeXlaBackend(xo), o);
 }
 
 struct MeshCase {
@@ -187,28 +179,15 @@ TEST_P(XlaMeshGoldenTest, PrefillChunkedAndDecodeMatchTheReference) {
   G4_REQUIRE_PJRT_PLUGIN();
   const MeshCase& c = GetParam();
   Reference ref = LoadReference(c.fixture);
-  const std::vector<float> want = ref.Get("logits");
-  const int V = static_cast<int>(want.size() / ref.ids.size());
   const int seqs = std::max(c.mesh.data, 2);
   auto engine = MakeMeshEngine(c.fixture, c.mesh, 1 << 20, seqs);
   ASSERT_NE(engine, nullptr);
-  std::vector<float> logits;
-  ASSERT_TRUE(engine->Prefill(0, ref.ids, true, &logits).ok());
-  EXPECT_LT(RelErr(logits, want), kRelTol) << "one-shot";
-  EXPECT_EQ(ArgmaxRows(logits, V), ArgmaxRows(want, V));
+  ExpectOneShotPrefillMatches(*engine, ref, /*layers=*/false);
 
   auto chunked = MakeMeshEngine(c.fixture, c.mesh, 9, seqs);
   ASSERT_NE(chunked, nullptr);
-  const int n = static_cast<int>(ref.ids.size()), decode = 4;
-  const int seq = seqs - 1;  // the last data shard's slot
-  ASSERT_TRUE(chunked->Prefill(seq, std::span<const int32_t>(ref.ids).first(n - decode), true, &logits).ok());
-  std::vector<float> row;
-  for (int t = n - decode; t < n; ++t) {
-    ASSERT_TRUE(chunked->Decode(std::span<const int32_t>(&seq, 1), std::span<const int32_t>(&ref.ids[t], 1), &row).ok());
-    logits.insert(logits.end(), row.begin(), row.end());
-  }
-  EXPECT_LT(RelErr(logits, want), kRelTol) << "chunked + decode";
-  EXPECT_EQ(ArgmaxRows(logits, V), ArgmaxRows(want, V));
+  // The last 4 tokens decoded in the last data shard's slot.
+  ExpectDecodeMatches(*chunked, ref, ref.ids.size() - 4, kRelTol, /*argmax=*/true, /*seq=*/seqs - 1);
 }
 
 // A representative fixture set per mesh (every mesh costs a compile per step shape): GQA with 2 KV
@@ -236,26 +215,9 @@ INSTANTIATE_TEST_SUITE_P(Meshes, XlaMeshGoldenTest, ::testing::ValuesIn(MeshCase
 TEST(XlaMeshBatchTest, BatchedDecodeOnTwoByTwoMatchesEachSequenceAlone) {
   G4_REQUIRE_PJRT_PLUGIN();
   Reference ref = LoadReference("gemma3-tiny");
-  const std::vector<float> want = ref.Get("logits");
-  const int V = static_cast<int>(want.size() / ref.ids.size());
   auto engine = MakeMeshEngine("gemma3-tiny", Mesh{2, 2}, 8, 4);
   ASSERT_NE(engine, nullptr);
-  std::vector<float> unused, lg;
-  int p[4] = {11, 4, 17, 9};
-  for (int s = 0; s < 4; ++s) ASSERT_TRUE(engine->Prefill(s, std::span<const int32_t>(ref.ids).first(p[s]), false, &unused).ok());
-  for (int step = 0; step < 3; ++step) {
-    const int32_t seqs[4] = {3, 0, 2, 1};
-    int32_t toks[4];
-    for (int b = 0; b < 4; ++b) toks[b] = ref.ids[p[seqs[b]]];
-    ASSERT_TRUE(engine->Decode(seqs, toks, &lg).ok());
-    for (int b = 0; b < 4; ++b) {
-      const int s = seqs[b];
-      const std::vector<float> got(lg.begin() + b * V, lg.begin() + (b + 1) * V);
-      EXPECT_LT(RelErr(got, std::vector<float>(want.begin() + p[s] * V, want.begin() + (p[s] + 1) * V)), kRelTol)
-          << "seq " << s << " position " << p[s];
-    }
-    for (int s = 0; s < 4; ++s) ++p[s];
-  }
+  ExpectBatchedDecodeMatches(*engine, ref, {11, 4, 17, 9}, {3, 0, 2, 1}, kRelTol, /*steps=*/3);
 }
 
 // Meshes that cannot run are refused with the reason before any step.
@@ -273,27 +235,19 @@ TEST(XlaMeshErrorsTest, InvalidMeshesAreRefusedWithMessages) {
       << too_many.status().message();
 
   // model=3 divides no head count (4), MLP width (128), vocabulary (512).
-  auto m = LoadModel(ModelPath("gemma3-tiny"));
-  ASSERT_TRUE(m.ok());
   xo.mesh = Mesh{1, 3};
-  auto backend = MakeXlaBackend(xo);
-  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
   EngineOptions o;
   o.max_seqs = 2;
   o.max_context = 64;
-  auto e = Engine::Create(std::move(*m), std::move(*backend), o);
+  auto e = CreateEngine(ModelPath("gemma3-tiny"), MakeXlaBackend(xo), o);
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("the model axis divides no weight of this model"), std::string::npos)
       << e.status().message();
 
   // data=2 with 3 sequence slots.
-  auto m2 = LoadModel(ModelPath("gemma3-tiny"));
-  ASSERT_TRUE(m2.ok());
   xo.mesh = Mesh{2, 1};
-  auto b2 = MakeXlaBackend(xo);
-  ASSERT_TRUE(b2.ok());
   o.max_seqs = 3;
-  auto e2 = Engine::Create(std::move(*m2), std::move(*b2), o);
+  auto e2 = CreateEngine(ModelPath("gemma3-tiny"), MakeXlaBackend(xo), o);
   ASSERT_FALSE(e2.ok());
   EXPECT_NE(e2.status().message().find("3 slot(s) do not divide by data=2"), std::string::npos) << e2.status().message();
 }
@@ -315,10 +269,7 @@ TEST(XlaMeshErrorsTest, MemoryPlanIsCheckedPerDevice) {
   o.max_seqs = 2;
   o.max_context = 64;
   {
-    auto m1 = LoadModel(ModelPath("gemma3-tiny"));
-    auto b = MakeXlaBackend(xo);
-    ASSERT_TRUE(m1.ok() && b.ok());
-    auto e = Engine::Create(std::move(*m1), std::move(*b), o);
+    auto e = CreateEngine(ModelPath("gemma3-tiny"), MakeXlaBackend(xo), o);
     ASSERT_FALSE(e.ok());
     EXPECT_EQ(e.status().code(), StatusCode::kResourceExhausted);
     EXPECT_NE(e.status().message().find("weights " + std::to_string(whole) + " bytes + KV cache " + std::to_string(kv)),
@@ -330,12 +281,8 @@ TEST(XlaMeshErrorsTest, MemoryPlanIsCheckedPerDevice) {
   ASSERT_TRUE(b4.ok());
   EXPECT_TRUE(Engine::Create(std::move(*m), std::move(*b4), o).ok());
   // Too small even split four ways: refused per device.
-  auto m2 = LoadModel(ModelPath("gemma3-tiny"));
-  ASSERT_TRUE(m2.ok());
   xo.device_memory_bytes = static_cast<int64_t>(whole / 8);
-  auto small = MakeXlaBackend(xo);
-  ASSERT_TRUE(small.ok());
-  auto e = Engine::Create(std::move(*m2), std::move(*small), o);
+  auto e = CreateEngine(ModelPath("gemma3-tiny"), MakeXlaBackend(xo), o);
   ASSERT_FALSE(e.ok());
   EXPECT_NE(e.status().message().find("does not fit on each device of the mesh data=1,model=4: weights "),
             std::string::npos)

@@ -6,12 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <map>
-#include <span>
 
 #include "backends/xla/device_policy.h"
 #include "backends/xla/lower.h"
 #include "backends/xla/memory_plan.h"
 #include "backends/xla/xla_backend.h"
+#include "golden_check.h"
 #include "golden_reference.h"
 #include "model/gemma.h"
 #include "model/model.h"
@@ -173,36 +173,16 @@ TEST(XlaLoweringDtypeTest, F16ComputeHasNoBf16Anywhere) {
 
 std::unique_ptr<Engine> MakeEngine(const std::string& fixture, const std::string& compute, int chunk, int device = 0,
                                    int devices = 1) {
-  auto m = LoadModel(ModelPath(fixture));
-  EXPECT_TRUE(m.ok()) << m.status().ToString();
-  if (!m.ok()) return nullptr;
   XlaBackendOptions xo;
   xo.plugin_path = xla::testing_util::PluginPath();
   xo.client_options = xla::testing_util::ClientOptions(devices);
   xo.compute_dtype = compute;
   xo.device = device;
-  auto backend = MakeXlaBackend(xo);
-  EXPECT_TRUE(backend.ok()) << backend.status().ToString();
-  if (!backend.ok()) return nullptr;
   EngineOptions o;
   o.prefill_chunk = chunk;
   o.max_context = 64;
   o.kv_type = DType::kF32;
-  auto e = Engine::Create(std::move(m).value(), std::move(backend).value(), o);
-  EXPECT_TRUE(e.ok()) << e.status().ToString();
-  return e.ok() ? std::move(e).value() : nullptr;
-}
-
-// Prefill of the first 12 ids, then token-by-token decode of the rest: all rows' logits.
-std::vector<float> PrefillThenDecode(Engine& e, const std::vector<int32_t>& ids) {
-  std::vector<float> logits, row;
-  EXPECT_TRUE(e.Prefill(0, std::span<const int32_t>(ids).first(12), true, &logits).ok());
-  for (size_t t = 12; t < ids.size(); ++t) {
-    const int32_t seq = 0;
-    EXPECT_TRUE(e.Decode(std::span<const int32_t>(&seq, 1), std::span<const int32_t>(&ids[t], 1), &row).ok());
-    logits.insert(logits.end(), row.begin(), row.end());
-  }
-  return logits;
+  return MakeEngineOn(ModelPath(fixture), MakeXlaBackend(xo), o);
 }
 
 // bf16 and f16 compute on XLA's CPU plugin against the transformers f32 reference. Rounding each
@@ -223,7 +203,7 @@ TEST(XlaComputeDtypeTest, Bf16AndF16LogitsAreWithinTheirBoundOfF32) {
       auto e = MakeEngine(fixture, compute, 16);
       ASSERT_NE(e, nullptr);
       EXPECT_EQ(XlaInfo(e->backend())->compute_dtype, compute);
-      const double err = RelErr(PrefillThenDecode(*e, ref.ids), want);
+      const double err = RelErr(PrefillThenDecode(*e, ref.ids, 12), want);
       EXPECT_LT(err, bound) << fixture << " " << compute;
       EXPECT_GT(err, 1e-6) << fixture << " " << compute << ": the logits equal f32's";
       std::printf("[ compute ] %s %s: max|logits - f32 reference| / max|reference| = %.3g (bound %.3g)\n", fixture, compute,
@@ -245,7 +225,7 @@ TEST(XlaDeviceTest, TheSecondDeviceGivesTheFirstsLogits) {
   ASSERT_TRUE(first && second);
   EXPECT_EQ(XlaInfo(second->backend())->device, 1);
   EXPECT_EQ(XlaInfo(second->backend())->num_devices, 2);
-  const std::vector<float> a = PrefillThenDecode(*first, ref.ids), b = PrefillThenDecode(*second, ref.ids);
+  const std::vector<float> a = PrefillThenDecode(*first, ref.ids, 12), b = PrefillThenDecode(*second, ref.ids, 12);
   EXPECT_EQ(a, b);
   EXPECT_LT(RelErr(b, ref.Get("logits")), kRelTol);
   XlaBackendOptions xo;
