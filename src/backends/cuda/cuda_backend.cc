@@ -98,8 +98,9 @@ class CudaKvCache : public KvCacheBase {
       : KvCacheBase(max_seqs, max_context, type), owner(owner) {}
   size_t bytes() const override { return bytes_; }
   struct Layer {
-    int slots = 0, window = 0, width = 0;  // slots 0: not an owner
+    int slots = 0, window = 0, width = 0, heads = 0;  // slots 0: not an owner
     DeviceMem k, v;
+    DeviceMem ks, vs;  // int8 cache: the f32 scales [max_seqs, slots, heads]
   };
   const CudaBackend* owner;
   std::vector<Layer> layers;  // by layer index
@@ -233,7 +234,7 @@ std::vector<std::pair<const Tensor*, bool>> GraphWeights(const Graph& g) {
 
 StatusOr<std::unique_ptr<KvCacheBase>> CudaBackend::CreateKvCache(const ModelConfig& config, int max_seqs, int max_context,
                                                                   DType type) {
-  if (!IsKvCacheType(type)) return InvalidArgument("the CUDA backend's KV cache type must be f32, f16 or bf16");
+  if (!IsHostKvCacheType(type)) return InvalidArgument("the CUDA backend's KV cache type must be f32, f16, bf16 or q8");
   G4_RETURN_IF_ERROR(Select());
   auto cache = std::make_unique<CudaKvCache>(this, max_seqs, max_context, type);
   cache->layers.resize(config.num_layers);
@@ -244,13 +245,23 @@ StatusOr<std::unique_ptr<KvCacheBase>> CudaBackend::CreateKvCache(const ModelCon
     c.window = lp.window;
     c.slots = lp.window ? std::min(lp.window, max_context) : max_context;
     c.width = lp.num_kv_heads * lp.head_dim;
-    const size_t bytes = static_cast<size_t>(max_seqs) * c.slots * c.width * DTypeSize(type);
+    c.heads = lp.num_kv_heads;
+    const size_t rows = static_cast<size_t>(max_seqs) * c.slots;
+    const size_t bytes = rows * c.width * DTypeSize(type);
     const std::string what = "the KV cache of layer " + std::to_string(l);
-    G4_RETURN_IF_ERROR(c.k.Alloc(bytes, what));
-    G4_RETURN_IF_ERROR(c.v.Alloc(bytes, what));
-    G4_CUDA(cudaMemset(c.k.p, 0, bytes), what);
-    G4_CUDA(cudaMemset(c.v.p, 0, bytes), what);
+    for (DeviceMem* m : {&c.k, &c.v}) {
+      G4_RETURN_IF_ERROR(m->Alloc(bytes, what));
+      G4_CUDA(cudaMemset(m->p, 0, bytes), what);
+    }
     cache->bytes_ += 2 * bytes;
+    if (type == DType::kI8) {  // scales: 4 bytes per (slot, KV head) beside each int8 head row
+      const size_t sbytes = rows * c.heads * sizeof(float);
+      for (DeviceMem* m : {&c.ks, &c.vs}) {
+        G4_RETURN_IF_ERROR(m->Alloc(sbytes, what + "'s scales"));
+        G4_CUDA(cudaMemset(m->p, 0, sbytes), what);
+      }
+      cache->bytes_ += 2 * sbytes;
+    }
   }
   return std::unique_ptr<KvCacheBase>(std::move(cache));
 }
@@ -264,11 +275,30 @@ Status CudaBackend::ReserveArena(const ArenaPlan& plan, int tokens) {
   if (plan.total() > free + arena_.bytes)
     return ResourceExhausted("a step of " + std::to_string(tokens) + " tokens needs " + std::to_string(plan.total()) +
                              " bytes of device memory (values " + std::to_string(plan.values) + " + matmul scratch " +
-                             std::to_string(plan.half_x + plan.half_w) + " + MoE " + std::to_string(plan.moe) + " + tokens " +
-                             std::to_string(plan.ints) + ") > " + std::to_string(free) + " bytes free + " +
+                             std::to_string(plan.half_x + plan.half_w) + " + MoE " + std::to_string(plan.moe) +
+                             " + attention " + std::to_string(plan.attn) + " + tokens " + std::to_string(plan.ints) + ") > " + std::to_string(free) + " bytes free + " +
                              std::to_string(arena_.bytes) + " of the current step memory");
   arena_ = DeviceMem();
   return arena_.Alloc(plan.total(), "the step memory of a " + std::to_string(tokens) + "-token step");
+}
+
+// Every attention kernel instance a step of this op may launch (any KV cache type: the cache comes
+// with Run) against the device's limits on threads, registers and shared memory per block.
+Status CheckAttentionLaunch(const std::string& at, const AttentionOp& op, bool decode, const CudaDeviceInfo& dev) {
+  const cuda::DeviceLimits limits{dev.max_threads_per_block, dev.shared_per_block, dev.regs_per_block};
+  const size_t shared = cuda::AttentionSharedBytes(op.head_dim);
+  for (int kv : {cuda::kKvF32, cuda::kKvF16, cuda::kKvBF16, cuda::kKvI8}) {
+    cudaFuncAttributes attr{};
+    const int threads = decode ? cuda::DecodeAttentionThreads(op.num_heads, op.num_kv_heads)
+                               : 32 * (op.num_heads / op.num_kv_heads);
+    G4_CUDA(decode ? cuda::DecodeAttentionAttributes(op.head_dim, kv, &attr)
+                   : cuda::AttentionAttributes(op.head_dim, kv, &attr),
+            "reading the attention kernel's attributes");
+    G4_RETURN_IF_ERROR(cuda::CheckKernelLaunch(
+        at, decode ? "decode attention" : "attention",
+        cuda::KernelResources{attr.maxThreadsPerBlock, attr.numRegs, attr.sharedSizeBytes}, threads, shared, limits));
+  }
+  return OkStatus();
 }
 
 class CudaExecutable : public Executable {
@@ -283,6 +313,8 @@ class CudaExecutable : public Executable {
   float* Value(int node) const { return reinterpret_cast<float*>(Arena() + plan_.offset[node]); }
   Status RunMatMul(const Node& node, const MatMulOp& op, const float* x, float* out, int rows);
   Status RunMoE(const Node& node, const MoEOp& op, const float* y, const float* r, float* out, int rows);
+  Status RunAttention(const std::string& what, const AttentionOp& op, const CudaKvCache::Layer& L, const StepInput& in,
+                      int kv_type, const float* q, const float* k, const float* v, float* out, const cuda::StepArrays& sa);
 
   CudaBackend* backend_;
   const Graph& graph_;
@@ -325,14 +357,7 @@ Status CudaExecutable::Prepare() {
             return Unimplemented(at + ": head_dim " + std::to_string(op.head_dim) + " (the CUDA attention kernel has 32, 64, 128, 256 and 512)");
           if (op.num_kv_heads < 1 || op.num_heads % op.num_kv_heads)
             return InvalidArgument(at + ": query heads not a multiple of KV heads");
-          const int threads = 32 * (op.num_heads / op.num_kv_heads);
-          if (threads > dev.max_threads_per_block)
-            return Unimplemented(at + ": " + std::to_string(op.num_heads / op.num_kv_heads) + " query heads per KV head need " +
-                                 std::to_string(threads) + " threads per block > the device's " + std::to_string(dev.max_threads_per_block));
-          const size_t shared = cuda::AttentionSharedBytes(op.head_dim);
-          if (shared > dev.shared_per_block)
-            return Unimplemented(at + ": " + std::to_string(shared) + " bytes of shared memory per block > the device's " + std::to_string(dev.shared_per_block));
-          return OkStatus();
+          return CheckAttentionLaunch(at, op, T_ <= cuda::kDecodeMaxTokens, dev);
         },
         [&](const MoEOp& op) -> Status {
           const int64_t H = op.router_proj->shape[1];
@@ -415,6 +440,39 @@ Status CudaExecutable::RunMoE(const Node& node, const MoEOp& op, const float* y,
   return CudaStatus(cuda::MoeCombine(eo, weight, rows, k, H, out, st), "MoE combine " + at);
 }
 
+// Flash decoding for steps of up to kDecodeMaxTokens tokens (splits from the longest key range
+// and the device's multiprocessors), the prefill kernel for longer ones; with an int8 cache the
+// step's K and V are quantised first (into the arena's attention scratch) as KvWrite stores them.
+Status CudaExecutable::RunAttention(const std::string& what, const AttentionOp& op, const CudaKvCache::Layer& L,
+                                    const StepInput& in, int kv_type, const float* q, const float* k, const float* v,
+                                    float* out, const cuda::StepArrays& sa) {
+  cudaStream_t st = backend_->stream();
+  cuda::AttentionArgs a{};
+  a.q = q, a.k = k, a.v = v, a.out = out;
+  a.k_cache = L.k.p, a.v_cache = L.v.p;
+  a.kv_type = kv_type, a.slots = L.slots, a.window = L.window;
+  a.num_heads = op.num_heads, a.num_kv_heads = op.num_kv_heads, a.head_dim = op.head_dim;
+  a.scale = op.scale, a.softcap = op.softcap;
+  char* scratch = Arena() + plan_.values + plan_.half_x + plan_.half_w + plan_.moe;
+  if (kv_type == cuda::kKvI8) {
+    const size_t rows = static_cast<size_t>(T_) * op.num_kv_heads;
+    char* p = scratch + plan_.attn_partials;
+    auto* kq = reinterpret_cast<int8_t*>(p);
+    auto* vq = reinterpret_cast<int8_t*>(p + cuda::AlignUp(rows * op.head_dim));
+    auto* ks = reinterpret_cast<float*>(p + 2 * cuda::AlignUp(rows * op.head_dim));
+    auto* vs = reinterpret_cast<float*>(p + 2 * cuda::AlignUp(rows * op.head_dim) + cuda::AlignUp(rows * sizeof(float)));
+    G4_CUDA(cuda::QuantizeKvRows(k, v, T_, op.num_kv_heads, op.head_dim, kq, vq, ks, vs, st), what + " quantising K/V");
+    a.k_q = kq, a.v_q = vq, a.k_qscale = ks, a.v_qscale = vs;
+    a.k_scale_cache = static_cast<const float*>(L.ks.p), a.v_scale_cache = static_cast<const float*>(L.vs.p);
+  }
+  if (T_ > cuda::kDecodeMaxTokens) return CudaStatus(cuda::Attention(a, sa, st), what);
+  int max_keys = 1;
+  for (int t = 0; t < T_; ++t)
+    max_keys = std::max(max_keys, in.positions[t] - cuda::FirstKey(in.positions[t], L.window) + 1);
+  const cuda::DecodeSplit plan = cuda::PlanDecodeSplit(T_, op.num_kv_heads, max_keys, backend_->info().sm_count);
+  return CudaStatus(cuda::DecodeAttention(a, sa, plan, reinterpret_cast<float*>(scratch), st), what);
+}
+
 Status CudaExecutable::Run(const StepInput& in, KvCacheBase& base) {
   auto* cache = dynamic_cast<CudaKvCache*>(&base);
   G4_CHECK(cache != nullptr && cache->owner == backend_);  // a cache of this backend (CreateKvCache)
@@ -442,7 +500,11 @@ Status CudaExecutable::Run(const StepInput& in, KvCacheBase& base) {
   auto* ints = reinterpret_cast<int32_t*>(Arena() + plan_.total() - plan_.ints);
   G4_CUDA(cudaMemcpyAsync(ints, host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice, st), "uploading the step's tokens");
   const cuda::StepArrays sa{ints, ints + T_, ints + 2 * T_, ints + 3 * T_, ints + 4 * T_, T_};
-  const int kv_type = cache->type() == DType::kF32 ? 0 : cache->type() == DType::kF16 ? 1 : 2;
+  const DType ct = cache->type();
+  const int kv_type = ct == DType::kF32    ? cuda::kKvF32
+                      : ct == DType::kF16  ? cuda::kKvF16
+                      : ct == DType::kBF16 ? cuda::kKvBF16
+                                           : cuda::kKvI8;
 
   const auto& nodes = graph_.nodes();
   for (size_t i = 0; i < nodes.size(); ++i) {
@@ -480,12 +542,14 @@ Status CudaExecutable::Run(const StepInput& in, KvCacheBase& base) {
         },
         [&](const AttentionOp& op) -> Status {
           G4_ASSIGN_OR_RETURN(CudaKvCache::Layer * L, layer(op.cache_layer));
-          const cuda::AttentionArgs a{input(0), input(1), input(2), L->k.p, L->v.p, out, kv_type, L->slots, L->window,
-                                      op.num_heads, op.num_kv_heads, op.head_dim, op.scale, op.softcap};
-          return CudaStatus(cuda::Attention(a, sa, st), what);
+          return RunAttention(what, op, *L, in, kv_type, input(0), input(1), input(2), out, sa);
         },
         [&](const KvWriteOp& op) -> Status {
           G4_ASSIGN_OR_RETURN(CudaKvCache::Layer * L, layer(op.cache_layer));
+          if (kv_type == cuda::kKvI8)
+            return CudaStatus(cuda::KvWriteI8(input(0), input(1), L->heads, L->width / L->heads, static_cast<int8_t*>(L->k.p),
+                                              static_cast<int8_t*>(L->v.p), static_cast<float*>(L->ks.p),
+                                              static_cast<float*>(L->vs.p), L->slots, L->window, sa, st), what);
           return CudaStatus(cuda::KvWrite(input(0), input(1), L->width, L->k.p, L->v.p, kv_type, L->slots, L->window, sa, st), what);
         },
         [&](const GeGluOp&) { return CudaStatus(cuda::GeGlu(input(0), input(1), n, out, st), what); },
@@ -574,6 +638,7 @@ StatusOr<std::unique_ptr<Backend>> Make(const CudaBackendOptions& o) {
   info.sm_count = prop.multiProcessorCount;
   info.shared_per_block = prop.sharedMemPerBlock;
   info.max_threads_per_block = prop.maxThreadsPerBlock;
+  info.regs_per_block = prop.regsPerBlock;
   G4_ASSIGN_OR_RETURN(cuda::ComputeChoice choice, cuda::ChooseComputeDtype(prop.major, prop.minor, o.compute_dtype));
   info.compute_dtype = choice.dtype;
   info.compute_reason = choice.reason;
