@@ -10,6 +10,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <set>
 #include <vector>
 
 #include "backends/cpu/attention.h"
@@ -139,6 +140,34 @@ TEST(CudaAttentionPlanTest, DecodeSplitPlanAndKeyRanges) {
       EXPECT_EQ(seen, want) << "window " << window << " pos " << pos;
     }
   }
+}
+
+// The key count a split plan is made for: a power of two at least the longest range, capped at
+// the layer's slots; the plan then changes only when that count does (a captured graph holds it).
+TEST(CudaAttentionPlanTest, DecodePlanKeysArePowersOfTwoUpToTheSlots) {
+  EXPECT_EQ(DecodePlanKeys(1, 4096), 1);
+  EXPECT_EQ(DecodePlanKeys(5, 4096), 8);
+  EXPECT_EQ(DecodePlanKeys(64, 4096), 64);
+  EXPECT_EQ(DecodePlanKeys(65, 4096), 128);
+  EXPECT_EQ(DecodePlanKeys(3000, 4096), 4096);
+  EXPECT_EQ(DecodePlanKeys(300, 512), 512);  // a ring of 512 slots
+  EXPECT_EQ(DecodePlanKeys(512, 512), 512);
+  EXPECT_EQ(DecodePlanKeys(600, 1000), 1000);
+  for (int keys = 1; keys <= 5000; ++keys)
+    for (int slots : {keys, 512, 4096, 5000}) {
+      if (slots < keys) continue;
+      const int k = DecodePlanKeys(keys, slots);
+      ASSERT_GE(k, keys);
+      ASSERT_LE(k, slots);
+    }
+  // Over a 4096-token context a one-token decode on 132 multiprocessors sees 10 plans (1 x 8, 16,
+  // 32, 64 keys, then 2..64 splits of 64), not one per 64 tokens.
+  std::set<std::pair<int, int>> plans;
+  for (int keys = 1; keys <= 4096; ++keys) {
+    const DecodeSplit p = PlanDecodeSplit(1, 1, DecodePlanKeys(keys, 4096), 132);
+    plans.insert({p.splits, p.keys_per_split});
+  }
+  EXPECT_EQ(plans.size(), 10u);
 }
 
 // The decode kernel's per-split online softmax and the combine kernel's merge (MergeFactor), in

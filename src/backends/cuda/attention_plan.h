@@ -102,6 +102,14 @@ inline DecodeSplit PlanDecodeSplit(int tokens, int kv_heads, int max_keys, int s
   p.keys_per_split = per;
   return p;
 }
+// The key count a decode step's split plan is made for: the longest range rounded up to a power
+// of two, at most the layer's `capacity` (its cache slots), so that the plan, which a captured
+// step graph holds, changes a few times over a context rather than every kDecodeMinKeys tokens.
+inline int DecodePlanKeys(int max_keys, int capacity) {
+  int k = 1;
+  while (k < max_keys && k < capacity) k *= 2;
+  return k < capacity ? k : (capacity > max_keys ? capacity : max_keys);
+}
 // Split sp's key positions [begin, end) of a query at position p (keys FirstKey(p, window) .. p);
 // begin >= end: an empty split (a token with fewer keys than the step's longest range).
 G4_HD void SplitKeyRange(int p, int window, int sp, int keys_per_split, int* begin, int* end) {

@@ -5,6 +5,8 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <climits>
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <variant>
@@ -14,6 +16,7 @@
 #include "backends/cuda/blocks.h"
 #include "backends/cuda/cuda_policy.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/step_graph.h"
 #include "base/check.h"
 
 namespace g4 {
@@ -303,7 +306,10 @@ Status CheckAttentionLaunch(const std::string& at, const AttentionOp& op, bool d
 
 class CudaExecutable : public Executable {
  public:
-  CudaExecutable(CudaBackend* b, const Graph& g, int T, int R) : backend_(b), graph_(g), T_(T), R_(R) {}
+  CudaExecutable(CudaBackend* b, const Graph& g, int T, int R) : backend_(b), graph_(g), T_(T), R_(R) {
+    const char* env = std::getenv("GEMMA4RT_CUDA_GRAPHS");
+    graphs_ = T <= kMatVecMaxRows && !(env != nullptr && std::string(env) == "0");
+  }
   Status Prepare();
   Status Run(const StepInput& input, KvCacheBase& cache) override;
   OutputView Output(const std::string& name) const override;
@@ -313,14 +319,22 @@ class CudaExecutable : public Executable {
   float* Value(int node) const { return reinterpret_cast<float*>(Arena() + plan_.offset[node]); }
   Status RunMatMul(const Node& node, const MatMulOp& op, const float* x, float* out, int rows);
   Status RunMoE(const Node& node, const MoEOp& op, const float* y, const float* r, float* out, int rows);
-  Status RunAttention(const std::string& what, const AttentionOp& op, const CudaKvCache::Layer& L, const StepInput& in,
+  Status RunAttention(const std::string& what, const AttentionOp& op, const CudaKvCache::Layer& L, int plan_keys,
                       int kv_type, const float* q, const float* k, const float* v, float* out, const cuda::StepArrays& sa);
+  // Every node's launches on the backend's stream (Run: directly, or captured into step_graph_).
+  Status Enqueue(CudaKvCache& cache, int kv_type, const cuda::StepArrays& sa);
 
   CudaBackend* backend_;
   const Graph& graph_;
   const int T_, R_;
   ArenaPlan plan_;
   std::vector<DeviceMem> rope_freqs_;  // per node (RopeOp), else empty
+  int vocab_ = INT_MAX;                 // the smallest embedding table's rows (token ids are checked)
+  std::vector<int> plan_keys_;          // per node (AttentionOp): the key count its split plan is for
+  // Decode steps (<= kMatVecMaxRows tokens: no cuBLAS) replay a CUDA graph; GEMMA4RT_CUDA_GRAPHS=0
+  // launches every kernel each step instead.
+  bool graphs_ = false;
+  cuda::StepGraph step_graph_;
   std::map<std::string, std::vector<float>> outputs_;
 };
 
@@ -334,6 +348,7 @@ Status CudaExecutable::Prepare() {
     Status s = std::visit(Overloaded{
         [&](const EmbedOp& op) -> Status {
           if (n.cols % 32) return Unimplemented(at + ": embeddings of " + std::to_string(n.cols) + " columns (the CUDA kernel reads 32 at a time)");
+          vocab_ = std::min<int64_t>(vocab_, op.table->shape[0]);
           return backend_->Matrix(op.table).status();
         },
         [&](const MatMulOp& op) -> Status {
@@ -444,7 +459,7 @@ Status CudaExecutable::RunMoE(const Node& node, const MoEOp& op, const float* y,
 // and the device's multiprocessors), the prefill kernel for longer ones; with an int8 cache the
 // step's K and V are quantised first (into the arena's attention scratch) as KvWrite stores them.
 Status CudaExecutable::RunAttention(const std::string& what, const AttentionOp& op, const CudaKvCache::Layer& L,
-                                    const StepInput& in, int kv_type, const float* q, const float* k, const float* v,
+                                    int plan_keys, int kv_type, const float* q, const float* k, const float* v,
                                     float* out, const cuda::StepArrays& sa) {
   cudaStream_t st = backend_->stream();
   cuda::AttentionArgs a{};
@@ -466,11 +481,69 @@ Status CudaExecutable::RunAttention(const std::string& what, const AttentionOp& 
     a.k_scale_cache = static_cast<const float*>(L.ks.p), a.v_scale_cache = static_cast<const float*>(L.vs.p);
   }
   if (T_ > cuda::kDecodeMaxTokens) return CudaStatus(cuda::Attention(a, sa, st), what);
-  int max_keys = 1;
-  for (int t = 0; t < T_; ++t)
-    max_keys = std::max(max_keys, in.positions[t] - cuda::FirstKey(in.positions[t], L.window) + 1);
-  const cuda::DecodeSplit plan = cuda::PlanDecodeSplit(T_, op.num_kv_heads, max_keys, backend_->info().sm_count);
+  const cuda::DecodeSplit plan = cuda::PlanDecodeSplit(T_, op.num_kv_heads, plan_keys, backend_->info().sm_count);
   return CudaStatus(cuda::DecodeAttention(a, sa, plan, reinterpret_cast<float*>(scratch), st), what);
+}
+
+Status CudaExecutable::Enqueue(CudaKvCache& c, int kv_type, const cuda::StepArrays& sa) {
+  CudaKvCache* cache = &c;
+  cudaStream_t st = backend_->stream();
+  const auto& nodes = graph_.nodes();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& node = nodes[i];
+    const int rows = RowsOf(node, T_, R_);
+    if (rows == 0) continue;  // a step without output rows: nothing to compute (no empty launches)
+    float* out = node.cols > 0 ? Value(static_cast<int>(i)) : nullptr;
+    auto input = [&](int j) { return Value(node.inputs[j]); };
+    const size_t n = static_cast<size_t>(rows) * node.cols;
+    const std::string what = "node %" + std::to_string(i) + " (" + Graph::OpName(node.op) + ")";
+    auto layer = [&](int l) -> StatusOr<CudaKvCache::Layer*> {
+      if (l < 0 || l >= static_cast<int>(cache->layers.size()) || cache->layers[l].slots == 0)
+        return InvalidArgument(what + ": layer " + std::to_string(l) + " has no KV cache");
+      return &cache->layers[l];
+    };
+    Status s = std::visit(Overloaded{
+        [&](const EmbedOp& op) -> Status {
+          G4_ASSIGN_OR_RETURN(const DeviceWeight* w, backend_->Matrix(op.table));
+          return CudaStatus(cuda::Embed(w->data(), w->format, w->row_bytes, node.cols, op.scale, sa, out, st), what);
+        },
+        [&](const MatMulOp& op) { return RunMatMul(node, op, input(0), out, rows); },
+        [&](const RmsNormOp& op) -> Status {
+          const float* w = nullptr;
+          if (op.w) {
+            G4_ASSIGN_OR_RETURN(w, backend_->Vector(op.w));
+          }
+          return CudaStatus(cuda::RmsNorm(input(0), rows, node.cols, op.group, w, op.eps, op.offset, out, st), what);
+        },
+        [&](const RopeOp& op) {
+          return CudaStatus(cuda::Rope(input(0), rows, node.cols, op.head_dim, static_cast<const float*>(rope_freqs_[i].p),
+                                       sa, out, st), what);
+        },
+        [&](const AttentionOp& op) -> Status {
+          G4_ASSIGN_OR_RETURN(CudaKvCache::Layer * L, layer(op.cache_layer));
+          return RunAttention(what, op, *L, plan_keys_[i], kv_type, input(0), input(1), input(2), out, sa);
+        },
+        [&](const KvWriteOp& op) -> Status {
+          G4_ASSIGN_OR_RETURN(CudaKvCache::Layer * L, layer(op.cache_layer));
+          if (kv_type == cuda::kKvI8)
+            return CudaStatus(cuda::KvWriteI8(input(0), input(1), L->heads, L->width / L->heads, static_cast<int8_t*>(L->k.p),
+                                              static_cast<int8_t*>(L->v.p), static_cast<float*>(L->ks.p),
+                                              static_cast<float*>(L->vs.p), L->slots, L->window, sa, st), what);
+          return CudaStatus(cuda::KvWrite(input(0), input(1), L->width, L->k.p, L->v.p, kv_type, L->slots, L->window, sa, st), what);
+        },
+        [&](const GeGluOp&) { return CudaStatus(cuda::GeGlu(input(0), input(1), n, out, st), what); },
+        [&](const AddOp& op) { return CudaStatus(cuda::Add(input(0), input(1), n, op.scale, out, st), what); },
+        [&](const ScaleOp& op) { return CudaStatus(cuda::Scale(input(0), n, op.scale, out, st), what); },
+        [&](const SoftcapOp& op) { return CudaStatus(cuda::Softcap(input(0), n, op.cap, out, st), what); },
+        [&](const SliceOp& op) {
+          return CudaStatus(cuda::Slice(input(0), rows, graph_.node(node.inputs[0]).cols, op.begin, node.cols, out, st), what);
+        },
+        [&](const SelectRowsOp&) { return CudaStatus(cuda::SelectRows(input(0), rows, node.cols, sa.output_rows, out, st), what); },
+        [&](const MoEOp& op) { return RunMoE(node, op, input(0), input(1), out, rows); },
+    }, node.op);
+    if (!s.ok()) return s;
+  }
+  return OkStatus();
 }
 
 Status CudaExecutable::Run(const StepInput& in, KvCacheBase& base) {
@@ -479,6 +552,9 @@ Status CudaExecutable::Run(const StepInput& in, KvCacheBase& base) {
   G4_CHECK(static_cast<int>(in.tokens.size()) == T_ && in.positions.size() == in.tokens.size() &&
            in.seq_ids.size() == in.tokens.size() && static_cast<int>(in.output_rows.size()) == R_);
   G4_RETURN_IF_ERROR(backend_->Select());
+  for (int t = 0; t < T_; ++t)
+    if (in.tokens[t] < 0 || in.tokens[t] >= vocab_)
+      return InvalidArgument("token id " + std::to_string(in.tokens[t]) + " outside the vocabulary");
   // Token arrays: tokens, positions, seq_ids, seq_first [T] and output rows [R].
   std::vector<int32_t> host(4 * static_cast<size_t>(T_) + R_);
   for (int t = 0; t < T_; ++t) {
@@ -505,64 +581,29 @@ Status CudaExecutable::Run(const StepInput& in, KvCacheBase& base) {
                       : ct == DType::kF16  ? cuda::kKvF16
                       : ct == DType::kBF16 ? cuda::kKvBF16
                                            : cuda::kKvI8;
-
+  // The key count each attention's split plan is made for (decode steps; DecodePlanKeys). The
+  // graph's key: what its launches hold besides the weights (fixed for the backend's life).
   const auto& nodes = graph_.nodes();
+  plan_keys_.assign(nodes.size(), 0);
+  std::vector<uintptr_t> key{reinterpret_cast<uintptr_t>(Arena()), static_cast<uintptr_t>(kv_type)};
+  for (const CudaKvCache::Layer& L : cache->layers) {
+    for (const void* p : {L.k.p, L.v.p, L.ks.p, L.vs.p}) key.push_back(reinterpret_cast<uintptr_t>(p));
+    key.push_back(static_cast<uintptr_t>(L.slots));
+  }
   for (size_t i = 0; i < nodes.size(); ++i) {
-    const Node& node = nodes[i];
-    const int rows = RowsOf(node, T_, R_);
-    if (rows == 0) continue;  // a step without output rows: nothing to compute (no empty launches)
-    float* out = node.cols > 0 ? Value(static_cast<int>(i)) : nullptr;
-    auto input = [&](int j) { return Value(node.inputs[j]); };
-    const size_t n = static_cast<size_t>(rows) * node.cols;
-    const std::string what = "node %" + std::to_string(i) + " (" + Graph::OpName(node.op) + ")";
-    auto layer = [&](int l) -> StatusOr<CudaKvCache::Layer*> {
-      if (l < 0 || l >= static_cast<int>(cache->layers.size()) || cache->layers[l].slots == 0)
-        return InvalidArgument(what + ": layer " + std::to_string(l) + " has no KV cache");
-      return &cache->layers[l];
-    };
-    Status s = std::visit(Overloaded{
-        [&](const EmbedOp& op) -> Status {
-          for (int t = 0; t < T_; ++t)
-            if (in.tokens[t] < 0 || in.tokens[t] >= op.table->shape[0])
-              return InvalidArgument("token id " + std::to_string(in.tokens[t]) + " outside the vocabulary");
-          G4_ASSIGN_OR_RETURN(const DeviceWeight* w, backend_->Matrix(op.table));
-          return CudaStatus(cuda::Embed(w->data(), w->format, w->row_bytes, node.cols, op.scale, sa, out, st), what);
-        },
-        [&](const MatMulOp& op) { return RunMatMul(node, op, input(0), out, rows); },
-        [&](const RmsNormOp& op) -> Status {
-          const float* w = nullptr;
-          if (op.w) {
-            G4_ASSIGN_OR_RETURN(w, backend_->Vector(op.w));
-          }
-          return CudaStatus(cuda::RmsNorm(input(0), rows, node.cols, op.group, w, op.eps, op.offset, out, st), what);
-        },
-        [&](const RopeOp& op) {
-          return CudaStatus(cuda::Rope(input(0), rows, node.cols, op.head_dim, static_cast<const float*>(rope_freqs_[i].p),
-                                       sa, out, st), what);
-        },
-        [&](const AttentionOp& op) -> Status {
-          G4_ASSIGN_OR_RETURN(CudaKvCache::Layer * L, layer(op.cache_layer));
-          return RunAttention(what, op, *L, in, kv_type, input(0), input(1), input(2), out, sa);
-        },
-        [&](const KvWriteOp& op) -> Status {
-          G4_ASSIGN_OR_RETURN(CudaKvCache::Layer * L, layer(op.cache_layer));
-          if (kv_type == cuda::kKvI8)
-            return CudaStatus(cuda::KvWriteI8(input(0), input(1), L->heads, L->width / L->heads, static_cast<int8_t*>(L->k.p),
-                                              static_cast<int8_t*>(L->v.p), static_cast<float*>(L->ks.p),
-                                              static_cast<float*>(L->vs.p), L->slots, L->window, sa, st), what);
-          return CudaStatus(cuda::KvWrite(input(0), input(1), L->width, L->k.p, L->v.p, kv_type, L->slots, L->window, sa, st), what);
-        },
-        [&](const GeGluOp&) { return CudaStatus(cuda::GeGlu(input(0), input(1), n, out, st), what); },
-        [&](const AddOp& op) { return CudaStatus(cuda::Add(input(0), input(1), n, op.scale, out, st), what); },
-        [&](const ScaleOp& op) { return CudaStatus(cuda::Scale(input(0), n, op.scale, out, st), what); },
-        [&](const SoftcapOp& op) { return CudaStatus(cuda::Softcap(input(0), n, op.cap, out, st), what); },
-        [&](const SliceOp& op) {
-          return CudaStatus(cuda::Slice(input(0), rows, graph_.node(node.inputs[0]).cols, op.begin, node.cols, out, st), what);
-        },
-        [&](const SelectRowsOp&) { return CudaStatus(cuda::SelectRows(input(0), rows, node.cols, sa.output_rows, out, st), what); },
-        [&](const MoEOp& op) { return RunMoE(node, op, input(0), input(1), out, rows); },
-    }, node.op);
-    if (!s.ok()) return s;
+    const auto* op = std::get_if<AttentionOp>(&nodes[i].op);
+    if (op == nullptr || op->cache_layer < 0 || op->cache_layer >= static_cast<int>(cache->layers.size())) continue;
+    const CudaKvCache::Layer& L = cache->layers[op->cache_layer];
+    int max_keys = 1;
+    for (int t = 0; t < T_; ++t)
+      max_keys = std::max(max_keys, in.positions[t] - cuda::FirstKey(in.positions[t], L.window) + 1);
+    plan_keys_[i] = cuda::DecodePlanKeys(max_keys, std::max(L.slots, 1));
+    key.push_back(static_cast<uintptr_t>(plan_keys_[i]));
+  }
+  if (graphs_) {
+    G4_RETURN_IF_ERROR(step_graph_.Launch(key, st, [&] { return Enqueue(*cache, kv_type, sa); }));
+  } else {
+    G4_RETURN_IF_ERROR(Enqueue(*cache, kv_type, sa));
   }
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& node = nodes[i];
