@@ -11,6 +11,8 @@
 // rounded for cuBLAS, bf16 caches).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cuda/cuda_backend.h"
 #include "cuda/cuda_test_util.h"
@@ -204,6 +206,59 @@ TEST(CudaGpuOpsTest, Int8CacheSingleKeyOutputsTheCpuBits) {
     auto got = RunStep(*gpu, g, s, **gc);
     ASSERT_EQ(got["attn"].size(), want["attn"].size());
     EXPECT_EQ(got["attn"], want["attn"]) << "D=" << D;
+  }
+}
+
+// A decode executable replays its captured CUDA graph on later steps (the split plans change at
+// 64 and 128 keys, so it is captured again there): the same bits as launching every kernel each
+// step (GEMMA4RT_CUDA_GRAPHS=0), and within the CPU backend's tolerance.
+TEST(CudaGpuOpsTest, DecodeGraphReplayGivesTheDirectLaunchesBits) {
+  G4_REQUIRE_CUDA_DEVICE();
+  TensorPool p(50);
+  const int V = 50, D = 256;
+  Graph g;
+  int q = g.Add(EmbedOp{p.Random({V, 4 * D}, DType::kF16), 1.0f}, {}, 4 * D);
+  int k = g.Add(EmbedOp{p.Random({V, D}, DType::kF16), 1.0f}, {}, D);
+  int v = g.Add(EmbedOp{p.Random({V, D}, DType::kF16), 1.0f}, {}, D);
+  g.Add(AttentionOp{0, 4, 1, D, 0, 1.0f / 16, 0.0f}, {q, k, v}, 4 * D, "attn");
+  g.Add(KvWriteOp{0}, {k, v}, 0);
+  ModelConfig cfg;
+  cfg.num_layers = 1;
+  cfg.layers.resize(1);
+  cfg.layers[0].head_dim = D;
+  cfg.layers[0].num_kv_heads = 1;
+  cfg.layers[0].type = LayerType::kFull;
+  for (DType cache : {DType::kF16, DType::kI8}) {
+    auto cpu = Cpu();
+    auto graphed = Cuda();
+    auto direct = Cuda();
+    ASSERT_TRUE(graphed != nullptr && direct != nullptr);
+    auto cc = cpu->CreateKvCache(cfg, 1, 256, cache);
+    auto gc = graphed->CreateKvCache(cfg, 1, 256, cache);
+    auto dc = direct->CreateKvCache(cfg, 1, 256, cache);
+    ASSERT_TRUE(cc.ok() && gc.ok() && dc.ok());
+    const Step prefill = OneSequence(50, V, p.rng());
+    RunStep(*cpu, g, prefill, **cc);
+    RunStep(*graphed, g, prefill, **gc);
+    RunStep(*direct, g, prefill, **dc);
+    auto ge = graphed->Compile(g, 1, 1);
+    setenv("GEMMA4RT_CUDA_GRAPHS", "0", 1);
+    auto de = direct->Compile(g, 1, 1);
+    unsetenv("GEMMA4RT_CUDA_GRAPHS");
+    ASSERT_TRUE(ge.ok() && de.ok());
+    for (int pos = 50; pos < 140; ++pos) {
+      const Step s = OneSequence(1, V, p.rng(), pos);
+      const StepInput in{s.tokens, s.positions, s.seq_ids, s.out_rows};
+      ASSERT_TRUE((*ge)->Run(in, **gc).ok());
+      ASSERT_TRUE((*de)->Run(in, **dc).ok());
+      const OutputView a = (*ge)->Output("attn"), b = (*de)->Output("attn");
+      const std::vector<float> got(a.data, a.data + 4 * D), want_direct(b.data, b.data + 4 * D);
+      EXPECT_EQ(got, want_direct) << "position " << pos;
+      auto want = RunStep(*cpu, g, s, **cc);
+      EXPECT_LT(RelErr(got, want["attn"]), 2e-4) << "position " << pos;
+      (*gc)->set_length(0, pos + 1);
+      (*dc)->set_length(0, pos + 1);
+    }
   }
 }
 
