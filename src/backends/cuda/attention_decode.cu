@@ -87,6 +87,16 @@ cudaError_t DecodeAttention(const AttentionArgs& a, const StepArrays& s, const D
   return cudaGetLastError();
 }
 
+cudaError_t AppendAttentionAuxKernelLaunches(std::vector<KernelLaunchInfo>* out) {
+  KernelLaunchInfo combine{"decode attention combine", {}, 128, 0};
+  const cudaError_t e = cudaFuncGetAttributes(&combine.attr, reinterpret_cast<const void*>(DecodeCombineKernel));
+  out->push_back(combine);
+  KernelLaunchInfo quant{"int8 KV quantisation", {}, 32, 0};
+  const cudaError_t e2 = QuantizeKvAttributes(&quant.attr);
+  out->push_back(quant);
+  return e != cudaSuccess ? e : e2;
+}
+
 cudaError_t DecodeAttentionAttributes(int head_dim, int kv_type, cudaFuncAttributes* attr) {
   cudaError_t e = cudaSuccess;
   const cudaError_t r = WithHeadDimAndKv(head_dim, kv_type, [&](auto dpl, auto kv) {

@@ -659,6 +659,28 @@ int DeviceCount() {
   return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
 
+// Every kernel of a fixed block size against the device's limits (cuda_policy.h), before any
+// runs. Errors: FailedPrecondition where the module has no code for the device, Unimplemented
+// naming the kernel and the limit.
+Status CheckFixedKernels(const CudaDeviceInfo& dev) {
+  std::vector<cuda::KernelLaunchInfo> ks;
+  for (cudaError_t e : {cuda::AppendFixedKernelLaunches(&ks), cuda::AppendMatMulKernelLaunches(&ks),
+                        cuda::AppendAttentionAuxKernelLaunches(&ks)})
+    if (e != cudaSuccess)
+      return FailedPrecondition("CUDA device " + std::to_string(dev.device) + " (" + dev.name + ", compute capability " +
+                                std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor) +
+                                "): reading the kernels' attributes: " + cudaGetErrorString(e) +
+                                " (the module is built for sm_75, sm_80, sm_86, sm_89 and sm_90 unless "
+                                "CMAKE_CUDA_ARCHITECTURES said otherwise)");
+  const cuda::DeviceLimits limits{dev.max_threads_per_block, dev.shared_per_block, dev.regs_per_block};
+  for (const cuda::KernelLaunchInfo& k : ks)
+    G4_RETURN_IF_ERROR(cuda::CheckKernelLaunch(
+        "CUDA device " + std::to_string(dev.device), k.name,
+        cuda::KernelResources{k.attr.maxThreadsPerBlock, k.attr.numRegs, k.attr.sharedSizeBytes}, k.threads,
+        k.dynamic_shared, limits));
+  return OkStatus();
+}
+
 StatusOr<std::unique_ptr<Backend>> Make(const CudaBackendOptions& o) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
@@ -684,6 +706,7 @@ StatusOr<std::unique_ptr<Backend>> Make(const CudaBackendOptions& o) {
   info.compute_dtype = choice.dtype;
   info.compute_reason = choice.reason;
   G4_CUDA(cudaSetDevice(o.device), "selecting CUDA device " + std::to_string(o.device));
+  G4_RETURN_IF_ERROR(CheckFixedKernels(info));
   size_t free = 0, total = 0;
   G4_CUDA(cudaMemGetInfo(&free, &total), "reading the device's free memory");
   info.free_memory = free;

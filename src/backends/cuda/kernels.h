@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "backends/cuda/attention_plan.h"
 
@@ -93,6 +94,7 @@ cudaError_t DecodeAttentionAttributes(int head_dim, int kv_type, cudaFuncAttribu
 // into a layer's int8 cache and its scales ([max_seqs, slots, heads]).
 cudaError_t QuantizeKvRows(const float* k, const float* v, int rows, int heads, int D, int8_t* kq, int8_t* vq,
                            float* ks, float* vs, cudaStream_t stream);
+cudaError_t QuantizeKvAttributes(cudaFuncAttributes* attr);
 cudaError_t KvWriteI8(const float* k, const float* v, int heads, int D, int8_t* k_cache, int8_t* v_cache,
                       float* k_scale, float* v_scale, int slots, int window, const StepArrays& s, cudaStream_t stream);
 // out = gelu_tanh(a) * b; out = (a + b) * scale; out = x * scale; out = cap * tanh(x / cap).
@@ -116,5 +118,21 @@ inline size_t MoeRouteSharedBytes(int H, int E) { return (static_cast<size_t>(H)
 cudaError_t MoeGeGlu(const float* gu, int jobs, int I, float* act, cudaStream_t stream);
 // out[t] = sum over i < k, in order, of eo[t * k + i] * weight[t * k + i].
 cudaError_t MoeCombine(const float* eo, const float* weight, int rows, int k, int H, float* out, cudaStream_t stream);
+
+
+// A kernel launched with a block size fixed by its launcher (the largest, where it varies), for
+// the check against the device's limits when the backend is made (cuda_policy.h's
+// CheckKernelLaunch); the attention kernels are checked per op at Compile instead.
+struct KernelLaunchInfo {
+  const char* name;
+  cudaFuncAttributes attr;
+  int threads;
+  size_t dynamic_shared;
+};
+// Appends every such kernel instance of kernels.cu, matmul.cu, kv_q8.cu and attention_decode.cu
+// (its combine kernel); the first cudaFuncGetAttributes error, if any.
+cudaError_t AppendFixedKernelLaunches(std::vector<KernelLaunchInfo>* out);
+cudaError_t AppendMatMulKernelLaunches(std::vector<KernelLaunchInfo>* out);
+cudaError_t AppendAttentionAuxKernelLaunches(std::vector<KernelLaunchInfo>* out);
 
 }  // namespace g4::cuda

@@ -38,6 +38,10 @@ __global__ void QuantizeKvKernel(const float* k, const float* v, int heads, int 
 
 }  // namespace
 
+cudaError_t QuantizeKvAttributes(cudaFuncAttributes* attr) {
+  return cudaFuncGetAttributes(attr, reinterpret_cast<const void*>(QuantizeKvKernel));
+}
+
 cudaError_t QuantizeKvRows(const float* k, const float* v, int rows, int heads, int D, int8_t* kq, int8_t* vq,
                            float* ks, float* vs, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
