@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
   app.add_option("-p", n_prompt, "prefill tokens (0: none)")->check(CLI::Range(0, 8192));
   app.add_option("-n", n_gen, "decode steps per batch")->check(CLI::Range(1, 4096));
   app.add_option("--batches", batches, "decode batch sizes")->delimiter(',')->check(CLI::Range(1, 256));
-  app.add_option("--cache-type", cache_type, "KV cache type")->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  app.add_option("--cache-type", cache_type, "KV cache type: f32, f16, bf16 or q8");
   app.add_option("--device", device, "CUDA device");
   app.add_option("--label", label, "a name for the output lines");
   CLI11_PARSE(app, argc, argv);
@@ -86,7 +86,9 @@ int main(int argc, char** argv) {
   eo.max_seqs = max_b;
   eo.max_context = std::max(n_prompt, 16) + n_gen + 8;
   eo.prefill_chunk = std::max(n_prompt, 16);
-  eo.kv_type = cache_type == "f32" ? g4::DType::kF32 : cache_type == "f16" ? g4::DType::kF16 : g4::DType::kBF16;
+  auto kv = g4::ParseCacheType(cache_type);
+  if (!kv.ok()) return Fail(kv.status());
+  eo.kv_type = *kv;
   auto engine = g4::Engine::Create(std::move(loaded).value(), std::move(backend).value(), eo);
   if (!engine.ok()) return Fail(engine.status());
   g4::Engine& e = **engine;

@@ -66,5 +66,26 @@ TEST(CudaArenaPlanTest, AnOutputNeverTakesItsInputsBytes) {
   ExpectNoLiveOverlap(g, 2, 2, false);
 }
 
+// The attention scratch: flash decoding's partials (steps of up to kDecodeMaxTokens tokens) for
+// the widest attention, and the step's int8 K/V rows with their scales.
+TEST(CudaArenaPlanTest, AttentionScratchCountsDecodePartialsAndInt8Rows) {
+  Tensor w;
+  w.dtype = DType::kF32;
+  w.shape = {64, 8 * 512};
+  Graph g;
+  int q = g.Add(EmbedOp{&w, 1.0f}, {}, 8 * 512);
+  int kv = g.Add(SliceOp{0}, {q}, 512);
+  g.Add(AttentionOp{0, 8, 1, 512, 0, 1.0f, 0.0f}, {q, kv, kv}, 8 * 512, "full");
+  g.Add(AttentionOp{1, 8, 1, 256, 512, 1.0f, 0.0f}, {q, kv, kv}, 8 * 256, "sliding");
+  for (int T : {1, 8, kDecodeMaxTokens, kDecodeMaxTokens + 1, 512}) {
+    const ArenaPlan p = PlanArena(g, T, T);
+    const size_t partials = T <= kDecodeMaxTokens ? AlignUp(static_cast<size_t>(kDecodeTokenSplits) * 8 * 514 * 4) : 0;
+    const size_t q8 = 2 * AlignUp(static_cast<size_t>(T) * 512) + 2 * AlignUp(static_cast<size_t>(T) * 4);
+    EXPECT_EQ(p.attn_partials, partials) << "T=" << T;
+    EXPECT_EQ(p.attn, partials + q8) << "T=" << T;
+    EXPECT_EQ(p.total(), p.values + p.half_x + p.half_w + p.moe + p.attn + p.ints);
+  }
+}
+
 }  // namespace
 }  // namespace g4::cuda

@@ -1,6 +1,7 @@
 // The golden fixtures (tests/golden/, see golden_test.cc) on the CUDA backend against the same
 // transformers references: one-shot prefill (the cuBLAS path), chunked prefill across the window
-// edge and token-by-token decode (the matrix-vector path), and batched decode of three sequences.
+// edge and token-by-token decode (the matrix-vector path), batched decode of three sequences, and
+// decode with the int8 cache (against the CPU backend's int8-cache error).
 // The fixtures are f32 models the GPU runs with weights in its compute dtype, so the tolerance is
 // that dtype's (max |got - want| / max |want|): 5e-3 in f16, 3e-2 in bf16. Skipped where the
 // machine has no CUDA device.
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "backends/cpu/cpu_backend.h"
 #include "backends/cuda/cuda_backend.h"
 #include "cuda/cuda_test_util.h"
 #include "golden_check.h"
@@ -27,12 +29,17 @@ struct Case {
 
 double Tol(const std::string& dtype) { return dtype == "f16" ? 5e-3 : 3e-2; }
 
-std::unique_ptr<Engine> MakeCudaEngine(const Case& c, int chunk, int max_seqs = 1) {
+// cpu: the CPU backend instead (the int8 cache's reference).
+std::unique_ptr<Engine> MakeCudaEngine(const Case& c, int chunk, int max_seqs = 1, DType kv = DType::kF32,
+                                       bool cpu = false) {
   EngineOptions o;
   o.prefill_chunk = chunk;
   o.max_seqs = max_seqs;
   o.max_context = 64;
-  return MakeEngineOn(ModelPath(c.fixture), MakeCudaBackend({0, c.dtype}), o);
+  o.kv_type = kv;
+  StatusOr<std::unique_ptr<Backend>> backend =
+      cpu ? StatusOr<std::unique_ptr<Backend>>(MakeCpuBackend(1, CpuBackendOptionsFor(true))) : MakeCudaBackend({0, c.dtype});
+  return MakeEngineOn(ModelPath(c.fixture), std::move(backend), o);
 }
 
 class CudaGoldenTest : public ::testing::TestWithParam<Case> {};
@@ -45,6 +52,20 @@ TEST_P(CudaGoldenTest, PrefillChunksAndDecodeMatchTransformers) {
   auto engine = MakeCudaEngine(c, 512);
   ASSERT_NE(engine, nullptr);
   ExpectDecodeMatches(*engine, ref, 5, Tol(c.dtype), /*argmax=*/false);
+}
+
+// The int8 cache (--cache-type q8): against transformers within the CPU backend's own int8-cache
+// error on the same tokens plus the compute dtype's tolerance.
+TEST_P(CudaGoldenTest, Int8CacheWithinTheCpuInt8ErrorPlusTheDtypes) {
+  G4_REQUIRE_CUDA_DEVICE();
+  const Case& c = GetParam();
+  Reference ref = LoadReference(c.fixture);
+  const std::vector<float> want = ref.Get("logits");
+  auto cpu = MakeCudaEngine(c, 512, 1, DType::kI8, /*cpu=*/true);
+  auto gpu = MakeCudaEngine(c, 512, 1, DType::kI8);
+  ASSERT_TRUE(cpu != nullptr && gpu != nullptr);
+  const double cpu_err = RelErr(PrefillThenDecode(*cpu, ref.ids, 5), want);
+  EXPECT_LT(RelErr(PrefillThenDecode(*gpu, ref.ids, 5), want), cpu_err + Tol(c.dtype)) << "CPU int8 error " << cpu_err;
 }
 
 TEST_P(CudaGoldenTest, BatchedDecodeOfThreeSequences) {

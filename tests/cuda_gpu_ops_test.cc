@@ -1,14 +1,17 @@
 // Per-op conformance of the CUDA backend against the CPU backend (f32 activations) on random
 // inputs: every op of src/graph/graph.h, every weight format, the matrix-vector (<= 8 rows) and
 // cuBLAS (more rows) matmul paths, attention with KV writes over several steps (head_dim 256 and
-// 512, sliding rings across the window edge and full caches, soft-cap, GQA, f32/f16/bf16 caches,
-// prefill chunks and batched decode), MoE. Skipped where the machine has no CUDA device.
+// 512, sliding rings across the window edge and full caches, soft-cap, GQA, f32/f16/bf16/int8
+// caches, prefill chunks on both attention kernels and batched decode with the keys split over
+// blocks), MoE. Skipped where the machine has no CUDA device.
 //
 // Tolerances (max |cuda - cpu| / max |cpu|): 1e-4 where both compute in f32 on the same weight
 // values (block formats, F16 weights, the matrix-vector path; F16 tables feed the other ops);
 // 2e-2 where the GPU rounds to its compute dtype (F32/BF16 weights as bf16 or f16, activations
 // rounded for cuBLAS, bf16 caches).
 #include <gtest/gtest.h>
+
+#include <cstdlib>
 
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cuda/cuda_backend.h"
@@ -108,6 +111,7 @@ struct AttnCase {
   int heads, kv_heads, head_dim, window;
   float softcap;
   DType cache;
+  bool long_context = false;  // prefill of 40 and 300 tokens (the prefill kernel), decode over split keys
 };
 
 void RunAttentionCase(const AttnCase& c, uint32_t seed) {
@@ -132,18 +136,22 @@ void RunAttentionCase(const AttnCase& c, uint32_t seed) {
   auto cpu = Cpu();
   auto gpu = Cuda();
   ASSERT_NE(gpu, nullptr);
-  auto cc = cpu->CreateKvCache(cfg, 2, 64, c.cache);
-  auto gc = gpu->CreateKvCache(cfg, 2, 64, c.cache);
+  const int context = c.long_context ? 512 : 64;
+  auto cc = cpu->CreateKvCache(cfg, 2, context, c.cache);
+  auto gc = gpu->CreateKvCache(cfg, 2, context, c.cache);
   ASSERT_TRUE(cc.ok() && gc.ok());
   const double tol = c.cache == DType::kBF16 ? 2e-2 : 2e-4;
   // Sequence 0: prefill chunks of 7 and 11 (across a window of 8), then batched decode with
   // sequence 1 (prefilled with 3 tokens).
-  std::vector<Step> steps{OneSequence(7, V, p.rng()), OneSequence(11, V, p.rng(), 7), OneSequence(3, V, p.rng(), 0, 1)};
+  // Long: chunks of 40 and 300 (more than kDecodeMaxTokens: the prefill kernel), then decode at
+  // positions 340.. (several key splits on a full layer or a ring of 200).
+  const int a = c.long_context ? 40 : 7, b = c.long_context ? 300 : 11;
+  std::vector<Step> steps{OneSequence(a, V, p.rng()), OneSequence(b, V, p.rng(), a), OneSequence(3, V, p.rng(), 0, 1)};
   for (int d = 0; d < 4; ++d) {
     Step s;
     for (int seq : {0, 1}) {
       s.tokens.push_back(static_cast<int32_t>(p.rng()() % V));
-      s.positions.push_back(seq == 0 ? 18 + d : 3 + d);
+      s.positions.push_back(seq == 0 ? a + b + d : 3 + d);
       s.seq_ids.push_back(seq);
     }
     s.out_rows = {0, 1};
@@ -156,14 +164,101 @@ void RunAttentionCase(const AttnCase& c, uint32_t seed) {
   }
 }
 
-TEST(CudaGpuOpsTest, AttentionHeadDims256And512RingsFullSoftcapGqaCacheTypes) {
+TEST(CudaGpuOpsTest, AttentionHeadDims256And512RingsFullSoftcapGqaCacheTypesSplitKeys) {
   G4_REQUIRE_CUDA_DEVICE();
   uint32_t seed = 10;
-  for (DType cache : {DType::kF32, DType::kF16, DType::kBF16}) {
+  for (DType cache : {DType::kF32, DType::kF16, DType::kBF16, DType::kI8}) {
     RunAttentionCase({8, 1, 256, 8, 0.0f, cache}, seed++);   // E2B-like sliding: MQA, ring of 8
     RunAttentionCase({8, 1, 512, 0, 0.0f, cache}, seed++);   // full layer, head_dim 512
     RunAttentionCase({4, 2, 256, 8, 50.0f, cache}, seed++);  // GQA with soft-cap (Gemma 2/3 style)
     RunAttentionCase({4, 2, 512, 0, 0.0f, cache}, seed++);
+    RunAttentionCase({8, 1, 512, 0, 0.0f, cache, true}, seed++);    // flash decoding over 340+ keys
+    RunAttentionCase({8, 1, 256, 200, 0.0f, cache, true}, seed++);  // split keys on a ring of 200
+    RunAttentionCase({2, 1, 128, 0, 30.0f, cache, true}, seed++);   // a group of 2 (warps that only load)
+  }
+}
+
+// With an int8 cache a query with a single key (position 0) returns that key's V row dequantised,
+// (1 * v_scale) * v_int on both backends: the same bits where both quantise the step's V alike.
+TEST(CudaGpuOpsTest, Int8CacheSingleKeyOutputsTheCpuBits) {
+  G4_REQUIRE_CUDA_DEVICE();
+  for (int D : {256, 512}) {
+    TensorPool p(40 + D);
+    Graph g;
+    int q = g.Add(EmbedOp{p.Random({9, 2 * D}, DType::kF16), 1.0f}, {}, 2 * D);
+    int kv = g.Add(EmbedOp{p.Random({9, D}, DType::kF16), 3.0f}, {}, D);
+    g.Add(AttentionOp{0, 2, 1, D, 0, 1.0f, 0.0f}, {q, kv, kv}, 2 * D, "attn");
+    g.Add(KvWriteOp{0}, {kv, kv}, 0);
+    ModelConfig cfg;
+    cfg.num_layers = 1;
+    cfg.layers.resize(1);
+    cfg.layers[0].head_dim = D;
+    cfg.layers[0].num_kv_heads = 1;
+    cfg.layers[0].type = LayerType::kFull;
+    auto cpu = Cpu();
+    auto gpu = Cuda();
+    ASSERT_NE(gpu, nullptr);
+    auto cc = cpu->CreateKvCache(cfg, 1, 16, DType::kI8);
+    auto gc = gpu->CreateKvCache(cfg, 1, 16, DType::kI8);
+    ASSERT_TRUE(cc.ok() && gc.ok());
+    const Step s = OneSequence(1, 9, p.rng());
+    auto want = RunStep(*cpu, g, s, **cc);
+    auto got = RunStep(*gpu, g, s, **gc);
+    ASSERT_EQ(got["attn"].size(), want["attn"].size());
+    EXPECT_EQ(got["attn"], want["attn"]) << "D=" << D;
+  }
+}
+
+// A decode executable replays its captured CUDA graph on later steps (the split plans change at
+// 64 and 128 keys, so it is captured again there): the same bits as launching every kernel each
+// step (GEMMA4RT_CUDA_GRAPHS=0), and within the CPU backend's tolerance.
+TEST(CudaGpuOpsTest, DecodeGraphReplayGivesTheDirectLaunchesBits) {
+  G4_REQUIRE_CUDA_DEVICE();
+  TensorPool p(50);
+  const int V = 50, D = 256;
+  Graph g;
+  int q = g.Add(EmbedOp{p.Random({V, 4 * D}, DType::kF16), 1.0f}, {}, 4 * D);
+  int k = g.Add(EmbedOp{p.Random({V, D}, DType::kF16), 1.0f}, {}, D);
+  int v = g.Add(EmbedOp{p.Random({V, D}, DType::kF16), 1.0f}, {}, D);
+  g.Add(AttentionOp{0, 4, 1, D, 0, 1.0f / 16, 0.0f}, {q, k, v}, 4 * D, "attn");
+  g.Add(KvWriteOp{0}, {k, v}, 0);
+  ModelConfig cfg;
+  cfg.num_layers = 1;
+  cfg.layers.resize(1);
+  cfg.layers[0].head_dim = D;
+  cfg.layers[0].num_kv_heads = 1;
+  cfg.layers[0].type = LayerType::kFull;
+  for (DType cache : {DType::kF16, DType::kI8}) {
+    auto cpu = Cpu();
+    auto graphed = Cuda();
+    auto direct = Cuda();
+    ASSERT_TRUE(graphed != nullptr && direct != nullptr);
+    auto cc = cpu->CreateKvCache(cfg, 1, 256, cache);
+    auto gc = graphed->CreateKvCache(cfg, 1, 256, cache);
+    auto dc = direct->CreateKvCache(cfg, 1, 256, cache);
+    ASSERT_TRUE(cc.ok() && gc.ok() && dc.ok());
+    const Step prefill = OneSequence(50, V, p.rng());
+    RunStep(*cpu, g, prefill, **cc);
+    RunStep(*graphed, g, prefill, **gc);
+    RunStep(*direct, g, prefill, **dc);
+    auto ge = graphed->Compile(g, 1, 1);
+    setenv("GEMMA4RT_CUDA_GRAPHS", "0", 1);
+    auto de = direct->Compile(g, 1, 1);
+    unsetenv("GEMMA4RT_CUDA_GRAPHS");
+    ASSERT_TRUE(ge.ok() && de.ok());
+    for (int pos = 50; pos < 140; ++pos) {
+      const Step s = OneSequence(1, V, p.rng(), pos);
+      const StepInput in{s.tokens, s.positions, s.seq_ids, s.out_rows};
+      ASSERT_TRUE((*ge)->Run(in, **gc).ok());
+      ASSERT_TRUE((*de)->Run(in, **dc).ok());
+      const OutputView a = (*ge)->Output("attn"), b = (*de)->Output("attn");
+      const std::vector<float> got(a.data, a.data + 4 * D), want_direct(b.data, b.data + 4 * D);
+      EXPECT_EQ(got, want_direct) << "position " << pos;
+      auto want = RunStep(*cpu, g, s, **cc);
+      EXPECT_LT(RelErr(got, want["attn"]), 2e-4) << "position " << pos;
+      (*gc)->set_length(0, pos + 1);
+      (*dc)->set_length(0, pos + 1);
+    }
   }
 }
 
@@ -195,6 +290,13 @@ TEST(CudaGpuOpsTest, UnsupportedShapesAreRefusedAtCompile) {
   auto exe = gpu->Compile(g, 1, 1);
   ASSERT_FALSE(exe.ok());
   EXPECT_NE(exe.status().message().find("head_dim 96"), std::string::npos) << exe.status().ToString();
+  Graph wide;  // 64 query heads per KV head: 2048 threads per block
+  int w = wide.Add(EmbedOp{p.Random({5, 64 * 32}), 1.0f}, {}, 64 * 32);
+  wide.Add(AttentionOp{0, 64, 1, 32, 0, 1.0f, 0.0f}, {w, w, w}, 64 * 32, "attn");
+  auto ew = gpu->Compile(wide, 1, 1);
+  ASSERT_FALSE(ew.ok());
+  EXPECT_NE(ew.status().message().find("2048 threads per block > the device's"), std::string::npos)
+      << ew.status().ToString();
   Graph q5;
   int x = q5.Add(EmbedOp{p.Random({5, 256}), 1.0f}, {}, 256);
   Tensor t5 = *p.Random({8, 256}, DType::kQ8_0);

@@ -32,8 +32,9 @@ StatusOr<DType> ParseCacheType(const std::string& name) {
   if (name == "fp8")
     return InvalidArgument("--cache-type fp8: no backend of this build computes in fp8 (e4m3); the CPU has no fp8 "
                            "arithmetic, so an fp8 cache would be widened to f32 for every use and save no more memory "
-                           "than q8 (int8 with per-token scales), and the XLA backend's lowering has no fp8 cache on "
-                           "any platform (XLA's CPU plugin does not compute in fp8): use --cache-type q8");
+                           "than q8 (int8 with per-token scales); the XLA backend's lowering has no fp8 cache on any "
+                           "platform (XLA's CPU plugin does not compute in fp8); the CUDA backend has no fp8 attention "
+                           "kernels (e4m3 needs compute capability 8.9 or later even where they exist): use --cache-type q8");
   return InvalidArgument("--cache-type must be f32, f16, bf16 or q8, got '" + name + "'");
 }
 

@@ -46,7 +46,7 @@ inline constexpr const char* kDefaultCacheType = "f16";
 // fp8 is a name so that ParseCacheType refuses it with its reason (CLI11 would only say "not in").
 inline const std::vector<std::string> kCacheTypeNames = {"f32", "f16", "bf16", "q8", "q8_0", "fp8"};
 inline constexpr const char* kCacheTypeHelp =
-    "KV cache element type for K and V: f16 (default), bf16, f32 or q8 (int8; cpu and xla); -ctk/-ctv work too";
+    "KV cache element type for K and V: f16 (default), bf16, f32 or q8 (int8; cpu, xla and cuda); -ctk/-ctv work too";
 StatusOr<DType> ParseCacheType(const std::string& name);
 // The --cache-type spelling of a KV cache type: "f32", "f16", "bf16" or "q8".
 const char* CacheTypeName(DType type);

@@ -1,7 +1,8 @@
 // The CUDA backend's step memory plan (pure C++, no CUDA: tested on the host): one device arena
 // per executable holding every node's f32 output at an offset reused once the value is dead, then
-// the cuBLAS scratch (activations and a weight tile in 16 bits), the MoE scratch and the step's
-// token arrays.
+// the cuBLAS scratch (activations and a weight tile in 16 bits), the MoE scratch, the attention
+// scratch (flash decoding's partial states; the step's K and V quantised for an int8 cache) and
+// the step's token arrays.
 #pragma once
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <variant>
 #include <vector>
 
+#include "backends/cuda/attention_plan.h"
 #include "graph/graph.h"
 
 namespace g4::cuda {
@@ -41,8 +43,10 @@ struct ArenaPlan {
   size_t values = 0;              // bytes of the node outputs' region
   size_t half_x = 0, half_w = 0;  // cuBLAS path: the activations and a weight tile in 16 bits
   size_t moe = 0;                 // MoE scratch
+  size_t attn = 0;                // attention scratch: decode partials, then the int8 step rows
+  size_t attn_partials = 0;       // of which the decode partials (0 for steps the prefill kernel runs)
   size_t ints = 0;                // the step's token arrays
-  size_t total() const { return values + half_x + half_w + moe + ints; }
+  size_t total() const { return values + half_x + half_w + moe + attn + ints; }
 };
 
 // Offsets by liveness for steps of T tokens and R output rows: node i's output lives from node i
@@ -58,6 +62,7 @@ inline ArenaPlan PlanArena(const Graph& g, int T, int R) {
   std::vector<std::pair<size_t, size_t>> free_list;  // (offset, bytes)
   std::vector<std::vector<int>> dies(n);
   int64_t max_k = 32, max_moe = 0;
+  size_t max_q8 = 0;
   for (int i = 0; i < n; ++i) {
     const Node& node = nodes[i];
     if (const auto* mm = std::get_if<MatMulOp>(&node.op)) {
@@ -68,6 +73,15 @@ inline ArenaPlan PlanArena(const Graph& g, int T, int R) {
     if (const auto* moe = std::get_if<MoEOp>(&node.op)) {  // chosen, weight, gate/up, act, out per job
       const int64_t H = moe->router_proj->shape[1], jobs = static_cast<int64_t>(RowsOf(node, T, R)) * moe->top_k;
       max_moe = std::max<int64_t>(max_moe, jobs * (2 + 3 * static_cast<int64_t>(moe->width) + H));
+    }
+    if (const auto* at = std::get_if<AttentionOp>(&node.op)) {
+      // Partials (m, l, acc per token-split and query head) where the decode kernel runs; the
+      // step's K and V as int8 [T, Nkv*D] with f32 scales [T, Nkv] (an int8 cache; any cache
+      // type may come with a Compile, so always counted).
+      if (T <= kDecodeMaxTokens)
+        p.attn_partials = std::max(p.attn_partials, AlignUp(DecodePartialBytes(at->num_heads, at->head_dim)));
+      const size_t rows = static_cast<size_t>(T) * at->num_kv_heads;
+      max_q8 = std::max(max_q8, 2 * AlignUp(rows * at->head_dim) + 2 * AlignUp(rows * sizeof(float)));
     }
     if (node.cols > 0) {
       const size_t bytes = AlignUp(static_cast<size_t>(RowsOf(node, T, R)) * node.cols * sizeof(float));
@@ -88,6 +102,7 @@ inline ArenaPlan PlanArena(const Graph& g, int T, int R) {
   p.half_x = T <= kMatVecMaxRows ? 0 : AlignUp(2 * static_cast<size_t>(T) * static_cast<size_t>(max_k));
   if (T <= kMatVecMaxRows) p.half_w = 0;
   p.moe = AlignUp(static_cast<size_t>(max_moe) * sizeof(float));
+  p.attn = p.attn_partials + max_q8;
   p.ints = AlignUp((4 * static_cast<size_t>(T) + R + 1) * sizeof(int32_t));
   return p;
 }

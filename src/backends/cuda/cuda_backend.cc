@@ -5,6 +5,8 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <climits>
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <variant>
@@ -14,6 +16,7 @@
 #include "backends/cuda/blocks.h"
 #include "backends/cuda/cuda_policy.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/step_graph.h"
 #include "base/check.h"
 
 namespace g4 {
@@ -98,8 +101,9 @@ class CudaKvCache : public KvCacheBase {
       : KvCacheBase(max_seqs, max_context, type), owner(owner) {}
   size_t bytes() const override { return bytes_; }
   struct Layer {
-    int slots = 0, window = 0, width = 0;  // slots 0: not an owner
+    int slots = 0, window = 0, width = 0, heads = 0;  // slots 0: not an owner
     DeviceMem k, v;
+    DeviceMem ks, vs;  // int8 cache: the f32 scales [max_seqs, slots, heads]
   };
   const CudaBackend* owner;
   std::vector<Layer> layers;  // by layer index
@@ -233,7 +237,7 @@ std::vector<std::pair<const Tensor*, bool>> GraphWeights(const Graph& g) {
 
 StatusOr<std::unique_ptr<KvCacheBase>> CudaBackend::CreateKvCache(const ModelConfig& config, int max_seqs, int max_context,
                                                                   DType type) {
-  if (!IsKvCacheType(type)) return InvalidArgument("the CUDA backend's KV cache type must be f32, f16 or bf16");
+  if (!IsHostKvCacheType(type)) return InvalidArgument("the CUDA backend's KV cache type must be f32, f16, bf16 or q8");
   G4_RETURN_IF_ERROR(Select());
   auto cache = std::make_unique<CudaKvCache>(this, max_seqs, max_context, type);
   cache->layers.resize(config.num_layers);
@@ -244,13 +248,23 @@ StatusOr<std::unique_ptr<KvCacheBase>> CudaBackend::CreateKvCache(const ModelCon
     c.window = lp.window;
     c.slots = lp.window ? std::min(lp.window, max_context) : max_context;
     c.width = lp.num_kv_heads * lp.head_dim;
-    const size_t bytes = static_cast<size_t>(max_seqs) * c.slots * c.width * DTypeSize(type);
+    c.heads = lp.num_kv_heads;
+    const size_t rows = static_cast<size_t>(max_seqs) * c.slots;
+    const size_t bytes = rows * c.width * DTypeSize(type);
     const std::string what = "the KV cache of layer " + std::to_string(l);
-    G4_RETURN_IF_ERROR(c.k.Alloc(bytes, what));
-    G4_RETURN_IF_ERROR(c.v.Alloc(bytes, what));
-    G4_CUDA(cudaMemset(c.k.p, 0, bytes), what);
-    G4_CUDA(cudaMemset(c.v.p, 0, bytes), what);
+    for (DeviceMem* m : {&c.k, &c.v}) {
+      G4_RETURN_IF_ERROR(m->Alloc(bytes, what));
+      G4_CUDA(cudaMemset(m->p, 0, bytes), what);
+    }
     cache->bytes_ += 2 * bytes;
+    if (type == DType::kI8) {  // scales: 4 bytes per (slot, KV head) beside each int8 head row
+      const size_t sbytes = rows * c.heads * sizeof(float);
+      for (DeviceMem* m : {&c.ks, &c.vs}) {
+        G4_RETURN_IF_ERROR(m->Alloc(sbytes, what + "'s scales"));
+        G4_CUDA(cudaMemset(m->p, 0, sbytes), what);
+      }
+      cache->bytes_ += 2 * sbytes;
+    }
   }
   return std::unique_ptr<KvCacheBase>(std::move(cache));
 }
@@ -264,16 +278,38 @@ Status CudaBackend::ReserveArena(const ArenaPlan& plan, int tokens) {
   if (plan.total() > free + arena_.bytes)
     return ResourceExhausted("a step of " + std::to_string(tokens) + " tokens needs " + std::to_string(plan.total()) +
                              " bytes of device memory (values " + std::to_string(plan.values) + " + matmul scratch " +
-                             std::to_string(plan.half_x + plan.half_w) + " + MoE " + std::to_string(plan.moe) + " + tokens " +
-                             std::to_string(plan.ints) + ") > " + std::to_string(free) + " bytes free + " +
+                             std::to_string(plan.half_x + plan.half_w) + " + MoE " + std::to_string(plan.moe) +
+                             " + attention " + std::to_string(plan.attn) + " + tokens " + std::to_string(plan.ints) + ") > " + std::to_string(free) + " bytes free + " +
                              std::to_string(arena_.bytes) + " of the current step memory");
   arena_ = DeviceMem();
   return arena_.Alloc(plan.total(), "the step memory of a " + std::to_string(tokens) + "-token step");
 }
 
+// Every attention kernel instance a step of this op may launch (any KV cache type: the cache comes
+// with Run) against the device's limits on threads, registers and shared memory per block.
+Status CheckAttentionLaunch(const std::string& at, const AttentionOp& op, bool decode, const CudaDeviceInfo& dev) {
+  const cuda::DeviceLimits limits{dev.max_threads_per_block, dev.shared_per_block, dev.regs_per_block};
+  const size_t shared = cuda::AttentionSharedBytes(op.head_dim);
+  for (int kv : {cuda::kKvF32, cuda::kKvF16, cuda::kKvBF16, cuda::kKvI8}) {
+    cudaFuncAttributes attr{};
+    const int threads = decode ? cuda::DecodeAttentionThreads(op.num_heads, op.num_kv_heads)
+                               : 32 * (op.num_heads / op.num_kv_heads);
+    G4_CUDA(decode ? cuda::DecodeAttentionAttributes(op.head_dim, kv, &attr)
+                   : cuda::AttentionAttributes(op.head_dim, kv, &attr),
+            "reading the attention kernel's attributes");
+    G4_RETURN_IF_ERROR(cuda::CheckKernelLaunch(
+        at, decode ? "decode attention" : "attention",
+        cuda::KernelResources{attr.maxThreadsPerBlock, attr.numRegs, attr.sharedSizeBytes}, threads, shared, limits));
+  }
+  return OkStatus();
+}
+
 class CudaExecutable : public Executable {
  public:
-  CudaExecutable(CudaBackend* b, const Graph& g, int T, int R) : backend_(b), graph_(g), T_(T), R_(R) {}
+  CudaExecutable(CudaBackend* b, const Graph& g, int T, int R) : backend_(b), graph_(g), T_(T), R_(R) {
+    const char* env = std::getenv("GEMMA4RT_CUDA_GRAPHS");
+    graphs_ = T <= kMatVecMaxRows && !(env != nullptr && std::string(env) == "0");
+  }
   Status Prepare();
   Status Run(const StepInput& input, KvCacheBase& cache) override;
   OutputView Output(const std::string& name) const override;
@@ -283,12 +319,22 @@ class CudaExecutable : public Executable {
   float* Value(int node) const { return reinterpret_cast<float*>(Arena() + plan_.offset[node]); }
   Status RunMatMul(const Node& node, const MatMulOp& op, const float* x, float* out, int rows);
   Status RunMoE(const Node& node, const MoEOp& op, const float* y, const float* r, float* out, int rows);
+  Status RunAttention(const std::string& what, const AttentionOp& op, const CudaKvCache::Layer& L, int plan_keys,
+                      int kv_type, const float* q, const float* k, const float* v, float* out, const cuda::StepArrays& sa);
+  // Every node's launches on the backend's stream (Run: directly, or captured into step_graph_).
+  Status Enqueue(CudaKvCache& cache, int kv_type, const cuda::StepArrays& sa);
 
   CudaBackend* backend_;
   const Graph& graph_;
   const int T_, R_;
   ArenaPlan plan_;
   std::vector<DeviceMem> rope_freqs_;  // per node (RopeOp), else empty
+  int vocab_ = INT_MAX;                 // the smallest embedding table's rows (token ids are checked)
+  std::vector<int> plan_keys_;          // per node (AttentionOp): the key count its split plan is for
+  // Decode steps (<= kMatVecMaxRows tokens: no cuBLAS) replay a CUDA graph; GEMMA4RT_CUDA_GRAPHS=0
+  // launches every kernel each step instead.
+  bool graphs_ = false;
+  cuda::StepGraph step_graph_;
   std::map<std::string, std::vector<float>> outputs_;
 };
 
@@ -302,6 +348,7 @@ Status CudaExecutable::Prepare() {
     Status s = std::visit(Overloaded{
         [&](const EmbedOp& op) -> Status {
           if (n.cols % 32) return Unimplemented(at + ": embeddings of " + std::to_string(n.cols) + " columns (the CUDA kernel reads 32 at a time)");
+          vocab_ = std::min<int64_t>(vocab_, op.table->shape[0]);
           return backend_->Matrix(op.table).status();
         },
         [&](const MatMulOp& op) -> Status {
@@ -325,14 +372,7 @@ Status CudaExecutable::Prepare() {
             return Unimplemented(at + ": head_dim " + std::to_string(op.head_dim) + " (the CUDA attention kernel has 32, 64, 128, 256 and 512)");
           if (op.num_kv_heads < 1 || op.num_heads % op.num_kv_heads)
             return InvalidArgument(at + ": query heads not a multiple of KV heads");
-          const int threads = 32 * (op.num_heads / op.num_kv_heads);
-          if (threads > dev.max_threads_per_block)
-            return Unimplemented(at + ": " + std::to_string(op.num_heads / op.num_kv_heads) + " query heads per KV head need " +
-                                 std::to_string(threads) + " threads per block > the device's " + std::to_string(dev.max_threads_per_block));
-          const size_t shared = cuda::AttentionSharedBytes(op.head_dim);
-          if (shared > dev.shared_per_block)
-            return Unimplemented(at + ": " + std::to_string(shared) + " bytes of shared memory per block > the device's " + std::to_string(dev.shared_per_block));
-          return OkStatus();
+          return CheckAttentionLaunch(at, op, T_ <= cuda::kDecodeMaxTokens, dev);
         },
         [&](const MoEOp& op) -> Status {
           const int64_t H = op.router_proj->shape[1];
@@ -415,12 +455,106 @@ Status CudaExecutable::RunMoE(const Node& node, const MoEOp& op, const float* y,
   return CudaStatus(cuda::MoeCombine(eo, weight, rows, k, H, out, st), "MoE combine " + at);
 }
 
+// Flash decoding for steps of up to kDecodeMaxTokens tokens (splits from the longest key range
+// and the device's multiprocessors), the prefill kernel for longer ones; with an int8 cache the
+// step's K and V are quantised first (into the arena's attention scratch) as KvWrite stores them.
+Status CudaExecutable::RunAttention(const std::string& what, const AttentionOp& op, const CudaKvCache::Layer& L,
+                                    int plan_keys, int kv_type, const float* q, const float* k, const float* v,
+                                    float* out, const cuda::StepArrays& sa) {
+  cudaStream_t st = backend_->stream();
+  cuda::AttentionArgs a{};
+  a.q = q, a.k = k, a.v = v, a.out = out;
+  a.k_cache = L.k.p, a.v_cache = L.v.p;
+  a.kv_type = kv_type, a.slots = L.slots, a.window = L.window;
+  a.num_heads = op.num_heads, a.num_kv_heads = op.num_kv_heads, a.head_dim = op.head_dim;
+  a.scale = op.scale, a.softcap = op.softcap;
+  char* scratch = Arena() + plan_.values + plan_.half_x + plan_.half_w + plan_.moe;
+  if (kv_type == cuda::kKvI8) {
+    const size_t rows = static_cast<size_t>(T_) * op.num_kv_heads;
+    char* p = scratch + plan_.attn_partials;
+    auto* kq = reinterpret_cast<int8_t*>(p);
+    auto* vq = reinterpret_cast<int8_t*>(p + cuda::AlignUp(rows * op.head_dim));
+    auto* ks = reinterpret_cast<float*>(p + 2 * cuda::AlignUp(rows * op.head_dim));
+    auto* vs = reinterpret_cast<float*>(p + 2 * cuda::AlignUp(rows * op.head_dim) + cuda::AlignUp(rows * sizeof(float)));
+    G4_CUDA(cuda::QuantizeKvRows(k, v, T_, op.num_kv_heads, op.head_dim, kq, vq, ks, vs, st), what + " quantising K/V");
+    a.k_q = kq, a.v_q = vq, a.k_qscale = ks, a.v_qscale = vs;
+    a.k_scale_cache = static_cast<const float*>(L.ks.p), a.v_scale_cache = static_cast<const float*>(L.vs.p);
+  }
+  if (T_ > cuda::kDecodeMaxTokens) return CudaStatus(cuda::Attention(a, sa, st), what);
+  const cuda::DecodeSplit plan = cuda::PlanDecodeSplit(T_, op.num_kv_heads, plan_keys, backend_->info().sm_count);
+  return CudaStatus(cuda::DecodeAttention(a, sa, plan, reinterpret_cast<float*>(scratch), st), what);
+}
+
+Status CudaExecutable::Enqueue(CudaKvCache& c, int kv_type, const cuda::StepArrays& sa) {
+  CudaKvCache* cache = &c;
+  cudaStream_t st = backend_->stream();
+  const auto& nodes = graph_.nodes();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& node = nodes[i];
+    const int rows = RowsOf(node, T_, R_);
+    if (rows == 0) continue;  // a step without output rows: nothing to compute (no empty launches)
+    float* out = node.cols > 0 ? Value(static_cast<int>(i)) : nullptr;
+    auto input = [&](int j) { return Value(node.inputs[j]); };
+    const size_t n = static_cast<size_t>(rows) * node.cols;
+    const std::string what = "node %" + std::to_string(i) + " (" + Graph::OpName(node.op) + ")";
+    auto layer = [&](int l) -> StatusOr<CudaKvCache::Layer*> {
+      if (l < 0 || l >= static_cast<int>(cache->layers.size()) || cache->layers[l].slots == 0)
+        return InvalidArgument(what + ": layer " + std::to_string(l) + " has no KV cache");
+      return &cache->layers[l];
+    };
+    Status s = std::visit(Overloaded{
+        [&](const EmbedOp& op) -> Status {
+          G4_ASSIGN_OR_RETURN(const DeviceWeight* w, backend_->Matrix(op.table));
+          return CudaStatus(cuda::Embed(w->data(), w->format, w->row_bytes, node.cols, op.scale, sa, out, st), what);
+        },
+        [&](const MatMulOp& op) { return RunMatMul(node, op, input(0), out, rows); },
+        [&](const RmsNormOp& op) -> Status {
+          const float* w = nullptr;
+          if (op.w) {
+            G4_ASSIGN_OR_RETURN(w, backend_->Vector(op.w));
+          }
+          return CudaStatus(cuda::RmsNorm(input(0), rows, node.cols, op.group, w, op.eps, op.offset, out, st), what);
+        },
+        [&](const RopeOp& op) {
+          return CudaStatus(cuda::Rope(input(0), rows, node.cols, op.head_dim, static_cast<const float*>(rope_freqs_[i].p),
+                                       sa, out, st), what);
+        },
+        [&](const AttentionOp& op) -> Status {
+          G4_ASSIGN_OR_RETURN(CudaKvCache::Layer * L, layer(op.cache_layer));
+          return RunAttention(what, op, *L, plan_keys_[i], kv_type, input(0), input(1), input(2), out, sa);
+        },
+        [&](const KvWriteOp& op) -> Status {
+          G4_ASSIGN_OR_RETURN(CudaKvCache::Layer * L, layer(op.cache_layer));
+          if (kv_type == cuda::kKvI8)
+            return CudaStatus(cuda::KvWriteI8(input(0), input(1), L->heads, L->width / L->heads, static_cast<int8_t*>(L->k.p),
+                                              static_cast<int8_t*>(L->v.p), static_cast<float*>(L->ks.p),
+                                              static_cast<float*>(L->vs.p), L->slots, L->window, sa, st), what);
+          return CudaStatus(cuda::KvWrite(input(0), input(1), L->width, L->k.p, L->v.p, kv_type, L->slots, L->window, sa, st), what);
+        },
+        [&](const GeGluOp&) { return CudaStatus(cuda::GeGlu(input(0), input(1), n, out, st), what); },
+        [&](const AddOp& op) { return CudaStatus(cuda::Add(input(0), input(1), n, op.scale, out, st), what); },
+        [&](const ScaleOp& op) { return CudaStatus(cuda::Scale(input(0), n, op.scale, out, st), what); },
+        [&](const SoftcapOp& op) { return CudaStatus(cuda::Softcap(input(0), n, op.cap, out, st), what); },
+        [&](const SliceOp& op) {
+          return CudaStatus(cuda::Slice(input(0), rows, graph_.node(node.inputs[0]).cols, op.begin, node.cols, out, st), what);
+        },
+        [&](const SelectRowsOp&) { return CudaStatus(cuda::SelectRows(input(0), rows, node.cols, sa.output_rows, out, st), what); },
+        [&](const MoEOp& op) { return RunMoE(node, op, input(0), input(1), out, rows); },
+    }, node.op);
+    if (!s.ok()) return s;
+  }
+  return OkStatus();
+}
+
 Status CudaExecutable::Run(const StepInput& in, KvCacheBase& base) {
   auto* cache = dynamic_cast<CudaKvCache*>(&base);
   G4_CHECK(cache != nullptr && cache->owner == backend_);  // a cache of this backend (CreateKvCache)
   G4_CHECK(static_cast<int>(in.tokens.size()) == T_ && in.positions.size() == in.tokens.size() &&
            in.seq_ids.size() == in.tokens.size() && static_cast<int>(in.output_rows.size()) == R_);
   G4_RETURN_IF_ERROR(backend_->Select());
+  for (int t = 0; t < T_; ++t)
+    if (in.tokens[t] < 0 || in.tokens[t] >= vocab_)
+      return InvalidArgument("token id " + std::to_string(in.tokens[t]) + " outside the vocabulary");
   // Token arrays: tokens, positions, seq_ids, seq_first [T] and output rows [R].
   std::vector<int32_t> host(4 * static_cast<size_t>(T_) + R_);
   for (int t = 0; t < T_; ++t) {
@@ -442,63 +576,34 @@ Status CudaExecutable::Run(const StepInput& in, KvCacheBase& base) {
   auto* ints = reinterpret_cast<int32_t*>(Arena() + plan_.total() - plan_.ints);
   G4_CUDA(cudaMemcpyAsync(ints, host.data(), host.size() * sizeof(int32_t), cudaMemcpyHostToDevice, st), "uploading the step's tokens");
   const cuda::StepArrays sa{ints, ints + T_, ints + 2 * T_, ints + 3 * T_, ints + 4 * T_, T_};
-  const int kv_type = cache->type() == DType::kF32 ? 0 : cache->type() == DType::kF16 ? 1 : 2;
-
+  const DType ct = cache->type();
+  const int kv_type = ct == DType::kF32    ? cuda::kKvF32
+                      : ct == DType::kF16  ? cuda::kKvF16
+                      : ct == DType::kBF16 ? cuda::kKvBF16
+                                           : cuda::kKvI8;
+  // The key count each attention's split plan is made for (decode steps; DecodePlanKeys). The
+  // graph's key: what its launches hold besides the weights (fixed for the backend's life).
   const auto& nodes = graph_.nodes();
+  plan_keys_.assign(nodes.size(), 0);
+  std::vector<uintptr_t> key{reinterpret_cast<uintptr_t>(Arena()), static_cast<uintptr_t>(kv_type)};
+  for (const CudaKvCache::Layer& L : cache->layers) {
+    for (const void* p : {L.k.p, L.v.p, L.ks.p, L.vs.p}) key.push_back(reinterpret_cast<uintptr_t>(p));
+    key.push_back(static_cast<uintptr_t>(L.slots));
+  }
   for (size_t i = 0; i < nodes.size(); ++i) {
-    const Node& node = nodes[i];
-    const int rows = RowsOf(node, T_, R_);
-    if (rows == 0) continue;  // a step without output rows: nothing to compute (no empty launches)
-    float* out = node.cols > 0 ? Value(static_cast<int>(i)) : nullptr;
-    auto input = [&](int j) { return Value(node.inputs[j]); };
-    const size_t n = static_cast<size_t>(rows) * node.cols;
-    const std::string what = "node %" + std::to_string(i) + " (" + Graph::OpName(node.op) + ")";
-    auto layer = [&](int l) -> StatusOr<CudaKvCache::Layer*> {
-      if (l < 0 || l >= static_cast<int>(cache->layers.size()) || cache->layers[l].slots == 0)
-        return InvalidArgument(what + ": layer " + std::to_string(l) + " has no KV cache");
-      return &cache->layers[l];
-    };
-    Status s = std::visit(Overloaded{
-        [&](const EmbedOp& op) -> Status {
-          for (int t = 0; t < T_; ++t)
-            if (in.tokens[t] < 0 || in.tokens[t] >= op.table->shape[0])
-              return InvalidArgument("token id " + std::to_string(in.tokens[t]) + " outside the vocabulary");
-          G4_ASSIGN_OR_RETURN(const DeviceWeight* w, backend_->Matrix(op.table));
-          return CudaStatus(cuda::Embed(w->data(), w->format, w->row_bytes, node.cols, op.scale, sa, out, st), what);
-        },
-        [&](const MatMulOp& op) { return RunMatMul(node, op, input(0), out, rows); },
-        [&](const RmsNormOp& op) -> Status {
-          const float* w = nullptr;
-          if (op.w) {
-            G4_ASSIGN_OR_RETURN(w, backend_->Vector(op.w));
-          }
-          return CudaStatus(cuda::RmsNorm(input(0), rows, node.cols, op.group, w, op.eps, op.offset, out, st), what);
-        },
-        [&](const RopeOp& op) {
-          return CudaStatus(cuda::Rope(input(0), rows, node.cols, op.head_dim, static_cast<const float*>(rope_freqs_[i].p),
-                                       sa, out, st), what);
-        },
-        [&](const AttentionOp& op) -> Status {
-          G4_ASSIGN_OR_RETURN(CudaKvCache::Layer * L, layer(op.cache_layer));
-          const cuda::AttentionArgs a{input(0), input(1), input(2), L->k.p, L->v.p, out, kv_type, L->slots, L->window,
-                                      op.num_heads, op.num_kv_heads, op.head_dim, op.scale, op.softcap};
-          return CudaStatus(cuda::Attention(a, sa, st), what);
-        },
-        [&](const KvWriteOp& op) -> Status {
-          G4_ASSIGN_OR_RETURN(CudaKvCache::Layer * L, layer(op.cache_layer));
-          return CudaStatus(cuda::KvWrite(input(0), input(1), L->width, L->k.p, L->v.p, kv_type, L->slots, L->window, sa, st), what);
-        },
-        [&](const GeGluOp&) { return CudaStatus(cuda::GeGlu(input(0), input(1), n, out, st), what); },
-        [&](const AddOp& op) { return CudaStatus(cuda::Add(input(0), input(1), n, op.scale, out, st), what); },
-        [&](const ScaleOp& op) { return CudaStatus(cuda::Scale(input(0), n, op.scale, out, st), what); },
-        [&](const SoftcapOp& op) { return CudaStatus(cuda::Softcap(input(0), n, op.cap, out, st), what); },
-        [&](const SliceOp& op) {
-          return CudaStatus(cuda::Slice(input(0), rows, graph_.node(node.inputs[0]).cols, op.begin, node.cols, out, st), what);
-        },
-        [&](const SelectRowsOp&) { return CudaStatus(cuda::SelectRows(input(0), rows, node.cols, sa.output_rows, out, st), what); },
-        [&](const MoEOp& op) { return RunMoE(node, op, input(0), input(1), out, rows); },
-    }, node.op);
-    if (!s.ok()) return s;
+    const auto* op = std::get_if<AttentionOp>(&nodes[i].op);
+    if (op == nullptr || op->cache_layer < 0 || op->cache_layer >= static_cast<int>(cache->layers.size())) continue;
+    const CudaKvCache::Layer& L = cache->layers[op->cache_layer];
+    int max_keys = 1;
+    for (int t = 0; t < T_; ++t)
+      max_keys = std::max(max_keys, in.positions[t] - cuda::FirstKey(in.positions[t], L.window) + 1);
+    plan_keys_[i] = cuda::DecodePlanKeys(max_keys, std::max(L.slots, 1));
+    key.push_back(static_cast<uintptr_t>(plan_keys_[i]));
+  }
+  if (graphs_) {
+    G4_RETURN_IF_ERROR(step_graph_.Launch(key, st, [&] { return Enqueue(*cache, kv_type, sa); }));
+  } else {
+    G4_RETURN_IF_ERROR(Enqueue(*cache, kv_type, sa));
   }
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& node = nodes[i];
@@ -554,6 +659,28 @@ int DeviceCount() {
   return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
 }
 
+// Every kernel of a fixed block size against the device's limits (cuda_policy.h), before any
+// runs. Errors: FailedPrecondition where the module has no code for the device, Unimplemented
+// naming the kernel and the limit.
+Status CheckFixedKernels(const CudaDeviceInfo& dev) {
+  std::vector<cuda::KernelLaunchInfo> ks;
+  for (cudaError_t e : {cuda::AppendFixedKernelLaunches(&ks), cuda::AppendMatMulKernelLaunches(&ks),
+                        cuda::AppendAttentionAuxKernelLaunches(&ks)})
+    if (e != cudaSuccess)
+      return FailedPrecondition("CUDA device " + std::to_string(dev.device) + " (" + dev.name + ", compute capability " +
+                                std::to_string(dev.cc_major) + "." + std::to_string(dev.cc_minor) +
+                                "): reading the kernels' attributes: " + cudaGetErrorString(e) +
+                                " (the module is built for sm_75, sm_80, sm_86, sm_89 and sm_90 unless "
+                                "CMAKE_CUDA_ARCHITECTURES said otherwise)");
+  const cuda::DeviceLimits limits{dev.max_threads_per_block, dev.shared_per_block, dev.regs_per_block};
+  for (const cuda::KernelLaunchInfo& k : ks)
+    G4_RETURN_IF_ERROR(cuda::CheckKernelLaunch(
+        "CUDA device " + std::to_string(dev.device), k.name,
+        cuda::KernelResources{k.attr.maxThreadsPerBlock, k.attr.numRegs, k.attr.sharedSizeBytes}, k.threads,
+        k.dynamic_shared, limits));
+  return OkStatus();
+}
+
 StatusOr<std::unique_ptr<Backend>> Make(const CudaBackendOptions& o) {
   int count = 0;
   const cudaError_t e = cudaGetDeviceCount(&count);
@@ -574,10 +701,12 @@ StatusOr<std::unique_ptr<Backend>> Make(const CudaBackendOptions& o) {
   info.sm_count = prop.multiProcessorCount;
   info.shared_per_block = prop.sharedMemPerBlock;
   info.max_threads_per_block = prop.maxThreadsPerBlock;
+  info.regs_per_block = prop.regsPerBlock;
   G4_ASSIGN_OR_RETURN(cuda::ComputeChoice choice, cuda::ChooseComputeDtype(prop.major, prop.minor, o.compute_dtype));
   info.compute_dtype = choice.dtype;
   info.compute_reason = choice.reason;
   G4_CUDA(cudaSetDevice(o.device), "selecting CUDA device " + std::to_string(o.device));
+  G4_RETURN_IF_ERROR(CheckFixedKernels(info));
   size_t free = 0, total = 0;
   G4_CUDA(cudaMemGetInfo(&free, &total), "reading the device's free memory");
   info.free_memory = free;

@@ -38,6 +38,7 @@ struct CudaDeviceInfo {
   int sm_count = 0;
   size_t shared_per_block = 0;  // bytes a block may use without opting in
   int max_threads_per_block = 0;
+  int regs_per_block = 0;
   std::string compute_dtype, compute_reason;
 };
 

@@ -3,6 +3,7 @@
 // below, f32 accumulation either way; BF16 weights become F16 at load below 8.0 (never emulated).
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 #include "base/status.h"
@@ -32,6 +33,37 @@ inline StatusOr<ComputeChoice> ChooseComputeDtype(int cc_major, int cc_minor, co
     return InvalidArgument("--compute-dtype f32: the CUDA backend's kernels compute in bf16 or f16 with f32 "
                            "accumulation; it has no f32 weight path");
   return InvalidArgument("--compute-dtype must be auto, bf16, f16 or f32, got '" + requested + "'");
+}
+
+// A compiled kernel's resources (cudaFuncGetAttributes: the largest block its registers allow,
+// registers per thread, static shared memory) and the device's per-block limits (cudaDeviceProp).
+struct KernelResources {
+  int max_threads_per_block = 0;
+  int regs_per_thread = 0;
+  size_t static_shared = 0;
+};
+struct DeviceLimits {
+  int max_threads_per_block = 0;
+  size_t shared_per_block = 0;  // without opting in to more
+  int regs_per_block = 0;
+};
+// Whether `kernel` launches with `threads` threads and `dynamic_shared` bytes of dynamic shared
+// memory per block. Errors: Unimplemented naming the kernel, the need and the limit (`what`: the
+// graph node it is for).
+inline Status CheckKernelLaunch(const std::string& what, const std::string& kernel, const KernelResources& k,
+                                int threads, size_t dynamic_shared, const DeviceLimits& d) {
+  const std::string head = what + ": the " + kernel + " kernel needs ";
+  if (threads > d.max_threads_per_block)
+    return Unimplemented(head + std::to_string(threads) + " threads per block > the device's " +
+                         std::to_string(d.max_threads_per_block));
+  if (threads > k.max_threads_per_block || static_cast<long long>(threads) * k.regs_per_thread > d.regs_per_block)
+    return Unimplemented(head + std::to_string(threads) + " threads x " + std::to_string(k.regs_per_thread) +
+                         " registers per block > the device's " + std::to_string(d.regs_per_block) + " (at most " +
+                         std::to_string(k.max_threads_per_block) + " threads of this kernel)");
+  if (k.static_shared + dynamic_shared > d.shared_per_block)
+    return Unimplemented(head + std::to_string(k.static_shared) + " + " + std::to_string(dynamic_shared) +
+                         " bytes of shared memory per block > the device's " + std::to_string(d.shared_per_block));
+  return OkStatus();
 }
 
 }  // namespace g4::cuda

@@ -280,4 +280,32 @@ cudaError_t MoeCombine(const float* eo, const float* weight, int rows, int k, in
   return cudaGetLastError();
 }
 
+cudaError_t AppendFixedKernelLaunches(std::vector<KernelLaunchInfo>* out) {
+  cudaError_t err = cudaSuccess;
+  auto add = [&](const char* name, const void* fn, int threads) {
+    KernelLaunchInfo k{name, {}, threads, 0};
+    const cudaError_t e = cudaFuncGetAttributes(&k.attr, fn);
+    if (e != cudaSuccess && err == cudaSuccess) err = e;
+    out->push_back(k);
+  };
+  for (int f = 0; f < kWNumFormats; ++f)
+    WithFormat(f, [&](auto c) {
+      add("embedding", reinterpret_cast<const void*>(EmbedKernel<decltype(c)::value>), 128);
+      add("MoE routing", reinterpret_cast<const void*>(MoeRouteKernel<decltype(c)::value>), 256);  // shared: at Compile
+    });
+  add("RMS norm", reinterpret_cast<const void*>(RmsNormKernel), 1024);
+  add("RoPE", reinterpret_cast<const void*>(RopeKernel), 256);
+  add("KV write", reinterpret_cast<const void*>(KvWriteKernel<float>), 256);
+  add("KV write", reinterpret_cast<const void*>(KvWriteKernel<__half>), 256);
+  add("KV write", reinterpret_cast<const void*>(KvWriteKernel<__nv_bfloat16>), 256);
+  add("GeGLU", reinterpret_cast<const void*>(GeGluKernel), 256);
+  add("add", reinterpret_cast<const void*>(AddKernel), 256);
+  add("scale", reinterpret_cast<const void*>(ScaleKernel), 256);
+  add("soft-cap", reinterpret_cast<const void*>(SoftcapKernel), 256);
+  add("row copy", reinterpret_cast<const void*>(CopyRowsKernel), 256);
+  add("MoE GeGLU", reinterpret_cast<const void*>(MoeGeGluKernel), 256);
+  add("MoE combine", reinterpret_cast<const void*>(MoeCombineKernel), 256);
+  return err;
+}
+
 }  // namespace g4::cuda

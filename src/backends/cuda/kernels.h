@@ -1,14 +1,17 @@
-// The CUDA backend's kernels (kernels.cu, matmul.cu, attention.cu), one per graph op, launched on
-// `stream`. Activations between ops are f32 row-major [rows, cols] device arrays (the graph's
+// The CUDA backend's kernels (kernels.cu, matmul.cu, attention*.cu, kv_q8.cu), one per graph op,
+// launched on `stream`. Activations between ops are f32 row-major [rows, cols] device arrays (the graph's
 // values); weights are device bytes in a WeightFormat (blocks.h); KV caches are device arrays of
-// f32, f16 or bf16 (kv_type: 0 f32, 1 f16, 2 bf16) laid out as runtime/kv_cache.h's KvCache
-// ([max_seqs, slots, Nkv*D] per layer). Every launcher returns the launch's cudaError_t.
+// f32, f16, bf16 or int8 with scales (kv_type: attention_plan.h's KvType) laid out as
+// runtime/kv_cache.h's KvCache ([max_seqs, slots, Nkv*D] per layer). Every launcher returns the launch's cudaError_t.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
+
+#include "backends/cuda/attention_plan.h"
 
 namespace g4::cuda {
 
@@ -54,21 +57,46 @@ struct AttentionArgs {
   const float* q;  // [tokens, Nq*D]
   const float* k;  // [tokens, Nkv*D] the step's keys (f32; rounded to kv_type as the cache holds them)
   const float* v;
+  // kv_type i8: the step's keys and values quantised (QuantizeKvRows), [tokens, Nkv*D] and
+  // their scales [tokens, Nkv]; unused otherwise.
+  const int8_t* k_q = nullptr;
+  const int8_t* v_q = nullptr;
+  const float* k_qscale = nullptr;
+  const float* v_qscale = nullptr;
   const void* k_cache;  // [max_seqs, slots, Nkv*D] of kv_type
   const void* v_cache;
+  const float* k_scale_cache = nullptr;  // i8: [max_seqs, slots, Nkv]
+  const float* v_scale_cache = nullptr;
   float* out;  // [tokens, Nq*D]
-  int kv_type, slots, window, num_heads, num_kv_heads, head_dim;
+  int kv_type, slots, window, num_heads, num_kv_heads, head_dim;  // kv_type: KvType (attention_plan.h)
   float scale, softcap;
 };
-// Causal attention (AttentionOp): one block per (token, KV head), one warp per query head of that
-// KV head's group; keys and values staged through shared memory in tiles of kAttentionTile rows,
-// so each is read from device memory once for the whole group; online softmax in f32.
-inline constexpr int kAttentionTile = 8;
-// Shared memory one attention block uses (bytes), for the launch check.
-inline size_t AttentionSharedBytes(int head_dim) { return 2u * kAttentionTile * head_dim * sizeof(float); }
-// Whether the attention kernel has an instance for this head_dim (32, 64, 128, 256, 512).
+// Causal attention (AttentionOp) of a prefill step: one block per (token, KV head), one warp per
+// query head of that KV head's group; keys and values staged through shared memory in tiles of
+// kAttentionTile rows, so each is read from device memory once for the whole group; online
+// softmax in f32 (attention_common.cuh).
+// kAttentionTile, AttentionSharedBytes: attention_plan.h.
+// Whether the attention kernels have an instance for this head_dim (32, 64, 128, 256, 512).
 bool AttentionHeadDimSupported(int head_dim);
 cudaError_t Attention(const AttentionArgs& a, const StepArrays& s, cudaStream_t stream);
+// Flash decoding for steps of at most kDecodeMaxTokens tokens (attention_decode.cu): the split
+// plan's ranges of keys per block, partial states in `partials` (DecodePartialBytes), merged by a
+// second kernel where plan.splits > 1. DecodeAttentionThreads: its block size.
+cudaError_t DecodeAttention(const AttentionArgs& a, const StepArrays& s, const DecodeSplit& plan, float* partials,
+                            cudaStream_t stream);
+int DecodeAttentionThreads(int num_heads, int num_kv_heads);
+// The compiled kernels' attributes (registers, static shared memory, largest block) for the launch
+// checks; cudaErrorInvalidValue for a head_dim or kv_type with no instance.
+cudaError_t AttentionAttributes(int head_dim, int kv_type, cudaFuncAttributes* attr);
+cudaError_t DecodeAttentionAttributes(int head_dim, int kv_type, cudaFuncAttributes* attr);
+// The int8 KV cache (runtime/kv_cache.h; kv_q8.cu): the step's K and V rows [rows, heads * D]
+// quantised into kq/vq [rows, heads * D] and scales ks/vs [rows, heads]; and KvWrite's form,
+// into a layer's int8 cache and its scales ([max_seqs, slots, heads]).
+cudaError_t QuantizeKvRows(const float* k, const float* v, int rows, int heads, int D, int8_t* kq, int8_t* vq,
+                           float* ks, float* vs, cudaStream_t stream);
+cudaError_t QuantizeKvAttributes(cudaFuncAttributes* attr);
+cudaError_t KvWriteI8(const float* k, const float* v, int heads, int D, int8_t* k_cache, int8_t* v_cache,
+                      float* k_scale, float* v_scale, int slots, int window, const StepArrays& s, cudaStream_t stream);
 // out = gelu_tanh(a) * b; out = (a + b) * scale; out = x * scale; out = cap * tanh(x / cap).
 cudaError_t GeGlu(const float* a, const float* b, size_t n, float* out, cudaStream_t stream);
 cudaError_t Add(const float* a, const float* b, size_t n, float scale, float* out, cudaStream_t stream);
@@ -90,5 +118,21 @@ inline size_t MoeRouteSharedBytes(int H, int E) { return (static_cast<size_t>(H)
 cudaError_t MoeGeGlu(const float* gu, int jobs, int I, float* act, cudaStream_t stream);
 // out[t] = sum over i < k, in order, of eo[t * k + i] * weight[t * k + i].
 cudaError_t MoeCombine(const float* eo, const float* weight, int rows, int k, int H, float* out, cudaStream_t stream);
+
+
+// A kernel launched with a block size fixed by its launcher (the largest, where it varies), for
+// the check against the device's limits when the backend is made (cuda_policy.h's
+// CheckKernelLaunch); the attention kernels are checked per op at Compile instead.
+struct KernelLaunchInfo {
+  const char* name;
+  cudaFuncAttributes attr;
+  int threads;
+  size_t dynamic_shared;
+};
+// Appends every such kernel instance of kernels.cu, matmul.cu, kv_q8.cu and attention_decode.cu
+// (its combine kernel); the first cudaFuncGetAttributes error, if any.
+cudaError_t AppendFixedKernelLaunches(std::vector<KernelLaunchInfo>* out);
+cudaError_t AppendMatMulKernelLaunches(std::vector<KernelLaunchInfo>* out);
+cudaError_t AppendAttentionAuxKernelLaunches(std::vector<KernelLaunchInfo>* out);
 
 }  // namespace g4::cuda
