@@ -9,7 +9,6 @@
 #include <future>
 #include <nlohmann/json.hpp>
 
-#include "cli_runner.h"
 #include "server/serve.h"
 #include "xla/xla_serve_util.h"
 #include "xla/xla_test_util.h"
@@ -17,13 +16,7 @@
 namespace g4::server {
 namespace {
 
-using json = nlohmann::json;
-using test_util::CliResult;
-using test_util::RunCli;
-
-using xla_serve_test::Complete;
-using xla_serve_test::StartServer;
-using xla_serve_test::TinyModel;
+using namespace xla_serve_test;
 
 TEST(XlaMeshServeTest, ConcurrentGreedyRequestsOnTwoByTwoEqualSoloRuns) {
   G4_REQUIRE_PJRT_PLUGIN();
@@ -52,9 +45,9 @@ TEST(XlaMeshCliTest, GenerateInfoAndInvalidMeshes) {
   CliResult four = RunCli(gen + plugin + " --devices 4");
   ASSERT_EQ(one.status, 0) << one.out;
   ASSERT_EQ(four.status, 0) << four.out;
-  const size_t p = one.out.find("ids: ");
-  ASSERT_NE(p, std::string::npos) << one.out;
-  EXPECT_NE(four.out.find(one.out.substr(p, one.out.find('\n', p) - p)), std::string::npos) << four.out;
+  const std::string ids = IdsLine(one.out);
+  ASSERT_FALSE(ids.empty()) << one.out;
+  EXPECT_NE(four.out.find(ids), std::string::npos) << four.out;
   EXPECT_NE(four.out.find("mesh=data=1,model=4"), std::string::npos) << four.out;
 
   CliResult info = RunCli("info -m " + TinyModel() + plugin + " --mesh data=2,model=2 -c 64");

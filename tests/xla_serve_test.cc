@@ -14,7 +14,6 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "cli_runner.h"
 #include "model/model.h"
 #include "server/serve.h"
 #include "xla/xla_serve_util.h"
@@ -23,13 +22,7 @@
 namespace g4::server {
 namespace {
 
-using json = nlohmann::json;
-using test_util::CliResult;
-using test_util::RunCli;
-
-using xla_serve_test::Complete;
-using xla_serve_test::StartServer;
-using xla_serve_test::TinyModel;
+using namespace xla_serve_test;
 
 TEST(XlaServeTest, CompletionsMatchTheCpuBackendStreamedAndConcurrent) {
   G4_REQUIRE_PJRT_PLUGIN();
@@ -129,24 +122,27 @@ TEST(XlaServeTest, ChatOnTheRealModelIsTheCpuBackendsReplyStreamedAndNot) {
   EXPECT_EQ(finish, want["choices"][0]["finish_reason"]);
 }
 
-TEST(XlaCliTest, GenerateLogitsBenchAndInfoRunOnXla) {
-  G4_REQUIRE_PJRT_PLUGIN();
+// `generate` of the tiny model, greedy, with --cache-type `cache_type` on the CPU backend and on
+// XLA: both exit 0 with the same ids. Returns XLA's output.
+std::string ExpectXlaGeneratesTheCpuIds(const std::string& cache_type) {
   const std::string common = "generate -m " + TinyModel() + " --tokens 2,17,300,41 -n 10 --temp 0 --ignore-eos --show-ids "
-                             "--cache-type f32 --f32-activations";
+                             "--cache-type " + cache_type + " --f32-activations";
   CliResult cpu = RunCli(common);
   CliResult on_xla = RunCli(common + " --backend xla --pjrt-plugin " + xla::testing_util::PluginPath());
-  ASSERT_EQ(cpu.status, 0) << cpu.out;
-  ASSERT_EQ(on_xla.status, 0) << on_xla.out;
-  auto ids = [](const std::string& out) {
-    const size_t p = out.find("ids: ");
-    return p == std::string::npos ? std::string() : out.substr(p, out.find('\n', p) - p);
-  };
-  EXPECT_FALSE(ids(cpu.out).empty()) << cpu.out;
-  EXPECT_EQ(ids(on_xla.out), ids(cpu.out));
-  EXPECT_NE(on_xla.out.find("device policy: backend=xla plugin=" + xla::testing_util::PluginPath() + " api=0."),
+  EXPECT_EQ(cpu.status, 0) << cpu.out;
+  EXPECT_EQ(on_xla.status, 0) << on_xla.out;
+  EXPECT_FALSE(IdsLine(cpu.out).empty()) << cpu.out;
+  EXPECT_EQ(IdsLine(on_xla.out), IdsLine(cpu.out));
+  return on_xla.out;
+}
+
+TEST(XlaCliTest, GenerateLogitsBenchAndInfoRunOnXla) {
+  G4_REQUIRE_PJRT_PLUGIN();
+  const std::string on_xla = ExpectXlaGeneratesTheCpuIds("f32");
+  EXPECT_NE(on_xla.find("device policy: backend=xla plugin=" + xla::testing_util::PluginPath() + " api=0."),
             std::string::npos)
-      << on_xla.out;
-  EXPECT_NE(on_xla.out.find("platform=cpu"), std::string::npos) << on_xla.out;
+      << on_xla;
+  EXPECT_NE(on_xla.find("platform=cpu"), std::string::npos) << on_xla;
   CliResult logits = RunCli("logits -m " + TinyModel() + " --tokens 2,17,300 --top 2 --json --backend xla --pjrt-plugin " +
                             xla::testing_util::PluginPath());
   EXPECT_EQ(logits.status, 0) << logits.out;
@@ -166,20 +162,9 @@ TEST(XlaCliTest, GenerateLogitsBenchAndInfoRunOnXla) {
 // CPU backend's q8 cache (both store the same bytes: lower_kv.h), and `info` counts the scales.
 TEST(XlaCliTest, Q8CacheGivesTheCpuBackendsGreedyIds) {
   G4_REQUIRE_PJRT_PLUGIN();
-  const std::string common = "generate -m " + TinyModel() + " --tokens 2,17,300,41 -n 10 --temp 0 --ignore-eos --show-ids "
-                             "--cache-type q8 --f32-activations";
-  CliResult cpu = RunCli(common);
-  CliResult on_xla = RunCli(common + " --backend xla --pjrt-plugin " + xla::testing_util::PluginPath());
-  ASSERT_EQ(cpu.status, 0) << cpu.out;
-  ASSERT_EQ(on_xla.status, 0) << on_xla.out;
-  auto ids = [](const std::string& out) {
-    const size_t p = out.find("ids: ");
-    return p == std::string::npos ? std::string() : out.substr(p, out.find('\n', p) - p);
-  };
-  EXPECT_FALSE(ids(cpu.out).empty()) << cpu.out;
-  EXPECT_EQ(ids(on_xla.out), ids(cpu.out));
-  EXPECT_NE(on_xla.out.find("device policy: backend=xla"), std::string::npos) << on_xla.out;
-  EXPECT_NE(on_xla.out.find(" kv=q8 "), std::string::npos) << on_xla.out;
+  const std::string on_xla = ExpectXlaGeneratesTheCpuIds("q8");
+  EXPECT_NE(on_xla.find("device policy: backend=xla"), std::string::npos) << on_xla;
+  EXPECT_NE(on_xla.find(" kv=q8 "), std::string::npos) << on_xla;
   // K and V of 5 sliding layers (8 slots, D 16) and a full one (128 slots, D 32), one KV head, D + 4
   // bytes a slot: 2 (5 * 8 * 20 + 128 * 36) = 10816 bytes, 0.0103 MiB (without the scales 0.0090).
   CliResult info = RunCli("info -m " + TinyModel() + " -c 128 --cache-type q8 --backend xla --pjrt-plugin " +
@@ -199,9 +184,8 @@ TEST(XlaCliTest, RealModelGreedyIdsAreTheCpuBackendsWithF32Activations) {
   CliResult on_xla = RunCli(common + " --backend xla --pjrt-plugin " + xla::testing_util::PluginPath());
   ASSERT_EQ(cpu.status, 0) << cpu.out;
   ASSERT_EQ(on_xla.status, 0) << on_xla.out;
-  const size_t p = cpu.out.find("ids: ");
-  ASSERT_NE(p, std::string::npos) << cpu.out;
-  const std::string ids = cpu.out.substr(p, cpu.out.find('\n', p) - p);
+  const std::string ids = IdsLine(cpu.out);
+  ASSERT_FALSE(ids.empty()) << cpu.out;
   EXPECT_NE(on_xla.out.find(ids), std::string::npos) << "cpu " << ids << "\nxla: " << on_xla.out;
 }
 

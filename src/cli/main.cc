@@ -36,6 +36,7 @@
 #include "backends/backend_flags.h"
 #include "backends/cpu/cpu_backend.h"
 #include "backends/cpu/simd_cap.h"
+#include "base/parse_int.h"
 #include "base/thread_pool.h"
 #include "model/gemma.h"
 #include "model/model.h"
@@ -63,16 +64,10 @@ g4::StatusOr<std::vector<int32_t>> ParseTokens(const std::string& text) {
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {
-    size_t pos = 0;
-    long long v = -1;
-    try {
-      v = std::stoll(item, &pos);
-    } catch (...) {
-      pos = 0;
-    }
-    if (item.empty() || pos != item.size() || v < 0 || v > INT32_MAX)
+    const std::optional<long long> v = g4::ParseWholeInteger(item);
+    if (!v || *v < 0 || *v > INT32_MAX)
       return g4::InvalidArgument("--tokens: '" + item + "' is not a token id (expected non-negative integers separated by commas)");
-    ids.push_back(static_cast<int32_t>(v));
+    ids.push_back(static_cast<int32_t>(*v));
   }
   if (ids.empty()) return g4::InvalidArgument("--tokens: no token ids given");
   return ids;

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
+#include "base/parse_int.h"
 #include "server/api_internal.h"
 #include "server/chat_tools.h"
 #include "tokenizer/utf8.h"
@@ -288,14 +290,8 @@ MaybeError ParseSampling(const json& o, const ModelInfo& model, SamplingParams* 
                         "logit_bias");
     for (auto it = v->begin(); it != v->end(); ++it) {
       const std::string& key = it.key();
-      size_t pos = 0;
-      long long id = -1;
-      try {
-        id = std::stoll(key, &pos);
-      } catch (...) {
-        pos = 0;
-      }
-      if (key.empty() || pos != key.size() || id < 0 || id >= model.vocab_size)
+      const std::optional<long long> id = ParseWholeInteger(key);
+      if (!id || *id < 0 || *id >= model.vocab_size)
         return BadRequest("logit_bias: '" + utf8::Sanitize(key) + "' is not a token id in [0, " +
                               std::to_string(model.vocab_size) + ")",
                           "logit_bias");
@@ -303,7 +299,7 @@ MaybeError ParseSampling(const json& o, const ModelInfo& model, SamplingParams* 
       const double b = it.value().get<double>();
       if (!(b >= -100 && b <= 100))
         return BadRequest("logit_bias[" + key + "] must be in [-100, 100], got " + Dump(it.value()), "logit_bias");
-      s->logit_bias[static_cast<int32_t>(id)] = static_cast<float>(b);
+      s->logit_bias[static_cast<int32_t>(*id)] = static_cast<float>(b);
     }
   }
   Status st = s->ValidateForVocab(model.vocab_size);

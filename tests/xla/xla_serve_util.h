@@ -1,4 +1,5 @@
-// Helpers of the XLA server tests: a `serve` instance on a backend, and greedy completions by token ids.
+// Helpers of the XLA server and CLI tests: a `serve` instance on a backend, greedy completions by
+// token ids, the CLI runner and the ids `generate --show-ids` prints.
 #pragma once
 
 #include <httplib.h>
@@ -9,10 +10,15 @@
 #include <string>
 #include <vector>
 
+#include "../cli_runner.h"
 #include "server/serve.h"
 #include "xla_test_util.h"
 
 namespace g4::server::xla_serve_test {
+
+using json = nlohmann::json;
+using test_util::CliResult;
+using test_util::RunCli;
 
 // The tiny E2B-like golden checkpoint (token-id prompts: it has no tokenizer).
 inline std::string TinyModel() { return std::string(GEMMA4RT_TEST_DATA_DIR) + "/golden/gemma4-e2b-tiny"; }
@@ -63,6 +69,12 @@ inline nlohmann::json Complete(int port, const std::vector<int32_t>& prompt, int
       for (const auto& id : j["choices"][0]["token_ids"]) ids.push_back(id);
   }
   return ids;
+}
+
+// The line `ids: ...` of `generate --show-ids` in `out`; empty where there is none.
+inline std::string IdsLine(const std::string& out) {
+  const size_t p = out.find("ids: ");
+  return p == std::string::npos ? std::string() : out.substr(p, out.find('\n', p) - p);
 }
 
 }  // namespace g4::server::xla_serve_test

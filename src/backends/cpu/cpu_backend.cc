@@ -16,17 +16,10 @@
 #include "backends/cpu/kernels_bf16.h"
 #include "backends/cpu/kernels_q8.h"
 #include "base/check.h"
+#include "base/overloaded.h"
 #include "base/thread_pool.h"
 
 namespace g4 {
-namespace {
-
-template <class... Ts>
-struct Overloaded : Ts... { using Ts::operator()...; };
-template <class... Ts>
-Overloaded(Ts...) -> Overloaded<Ts...>;
-
-}  // namespace
 
 namespace cpu_internal {
 

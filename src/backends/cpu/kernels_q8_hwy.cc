@@ -89,6 +89,16 @@ HWY_INLINE uint32_t U32Q8(const uint8_t* p) {
   return v;  // little-endian hosts only (x86, Arm Linux)
 }
 
+// The R activation rows of a tile: row r's blocks (x[r], `units` blocks of 32) and their offset
+// sums (s[r], two per block), from the rows' blocks xq and sums laid out row after row.
+template <int R>
+HWY_INLINE void TileRows(const ActBlockQ8* xq, const float* sums, size_t units, const ActBlockQ8** x, const float** s) {
+  for (int r = 0; r < R; ++r) {
+    x[r] = xq + r * units;
+    s[r] = sums + r * 2 * units;
+  }
+}
+
 // The kernels, in the order they build on each other.
 #include "backends/cpu/kernels_q8_formats-inl.h"
 #include "backends/cpu/kernels_q8_pair-inl.h"

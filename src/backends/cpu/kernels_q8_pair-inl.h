@@ -118,12 +118,9 @@ HWY_NOINLINE void PairRowsTile(const ActBlockQ8* xq, const float* sums, const fl
                                int m1, const uint8_t* w, size_t row_bytes, float scale, float* y, size_t ldy) {
   const ActBlockQ8* x[R];
   const float* s[R];
+  TileRows<R>(xq, sums, units, x, s);
   const float* us[R];
-  for (int r = 0; r < R; ++r) {
-    x[r] = xq + r * units;
-    s[r] = sums + r * 2 * units;
-    us[r] = usums + r * units;
-  }
+  for (int r = 0; r < R; ++r) us[r] = usums + r * units;
   const size_t nb = units / Fmt::kUnits;
   float out[R][4];
   for (int m = m0; m < m1; m += 4) {

@@ -100,6 +100,19 @@ HWY_INLINE void UnitVec(const uint8_t* HWY_RESTRICT b, int j, void* HWY_RESTRICT
 }
 #endif
 
+// Block ib of a weight row `w`: each of its units' two scales (a[j][0] for the unit's first half,
+// a[j][1] for its second, Fmt::Scales) and offset terms (ob, two per unit, indexed by unit in
+// the row). Returns the block.
+template <class Fmt>
+HWY_INLINE const uint8_t* UnitScales(const uint8_t* HWY_RESTRICT w, size_t ib, float* HWY_RESTRICT ob,
+                                     float (*a)[2]) {
+  const uint8_t* blk = w + ib * Fmt::kBytes;
+  typename Fmt::Params p;
+  Fmt::Prepare(blk, &p);
+  for (int j = 0; j < Fmt::kUnits; ++j) Fmt::Scales(p, j, a[j], ob + 2 * (ib * Fmt::kUnits + j));
+  return blk;
+}
+
 // One weight row against R activation rows given as i16 (xw[r]: the row's K int8 values widened
 // once per RowsTile call, not once per weight row) and their blocks (x[r]: the scales dx): each
 // unit's 32 weights are decoded once (u, i16) and multiplied with every row by i16 x i16 -> i32
@@ -135,13 +148,11 @@ HWY_INLINE void DotTile(const int16_t* const* xw, const ActBlockQ8* const* x, co
 #endif
   HWY_ALIGN int16_t u[32];
   for (size_t ib = 0; ib < nb; ++ib) {
-    const uint8_t* blk = w + ib * Fmt::kBytes;
-    typename Fmt::Params p;
-    Fmt::Prepare(blk, &p);
+    float scales[Fmt::kUnits][2];
+    const uint8_t* blk = UnitScales<Fmt>(w, ib, ob, scales);
     for (int j = 0; j < Fmt::kUnits; ++j) {
       const size_t unit = ib * Fmt::kUnits + j;
-      float a[2];
-      Fmt::Scales(p, j, a, ob + 2 * unit);
+      const float* a = scales[j];
 #if HWY_TARGET == HWY_SCALAR
       Fmt::Unit(blk, j, u);
 #else
@@ -189,10 +200,9 @@ HWY_NOINLINE void RowsTile(const ActBlockQ8* xq, const float* sums, size_t units
   int16_t* const wide = WideScratch(R * units * 32);
   const ActBlockQ8* x[R];
   const float* s[R];
+  TileRows<R>(xq, sums, units, x, s);
   const int16_t* xw[R];
   for (int r = 0; r < R; ++r) {
-    x[r] = xq + r * units;
-    s[r] = sums + r * 2 * units;
     int16_t* dst = wide + r * units * 32;
     for (size_t i = 0; i < units; ++i)
       for (int k = 0; k < 32; ++k) dst[i * 32 + k] = x[r][i].q[k];
@@ -235,13 +245,11 @@ G4_SDOT_ATTR HWY_INLINE void DotTileSdot(const ActBlockQ8* const* x, const float
   const int32x4_t zero = vdupq_n_s32(0);
   HWY_ALIGN int8_t u[32];
   for (size_t ib = 0; ib < nb; ++ib) {
-    const uint8_t* blk = w + ib * Fmt::kBytes;
-    typename Fmt::Params p;
-    Fmt::Prepare(blk, &p);
+    float scales[Fmt::kUnits][2];
+    const uint8_t* blk = UnitScales<Fmt>(w, ib, ob, scales);
     for (int j = 0; j < Fmt::kUnits; ++j) {
       const size_t unit = ib * Fmt::kUnits + j;
-      float a[2];
-      Fmt::Scales(p, j, a, ob + 2 * unit);
+      const float* a = scales[j];
       UnitVec<Fmt, false>(blk, j, u);
       const int8x16_t w0 = vld1q_s8(u), w1 = vld1q_s8(u + 16);
       for (int r = 0; r < R; ++r) {
@@ -273,10 +281,7 @@ G4_SDOT_ATTR HWY_NOINLINE void RowsTileSdot(const ActBlockQ8* xq, const float* s
                                                                    size_t ldy) {
   const ActBlockQ8* x[R];
   const float* s[R];
-  for (int r = 0; r < R; ++r) {
-    x[r] = xq + r * units;
-    s[r] = sums + r * 2 * units;
-  }
+  TileRows<R>(xq, sums, units, x, s);
   const size_t nb = units / Fmt::kUnits;
   float out[R];
   for (int m = m0; m < m1; ++m) {

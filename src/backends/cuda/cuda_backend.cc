@@ -17,15 +17,12 @@
 #include "backends/cuda/cuda_policy.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/step_graph.h"
+#include "backends/device_kv_cache.h"
 #include "base/check.h"
+#include "base/overloaded.h"
 
 namespace g4 {
 namespace {
-
-template <class... Ts>
-struct Overloaded : Ts... { using Ts::operator()...; };
-template <class... Ts>
-Overloaded(Ts...) -> Overloaded<Ts...>;
 
 using cuda::ArenaPlan;
 using cuda::kGemmTileRows;
@@ -95,19 +92,15 @@ struct DeviceWeight {
 
 class CudaBackend;
 
-class CudaKvCache : public KvCacheBase {
+class CudaKvCache : public DeviceKvCache<CudaBackend> {
  public:
-  CudaKvCache(const CudaBackend* owner, int max_seqs, int max_context, DType type)
-      : KvCacheBase(max_seqs, max_context, type), owner(owner) {}
-  size_t bytes() const override { return bytes_; }
+  using DeviceKvCache::DeviceKvCache;
   struct Layer {
     int slots = 0, window = 0, width = 0, heads = 0;  // slots 0: not an owner
     DeviceMem k, v;
     DeviceMem ks, vs;  // int8 cache: the f32 scales [max_seqs, slots, heads]
   };
-  const CudaBackend* owner;
   std::vector<Layer> layers;  // by layer index
-  size_t bytes_ = 0;
 };
 
 class CudaBackend : public Backend {

@@ -7,6 +7,7 @@
 #include "backends/xla/device_policy.h"
 #include "backends/xla/lower_kv.h"
 #include "base/check.h"
+#include "base/overloaded.h"
 
 namespace g4::xla {
 namespace {
@@ -14,13 +15,6 @@ namespace {
 constexpr ElemType kF32 = ElemType::kF32;
 constexpr ElemType kI32 = ElemType::kI32;
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
-
-template <class... Ts>
-struct Overloaded : Ts... {
-  using Ts::operator()...;
-};
-template <class... Ts>
-Overloaded(Ts...) -> Overloaded<Ts...>;
 
 // The tensors a node reads as weights, in a fixed order.
 std::vector<const Tensor*> WeightsOf(const OpAttrs& op) {

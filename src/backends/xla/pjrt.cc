@@ -327,15 +327,25 @@ Client::~Client() {
   (void)G4_PJRT_CALL(*plugin_, PJRT_Client_Destroy, &a, "destroy client");
 }
 
-StatusOr<std::string> Client::DeviceKind(int device) const {
-  if (device < 0 || device >= num_devices())
-    return InvalidArgument("device " + std::to_string(device) + " does not exist: the " + platform_name_ +
-                           " client has " + std::to_string(num_devices()) + " device(s)");
+namespace {
+
+// The description of `client`'s addressable device `device`; InvalidArgument for an unknown device.
+StatusOr<PJRT_DeviceDescription*> DeviceDescription(const Client& client, int device) {
+  if (device < 0 || device >= client.num_devices())
+    return InvalidArgument("device " + std::to_string(device) + " does not exist: the " + client.platform_name() +
+                           " client has " + std::to_string(client.num_devices()) + " device(s)");
   auto d = G4_ARGS(PJRT_Device_GetDescription_Args);
-  d.device = devices_[device];
-  G4_RETURN_IF_ERROR(G4_PJRT_CALL(*plugin_, PJRT_Device_GetDescription, &d, "device description"));
+  d.device = client.device(device);
+  G4_RETURN_IF_ERROR(G4_PJRT_CALL(client.plugin(), PJRT_Device_GetDescription, &d, "device description"));
+  return d.device_description;
+}
+
+}  // namespace
+
+StatusOr<std::string> Client::DeviceKind(int device) const {
+  G4_ASSIGN_OR_RETURN(PJRT_DeviceDescription* description, DeviceDescription(*this, device));
   auto k = G4_ARGS(PJRT_DeviceDescription_Kind_Args);
-  k.device_description = d.device_description;
+  k.device_description = description;
   G4_RETURN_IF_ERROR(G4_PJRT_CALL(*plugin_, PJRT_DeviceDescription_Kind, &k, "device kind"));
   return std::string(k.device_kind, k.device_kind_size);
 }
@@ -355,14 +365,9 @@ int64_t Client::DeviceMemoryLimit(int device) const {
 }
 
 StatusOr<std::vector<std::pair<std::string, std::string>>> Client::DeviceAttributes(int device) const {
-  if (device < 0 || device >= num_devices())
-    return InvalidArgument("device " + std::to_string(device) + " does not exist: the " + platform_name_ +
-                           " client has " + std::to_string(num_devices()) + " device(s)");
-  auto d = G4_ARGS(PJRT_Device_GetDescription_Args);
-  d.device = devices_[device];
-  G4_RETURN_IF_ERROR(G4_PJRT_CALL(*plugin_, PJRT_Device_GetDescription, &d, "device description"));
+  G4_ASSIGN_OR_RETURN(PJRT_DeviceDescription* description, DeviceDescription(*this, device));
   auto a = G4_ARGS(PJRT_DeviceDescription_Attributes_Args);
-  a.device_description = d.device_description;
+  a.device_description = description;
   G4_RETURN_IF_ERROR(G4_PJRT_CALL(*plugin_, PJRT_DeviceDescription_Attributes, &a, "device attributes"));
   std::vector<std::pair<std::string, std::string>> out;
   for (size_t i = 0; i < a.num_attributes; ++i) {

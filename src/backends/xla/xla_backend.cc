@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "backends/device_kv_cache.h"
 #include "backends/xla/compile_options.h"
 #include "backends/xla/device_policy.h"
 #include "backends/xla/lower.h"
@@ -40,17 +41,13 @@ int Bucket(int n) {
 
 class XlaBackend;
 
-class XlaKvCache : public KvCacheBase {
+class XlaKvCache : public DeviceKvCache<XlaBackend> {
  public:
-  XlaKvCache(const XlaBackend* owner, int max_seqs, int max_context, DType type)
-      : KvCacheBase(max_seqs, max_context, type), owner(owner) {}
-  size_t bytes() const override { return bytes_; }
+  using DeviceKvCache::DeviceKvCache;
 
-  const XlaBackend* owner;
   std::vector<CacheLayer> layers;  // every cache-owning layer, in layer order
   std::vector<std::vector<Buffer>> k, v;    // [layer][device]: shards of [max_seqs, slots, width]
   std::vector<std::vector<Buffer>> ks, vs;  // i8 only: their scales, f32 [max_seqs, slots, heads], [layer][device]
-  size_t bytes_ = 0;        // the whole cache
   size_t device_bytes = 0;  // what one device of the mesh holds
   // Device d's buffers of layer i in the step's parameter order (xla::KvBuffersPerLayer).
   std::vector<Buffer*> Buffers(size_t i, int d) {
