@@ -26,8 +26,9 @@
 #  A. in the background from the start: llama.cpp from llama-src.tar.xz, CUDA for sm_90 only,
 #     target llama-bench only, -j16, static, flash attention kernels included (LLAMA_CUDA_FA=OFF
 #     leaves them out: about a quarter of the build's nvcc work), log $OUT/llama-build.log; at most
-#     LLAMA_BUILD_S seconds (default 330: some 150 nvcc compilations for one architecture, the
-#     mmq and fattn-mma instances about a minute each on one core, ~4-5 minutes on 16 cores);
+#     LLAMA_BUILD_S seconds (default 330: 144 nvcc compilations for sm_90, the heaviest (the 22 mmq
+#     and 21 fattn-mma instances) some 25 s of one core each on a build machine: ~2-4 minutes on 16
+#     cores beside the tests);
 #  B. in the background from the start: tools/make_synthetic_e2b.py writes the full-size
 #     random-weight E2B (BF16, ~9.3 GB) to /tmp/e2b-synth, then llama.cpp's convert_hf_to_gguf.py
 #     (from the same sources, as bench/compare-e2b.sh does) makes /tmp/e2b-synth-bf16.gguf;
