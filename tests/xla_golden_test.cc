@@ -31,10 +31,12 @@ std::unique_ptr<Engine> MakeXlaEngine(const std::string& fixture, int chunk, int
   o.max_seqs = max_seqs;
   o.max_context = 64;
   o.kv_type = kv_type;
-  // f32 compute on every plugin: the references are transformers' f32 arithmetic.
+  // f32 compute on every plugin: the references are transformers' f32 arithmetic. An fp8 cache
+  // through the tests-only switch (XLA's CPU plugin converts f8E4M3FN, the policy refuses it there).
+  XlaBackendOptions xo{xla::testing_util::PluginPath(), xla::testing_util::ClientOptions(1), 0, "f32"};
+  xo.fp8_cache_for_tests = kv_type == DType::kF8E4M3;
   return MakeEngineOn(ModelPath(fixture),
-                      cpu ? StatusOr<std::unique_ptr<Backend>>(MakeCpuBackend(1, CpuBackendOptionsFor(true)))
-                          : MakeXlaBackend({xla::testing_util::PluginPath(), xla::testing_util::ClientOptions(1), 0, "f32"}),
+                      cpu ? StatusOr<std::unique_ptr<Backend>>(MakeCpuBackend(1, CpuBackendOptionsFor(true))) : MakeXlaBackend(xo),
                       o);
 }
 
@@ -102,10 +104,11 @@ TEST(XlaQ8CacheTest, MatchesTheCpuBackendsQ8Cache) {
 }
 
 // The KV cache's device bytes: K and V of every cache-owning layer in the cache's type, and with
-// q8 their f32 scales, the bytes the host cache and `info` (KvCache::BytesPerSequence) count.
+// q8 and fp8 their f32 scales, the bytes the host cache and `info` (KvCache::BytesPerSequence) and
+// the memory plan count.
 TEST(XlaQ8CacheTest, DeviceCacheBytesCountTheScales) {
   G4_REQUIRE_PJRT_PLUGIN();
-  for (DType t : {DType::kF16, DType::kI8}) {
+  for (DType t : {DType::kF16, DType::kI8, DType::kF8E4M3}) {
     auto engine = MakeXlaEngine("gemma4-e2b-tiny", 8, /*max_seqs=*/3, t);
     ASSERT_NE(engine, nullptr);
     const ModelConfig& c = engine->config();
@@ -113,11 +116,54 @@ TEST(XlaQ8CacheTest, DeviceCacheBytesCountTheScales) {
     for (const LayerPlan& lp : c.layers) {
       if (lp.kv_donor >= 0) continue;
       const size_t slots = lp.window ? std::min(lp.window, 64) : 64;
-      want += 3 * 2 * slots * lp.num_kv_heads * (lp.head_dim * DTypeSize(t) + (t == DType::kI8 ? 4 : 0));
+      want += 3 * 2 * slots * lp.num_kv_heads * (lp.head_dim * (t == DType::kF16 ? 2 : 1) + (t == DType::kF16 ? 0 : 4));
     }
     EXPECT_EQ(engine->cache().bytes(), want) << DTypeName(t);
     EXPECT_EQ(engine->cache().bytes(), 3 * KvCache::BytesPerSequence(c, 64, t)) << DTypeName(t);
+    const xla::MemoryPlan* plan = XlaPlan(engine->backend());
+    ASSERT_NE(plan, nullptr);
+    EXPECT_EQ(plan->kv, static_cast<int64_t>(want)) << DTypeName(t);
   }
+}
+
+// fp8 on XLA's CPU plugin: refused with the reason (no fp8 arithmetic); through the tests-only
+// switch it runs end to end (the lowering is every device's): finite logits over the reference
+// prompt, off the f32 cache's by more than q8's and by less than e4m3's bits allow.
+TEST(XlaFp8CacheTest, RefusedOnTheCpuPluginAndRunsThroughTheTestSwitch) {
+  G4_REQUIRE_PJRT_PLUGIN();
+  auto m = LoadModel(ModelPath("gemma4-e2b-tiny"));
+  ASSERT_TRUE(m.ok());
+  auto backend = MakeXlaBackend({xla::testing_util::PluginPath(), xla::testing_util::ClientOptions(1), 0, "f32"});
+  ASSERT_TRUE(backend.ok());
+  const Status st = (*backend)->CheckKvCacheType(DType::kF8E4M3);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message().rfind("--cache-type fp8: XLA's CPU plugin has no fp8 arithmetic", 0), 0u) << st.message();
+  EngineOptions o;
+  o.max_context = 64;
+  o.kv_type = DType::kF8E4M3;
+  auto refused = Engine::Create(std::move(*m), std::move(*backend), o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().message(), st.message());
+
+  Reference ref = LoadReference("gemma4-e2b-tiny");
+  auto f32 = MakeXlaEngine("gemma4-e2b-tiny", 8, 1, DType::kF32);
+  auto fp8 = MakeXlaEngine("gemma4-e2b-tiny", 8, 1, DType::kF8E4M3);
+  ASSERT_NE(f32, nullptr);
+  ASSERT_NE(fp8, nullptr);
+  std::vector<float> a, b;
+  ASSERT_TRUE(f32->Prefill(0, ref.ids, true, &a).ok());
+  ASSERT_TRUE(fp8->Prefill(0, ref.ids, true, &b).ok());
+  ASSERT_EQ(a.size(), b.size());
+  for (float x : b) ASSERT_TRUE(std::isfinite(x));
+  auto q8 = MakeXlaEngine("gemma4-e2b-tiny", 8, 1, DType::kI8);
+  ASSERT_NE(q8, nullptr);
+  std::vector<float> c;
+  ASSERT_TRUE(q8->Prefill(0, ref.ids, true, &c).ok());
+  // Against the f32 cache's logits: fp8 above q8's error (fewer bits: the cache was fp8) and below
+  // 16x q8's (an element's worst error: 2^-4 |x| <= 2^-4 max|x| for fp8, max|x| / 254 for q8).
+  const double e_fp8 = RelErr(b, a), e_q8 = RelErr(c, a);
+  EXPECT_GT(e_fp8, e_q8);
+  EXPECT_LT(e_fp8, 16 * e_q8);
 }
 
 // Warm-up runs every prefill and decode shape a server uses, leaves the cache empty and changes

@@ -75,6 +75,30 @@ TEST(XlaDevicePolicyTest, OverridesAreHonouredOrRefusedWithTheReason) {
   refused("cuda", "sm90", "auto", "the CUDA device's compute capability 'sm90' is not a number");
 }
 
+// fp8 (e4m3) KV cache: where the device computes with fp8, refused with the reason elsewhere.
+TEST(XlaDevicePolicyTest, Fp8KvCacheOnTpusAndCudaFrom8_9) {
+  for (const auto& [platform, cc] : std::vector<std::pair<std::string, std::string>>{
+           {"tpu", ""}, {"cuda", "8.9"}, {"cuda", "9.0"}, {"cuda", "10.0"}, {"cuda", "12.1"}})
+    EXPECT_TRUE(xla::CheckFp8KvCache(platform, cc).ok()) << platform << " " << cc;
+  struct Refused {
+    const char* platform;
+    const char* cc;
+    const char* reason;
+  };
+  for (const Refused& r :
+       {Refused{"cpu", "", "--cache-type fp8: XLA's CPU plugin has no fp8 arithmetic (use --cache-type q8"},
+        Refused{"cuda", "8.6", "--cache-type fp8: cuda compute capability 8.6 < 8.9 has no fp8 arithmetic"},
+        Refused{"cuda", "8.0", "--cache-type fp8: cuda compute capability 8.0 < 8.9 has no fp8 arithmetic"},
+        Refused{"cuda", "7.5", "--cache-type fp8: cuda compute capability 7.5 < 8.9 has no fp8 arithmetic"},
+        Refused{"cuda", "", "--cache-type fp8: the CUDA device reports no compute capability (fp8 needs 8.9 or newer)"},
+        Refused{"cuda", "nine", "the CUDA device's compute capability 'nine' is not major.minor"},
+        Refused{"rocm", "", "--cache-type fp8: gemma4rt has no fp8 policy for platform 'rocm'"}}) {
+    const Status st = xla::CheckFp8KvCache(r.platform, r.cc);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << r.platform << " " << r.cc;
+    EXPECT_EQ(st.message().rfind(r.reason, 0), 0u) << st.message();
+  }
+}
+
 TEST(XlaDevicePolicyTest, WeightDeviceTypes) {
   Tensor m, v, q;
   m.shape = {4, 32};
@@ -110,7 +134,7 @@ std::string LowerFixture(const std::string& fixture, DType compute, DType kv = D
   for (int l = 0; l < c.num_layers; ++l)
     if (c.layers[l].kv_donor < 0)
       sh.caches.push_back({l, c.layers[l].window ? c.layers[l].window : 64, c.layers[l].window,
-                           c.layers[l].num_kv_heads * c.layers[l].head_dim});
+                           c.layers[l].num_kv_heads * c.layers[l].head_dim, c.layers[l].num_kv_heads});
   auto low = xla::LowerGraph(g, sh);
   EXPECT_TRUE(low.ok()) << low.status().ToString();
   if (!low.ok()) return "";
@@ -169,6 +193,39 @@ TEST(XlaLoweringDtypeTest, F16ComputeHasNoBf16Anywhere) {
   }
   // The f32 lowering of the bf16 checkpoint keeps its weights as stored.
   EXPECT_GT(Count(LowerFixture("gemma4-e2b-tiny-bf16-sharded", DType::kF32), "xbf16>"), 10u);
+}
+
+// The fp8 cache's StableHLO: K and V f8E4M3FN [S, slots, Nkv*D] parameters aliased to results,
+// each followed by their f32 scales [S, slots, Nkv]; f8 values only converted to f32 (read) and from
+// f32 (written), never an operand of arithmetic.
+TEST(XlaLoweringDtypeTest, Fp8CacheIsF8E4M3FNWithF32Scales) {
+  const std::string fp8 = LowerFixture("gemma4-e2b-tiny", DType::kF32, DType::kF8E4M3);
+  ASSERT_FALSE(fp8.empty());
+  auto m = LoadModel(ModelPath("gemma4-e2b-tiny"));
+  ASSERT_TRUE(m.ok());
+  const ModelConfig& c = (*m)->config;
+  const size_t head = fp8.find("func.func public @main(");
+  const std::string params = fp8.substr(head, fp8.find('\n', head) - head);
+  EXPECT_EQ(Count(params, "xf8E4M3FN>"), 2u * c.NumCacheOwners() * 2);  // K, V: parameters and results
+  for (int l = 0; l < c.num_layers; ++l) {
+    const LayerPlan& lp = c.layers[l];
+    if (lp.kv_donor >= 0) continue;
+    const std::string slots = std::to_string(lp.window ? lp.window : 64);
+    EXPECT_NE(params.find("tensor<1x" + slots + "x" + std::to_string(lp.num_kv_heads * lp.head_dim) + "xf8E4M3FN>"),
+              std::string::npos) << "layer " << l;
+    EXPECT_NE(params.find("tensor<1x" + slots + "x" + std::to_string(lp.num_kv_heads) + "xf32>"), std::string::npos)
+        << "layer " << l;
+  }
+  size_t lines = 0;
+  for (size_t p = fp8.find("f8E4M3FN"); p != std::string::npos; p = fp8.find("f8E4M3FN", p + 1)) {
+    const size_t start = fp8.rfind('\n', p) + 1;
+    const std::string line = fp8.substr(start, fp8.find('\n', p) - start);
+    ++lines;
+    for (const char* op : {"add", "subtract", "multiply", "divide", "maximum", "minimum", "dot_general", "reduce",
+                           "select", "compare", "exponential"})
+      EXPECT_EQ(line.find("\"stablehlo." + std::string(op) + "\""), std::string::npos) << "f8E4M3FN in arithmetic: " << line;
+  }
+  EXPECT_GT(lines, 4u * c.NumCacheOwners());
 }
 
 std::unique_ptr<Engine> MakeEngine(const std::string& fixture, const std::string& compute, int chunk, int device = 0,

@@ -174,6 +174,18 @@ TEST(XlaCliTest, Q8CacheGivesTheCpuBackendsGreedyIds) {
       << info.out;
 }
 
+// fp8 on XLA's CPU plugin: refused by the device policy with the reason, by info and generate.
+TEST(XlaCliTest, Fp8CacheIsRefusedOnTheCpuPluginWithTheReason) {
+  G4_REQUIRE_PJRT_PLUGIN();
+  const std::string xla = " --cache-type fp8 --backend xla --pjrt-plugin " + xla::testing_util::PluginPath();
+  for (const std::string cmd : {"info -m " + TinyModel() + " -c 128", "generate -m " + TinyModel() + " --tokens 2,17 -n 1"}) {
+    CliResult r = RunCli(cmd + xla);
+    EXPECT_EQ(r.status, 1) << cmd << ": " << r.out;
+    EXPECT_NE(r.out.find("--cache-type fp8: XLA's CPU plugin has no fp8 arithmetic (use --cache-type q8"), std::string::npos)
+        << cmd << ": " << r.out;
+  }
+}
+
 // The real Gemma 3 270M (Q4_K_M GGUF: Q8_0 embeddings on the device as blocks, the k-quants as
 // f32): greedy ids equal the CPU backend's with f32 activations.
 TEST(XlaCliTest, RealModelGreedyIdsAreTheCpuBackendsWithF32Activations) {

@@ -70,6 +70,7 @@ inline PJRT_Buffer_Type PjrtType(DType t) {
     case DType::kBF16: return PJRT_Buffer_Type_BF16;
     case DType::kI32: return PJRT_Buffer_Type_S32;
     case DType::kI8: return PJRT_Buffer_Type_S8;
+    case DType::kF8E4M3: return PJRT_Buffer_Type_F8E4M3FN;
     default: return PJRT_Buffer_Type_F32;
   }
 }
@@ -79,7 +80,7 @@ struct StepInputs {
 };
 
 // Host mirrors of the device KV cache: K and V bytes of every StepShape::caches entry, and with an
-// i8 cache their f32 scales [max_seqs, slots, heads] (ks, vs; empty otherwise).
+// i8 or fp8 cache their f32 scales [max_seqs, slots, heads] (ks, vs; empty otherwise).
 struct HostCache {
   std::vector<std::vector<uint8_t>> k, v;
   std::vector<std::vector<float>> ks, vs;
@@ -91,7 +92,7 @@ inline HostCache ZeroCache(const StepShape& sh) {
     const size_t rows = static_cast<size_t>(sh.max_seqs) * l.slots, n = rows * l.width * DTypeSize(sh.kv_type);
     c.k.emplace_back(n, 0);
     c.v.emplace_back(n, 0);
-    if (sh.kv_type != DType::kI8) continue;
+    if (KvBuffersPerLayer(sh.kv_type) == 2) continue;
     c.ks.emplace_back(rows * l.heads, 0.0f);
     c.vs.emplace_back(rows * l.heads, 0.0f);
   }
@@ -141,7 +142,7 @@ inline std::map<std::string, std::vector<float>> RunXlaStep(const Graph& graph, 
       up(f.data(), DType::kF32, t->shape);
     }
   }
-  const bool i8 = sh.kv_type == DType::kI8;
+  const bool i8 = KvBuffersPerLayer(sh.kv_type) == 4;  // scales follow K and V (i8, fp8)
   for (size_t i = 0; i < sh.caches.size(); ++i) {
     const std::vector<int64_t> dims{S, sh.caches[i].slots, sh.caches[i].width};
     up(cache.k[i].data(), sh.kv_type, dims);

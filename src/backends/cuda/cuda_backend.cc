@@ -116,6 +116,12 @@ class CudaBackend : public Backend {
   std::string Name() const override { return "cuda"; }
   Status PlanMemory(const Graph& graph, const KvCacheBase& cache) const override;
   StatusOr<std::unique_ptr<Executable>> Compile(const Graph& graph, int num_tokens, int num_output_rows) override;
+  // Its attention kernels read f32, f16 and bf16 caches (no q8 or fp8 kernel yet).
+  Status CheckKvCacheType(DType type) const override {
+    if (IsHostKvCacheType(type)) return OkStatus();
+    return InvalidArgument(std::string("--cache-type ") + (type == DType::kF8E4M3 ? "fp8" : "?") +
+                           ": the CUDA backend's KV cache type must be f32, f16, bf16 or q8 (no fp8 attention kernels yet)");
+  }
   StatusOr<std::unique_ptr<KvCacheBase>> CreateKvCache(const ModelConfig& config, int max_seqs, int max_context,
                                                        DType type) override;
 
@@ -230,7 +236,7 @@ std::vector<std::pair<const Tensor*, bool>> GraphWeights(const Graph& g) {
 
 StatusOr<std::unique_ptr<KvCacheBase>> CudaBackend::CreateKvCache(const ModelConfig& config, int max_seqs, int max_context,
                                                                   DType type) {
-  if (!IsHostKvCacheType(type)) return InvalidArgument("the CUDA backend's KV cache type must be f32, f16, bf16 or q8");
+  G4_RETURN_IF_ERROR(CheckKvCacheType(type));
   G4_RETURN_IF_ERROR(Select());
   auto cache = std::make_unique<CudaKvCache>(this, max_seqs, max_context, type);
   cache->layers.resize(config.num_layers);

@@ -1,5 +1,6 @@
 #include "backends/xla/device_policy.h"
 
+#include <cstdio>
 #include <cstdlib>
 
 #include "backends/xla/lower.h"
@@ -51,6 +52,21 @@ StatusOr<ComputePolicy> ChooseComputeDtype(const std::string& platform, const st
     return InvalidArgument("--compute-dtype " + requested + ": gemma4rt has no compute policy for platform '" + platform +
                            "' (only f32 is known to work there)");
   return chosen(want, "platform " + platform);
+}
+
+Status CheckFp8KvCache(const std::string& platform, const std::string& cc) {
+  const std::string why = "--cache-type fp8: ";
+  const std::string instead = " (use --cache-type q8: int8 with the same bytes per token)";
+  if (platform == "tpu") return OkStatus();
+  if (platform == "cpu") return InvalidArgument(why + "XLA's CPU plugin has no fp8 arithmetic" + instead);
+  if (platform != "cuda") return InvalidArgument(why + "gemma4rt has no fp8 policy for platform '" + platform + "'" + instead);
+  if (cc.empty()) return InvalidArgument(why + "the CUDA device reports no compute capability (fp8 needs 8.9 or newer)" + instead);
+  int major = 0, minor = 0;
+  char dot = 0;
+  if (std::sscanf(cc.c_str(), "%d%c%d", &major, &dot, &minor) != 3 || dot != '.')
+    return InvalidArgument("the CUDA device's compute capability '" + cc + "' is not major.minor");
+  if (major > 8 || (major == 8 && minor >= 9)) return OkStatus();
+  return InvalidArgument(why + "cuda compute capability " + cc + " < 8.9 has no fp8 arithmetic" + instead);
 }
 
 DType WeightDeviceType(const Tensor& t, DType compute) {

@@ -38,6 +38,13 @@ struct ComputePolicy {
 StatusOr<ComputePolicy> ChooseComputeDtype(const std::string& platform, const std::string& compute_capability,
                                            const std::string& requested);
 
+// The fp8 (e4m3) KV cache, `--cache-type fp8` (lower_kv.h): OK on TPUs and on CUDA devices of
+// compute capability 8.9 or newer (Ada, Hopper and later: fp8 tensor cores); InvalidArgument with
+// the reason elsewhere (XLA's CPU plugin, older or unreporting CUDA devices, other platforms).
+// Only chosen by that flag: the commands' default stays f16 (fp8 keeps 3 mantissa bits to f16's
+// 10, for half the bytes q8 also saves on every device).
+Status CheckFp8KvCache(const std::string& platform, const std::string& compute_capability);
+
 // The type weight `t` has on the device under `compute`: Q8_0, Q4_0 and W4G32 as stored (their
 // blocks); with compute f32, F32/F16/BF16 as stored and other block types F32; otherwise rank >= 2
 // weights in the compute dtype and rank-1 weights in F32.

@@ -8,6 +8,7 @@
 #include "backends/xla/lower_kv.h"
 #include "base/check.h"
 #include "base/overloaded.h"
+#include "runtime/kv_cache.h"
 
 namespace g4::xla {
 namespace {
@@ -155,9 +156,12 @@ StatusOr<LoweredStep> LowerGraph(const Graph& graph, const StepShape& sh) {
   Lowering lo(b);
   LoweredStep out;
   const int64_t T = sh.tokens, R = sh.output_rows, S = sh.max_seqs;
-  const bool i8 = sh.kv_type == DType::kI8;  // int8 K/V with f32 scales per (slot, KV head): lower_kv.h
-  G4_ASSIGN_OR_RETURN(ElemType kv_type, i8 ? StatusOr<ElemType>(ElemType::kI8) : ElemTypeOf(sh.kv_type));
-  if (kv_type == kI32) return InvalidArgument("KV cache type must be f32, f16, bf16 or i8");
+  // int8 or fp8 K/V with f32 scales per (slot, KV head): lower_kv.h
+  const bool quant = IsScaledKvCacheType(sh.kv_type);
+  G4_ASSIGN_OR_RETURN(ElemType kv_type, sh.kv_type == DType::kI8       ? StatusOr<ElemType>(ElemType::kI8)
+                                        : sh.kv_type == DType::kF8E4M3 ? StatusOr<ElemType>(ElemType::kF8E4M3FN)
+                                                                       : ElemTypeOf(sh.kv_type));
+  if (kv_type == kI32) return InvalidArgument("KV cache type must be f32, f16, bf16, i8 or f8_e4m3");
   G4_ASSIGN_OR_RETURN(const ElemType compute, ElemTypeOf(sh.compute));
   if (compute == kI32) return InvalidArgument("the compute dtype must be f32, bf16 or f16");
 
@@ -209,23 +213,23 @@ StatusOr<LoweredStep> LowerGraph(const Graph& graph, const StepShape& sh) {
   for (size_t i = 0; i < nodes.size(); ++i)
     if (!nodes[i].name.empty()) out.outputs.emplace_back(nodes[i].name, static_cast<int>(i));
   std::map<int, size_t> cache_index;
-  std::vector<Value> cache_k, cache_v, cache_ks, cache_vs;  // the scales: i8 only
+  std::vector<Value> cache_k, cache_v, cache_ks, cache_vs;  // the scales: quant only
   out.caches = sh.caches;
   out.kv_buffers = KvBuffersPerLayer(sh.kv_type);
   const int num_out = static_cast<int>(out.outputs.size());
   for (size_t i = 0; i < sh.caches.size(); ++i) {
     const CacheLayer& c = sh.caches[i];
-    if (i8 && c.heads <= 0) return InvalidArgument("an i8 KV cache needs the KV head count of layer " + std::to_string(c.layer));
+    if (quant && c.heads <= 0) return InvalidArgument("an 8-bit KV cache needs the KV head count of layer " + std::to_string(c.layer));
     cache_index[c.layer] = i;
     const int first = num_out + out.kv_buffers * static_cast<int>(i);
     cache_k.push_back(b.Param({S, c.slots, c.width}, kv_type, first));
     cache_v.push_back(b.Param({S, c.slots, c.width}, kv_type, first + 1));
-    if (!i8) continue;
+    if (!quant) continue;
     cache_ks.push_back(b.Param({S, c.slots, c.heads}, kF32, first + 2));
     cache_vs.push_back(b.Param({S, c.slots, c.heads}, kF32, first + 3));
   }
   if (sh.shards != nullptr && sh.shards->mesh.size() > 1) {  // SPMD (shard_plan.h)
-    if (i8) return Unimplemented("an int8 KV cache on a device mesh is not supported yet");
+    if (quant) return Unimplemented("an 8-bit KV cache on a device mesh is not supported yet");
     const ShardPlan& plan = *sh.shards;
     b.SetNumPartitions(plan.mesh.size());
     for (const Value* p : {&tokens, &positions, &seq_ids, &out_rows, &kv_len, &kv_end}) b.ShardParam(*p, "{replicated}");
@@ -254,11 +258,11 @@ StatusOr<LoweredStep> LowerGraph(const Graph& graph, const StepShape& sh) {
   const Value real = b.Compare(seq_ids, zeros_t, Cmp::kGe);           // [T] pred
   const Value seq_clamped = b.Max(seq_ids, zeros_t);                   // [T] a valid index on padding rows
   const Value pos_f = b.Convert(positions, kF32);                      // [T]
-  // The step's keys/values as the cache holds them, in f32: rounded to its type, or with an i8
-  // cache the integers, their scales [T, Nkv] in *scale.
+  // The step's keys/values as the cache holds them, in f32: rounded to its type, or with an
+  // 8-bit cache the stored values (integers or fp8), their scales [T, Nkv] in *scale.
   auto as_cached = [&](const Value& x, int64_t heads, int64_t D, Value* scale) {
-    if (!i8) return b.Convert(b.Convert(x, kv_type), kF32);
-    QuantizedKvRows q = QuantizeKvRows(b, x, heads, D);
+    if (!quant) return b.Convert(b.Convert(x, kv_type), kF32);
+    QuantizedKvRows q = QuantizeKvRows(b, x, heads, D, kv_type);
     *scale = q.scale;
     return b.Convert(q.q, kF32);
   };
@@ -306,20 +310,20 @@ StatusOr<LoweredStep> LowerGraph(const Graph& graph, const StepShape& sh) {
               }
               const CacheLayer& cl = sh.caches[*ci];
               const int64_t Nq = op.num_heads, Nkv = op.num_kv_heads, D = op.head_dim, G = Nq / Nkv, C = cl.slots;
-              G4_CHECK(cl.width == Nkv * D && (!i8 || cl.heads == Nkv));
+              G4_CHECK(cl.width == Nkv * D && (!quant || cl.heads == Nkv));
               Value q4 = b.Reshape(in(0), {T, Nkv, G, D});
-              Value ks3, vs3;  // i8: the step rows' scales [T, Nkv]
+              Value ks3, vs3;  // quant: the step rows' scales [T, Nkv]
               Value k3 = b.Reshape(as_cached(in(1), Nkv, D, &ks3), {T, Nkv, D});
               Value v3 = b.Reshape(as_cached(in(2), Nkv, D, &vs3), {T, Nkv, D});
-              // i8: x * scale broadcast, the scale's dims at `dims` of x (the integers' products
+              // quant: x * scale broadcast, the scale's dims at `dims` of x (the integers' products
               // scaled as the CPU kernels do: (q . k_int) k_scale and (p v_scale) v_int).
               auto scaled = [&](const Value& x, const Value& scale, const std::vector<int64_t>& dims) {
-                return i8 ? b.Mul(x, b.Broadcast(scale, x.shape, dims)) : x;
+                return quant ? b.Mul(x, b.Broadcast(scale, x.shape, dims)) : x;
               };
-              // i8: the softmax weights times V's scales, zero at masked keys (a stale slot's scale may
+              // quant: the softmax weights times V's scales, zero at masked keys (a stale slot's scale may
               // be NaN, from a row that was not finite: 0 * NaN would reach the output).
               auto weighted = [&](const Value& p, const Value& mask, const Value& scale, const std::vector<int64_t>& dims) {
-                return i8 ? b.Select(mask, scaled(p, scale, dims), b.Splat(0, p.shape, kF32)) : p;
+                return quant ? b.Select(mask, scaled(p, scale, dims), b.Splat(0, p.shape, kF32)) : p;
               };
               auto scores = [&](Value s) {
                 s = b.MulScalar(s, op.scale);
@@ -350,8 +354,8 @@ StatusOr<LoweredStep> LowerGraph(const Graph& graph, const StepShape& sh) {
                 if (op.window > 0) smask = b.And(smask, b.Compare(pj, b.Sub(pt, b.Splat(op.window, {T, T}, kI32)), Cmp::kGt));
                 Value self = b.Compare(b.Iota({T, T}, kI32, 0), b.Iota({T, T}, kI32, 1), Cmp::kEq);
                 smask = b.And(smask, b.Or(b.Broadcast(real, {T, T}, {1}), self));
-                Value ksc, vsc;  // i8: [Nkv, C] and [Nkv, C+T] (the cache's and the step's)
-                if (i8) {
+                Value ksc, vsc;  // quant: [Nkv, C] and [Nkv, C+T] (the cache's and the step's)
+                if (quant) {
                   auto scales = [&](const Value& cache) {
                     return b.Transpose(b.Reshape(b.DynamicSlice(cache, {s0, z, z}, {1, C, Nkv}), {C, Nkv}), {1, 0});
                   };
@@ -372,8 +376,8 @@ StatusOr<LoweredStep> LowerGraph(const Graph& graph, const StepShape& sh) {
                 Value L = b.TakeRows(kv_len, seq_clamped);  // [T]
                 Value cmask = slot_mask(b.Broadcast(L, {T, C}, {0}), b.Iota({T, C}, kI32, 1),
                                         b.Broadcast(positions, {T, C}, {0}));
-                Value ksc, vsc;  // i8: [T, Nkv, C] each
-                if (i8) {
+                Value ksc, vsc;  // quant: [T, Nkv, C] each
+                if (quant) {
                   ksc = b.Transpose(b.TakeRows(cache_ks[*ci], seq_clamped), {0, 2, 1});
                   vsc = b.Transpose(b.TakeRows(cache_vs[*ci], seq_clamped), {0, 2, 1});
                 }
@@ -382,7 +386,7 @@ StatusOr<LoweredStep> LowerGraph(const Graph& graph, const StepShape& sh) {
                 Value s = b.Concat({sc, ss}, 3);
                 Value mask = b.Broadcast(b.Concat({cmask, b.Splat(1, {T, 1}, ElemType::kPred)}, 1), s.shape, {0, 3});
                 Value p = lo.Softmax(b.Select(mask, s, b.Splat(kNegInf, s.shape, kF32)), 3);
-                if (i8) p = weighted(p, mask, b.Concat({vsc, b.Reshape(vs3, {T, Nkv, 1})}, 2), {0, 1, 3});
+                if (quant) p = weighted(p, mask, b.Concat({vsc, b.Reshape(vs3, {T, Nkv, 1})}, 2), {0, 1, 3});
                 Value pc = b.Slice(p, {0, 0, 0, 0}, {T, Nkv, G, C});
                 Value ps = b.Reshape(b.Slice(p, {0, 0, 0, C}, {T, Nkv, G, C + 1}), {T, Nkv, G});
                 Value o = CDot(pc, vc, {0, 1}, {0, 2}, {3}, {1});  // [T, Nkv, G, D]
@@ -401,9 +405,9 @@ StatusOr<LoweredStep> LowerGraph(const Graph& graph, const StepShape& sh) {
               Value end = b.TakeRows(kv_end, seq_clamped);
               Value keep = b.And(real, b.Compare(positions, b.Sub(end, b.Splat(cl.slots, {T}, kI32)), Cmp::kGe));
               Value row = b.Select(keep, seq_ids, b.Splat(S, {T}, kI32));  // S: out of bounds, dropped
-              if (i8) {
+              if (quant) {
                 const int64_t D = cl.width / cl.heads;
-                QuantizedKvRows k = QuantizeKvRows(b, in(0), cl.heads, D), v = QuantizeKvRows(b, in(1), cl.heads, D);
+                QuantizedKvRows k = QuantizeKvRows(b, in(0), cl.heads, D, kv_type), v = QuantizeKvRows(b, in(1), cl.heads, D, kv_type);
                 cache_k[*ci] = b.ScatterRows2(cache_k[*ci], row, slot, k.q);
                 cache_v[*ci] = b.ScatterRows2(cache_v[*ci], row, slot, v.q);
                 cache_ks[*ci] = b.ScatterRows2(cache_ks[*ci], row, slot, k.scale);
@@ -455,7 +459,7 @@ StatusOr<LoweredStep> LowerGraph(const Graph& graph, const StepShape& sh) {
   for (size_t i = 0; i < sh.caches.size(); ++i) {
     results.push_back(cache_k[i]);
     results.push_back(cache_v[i]);
-    if (!i8) continue;
+    if (!quant) continue;
     results.push_back(cache_ks[i]);
     results.push_back(cache_vs[i]);
   }

@@ -52,7 +52,7 @@ struct StepShape {
   int output_rows = 1;   // R
   int max_seqs = 1;      // S
   StepMode mode = StepMode::kOneSequence;
-  DType kv_type = DType::kF32;      // kF32, kF16, kBF16 or kI8 (with scales: lower_kv.h)
+  DType kv_type = DType::kF32;      // kF32, kF16, kBF16, kI8 or kF8E4M3 (those two with scales: lower_kv.h)
   std::vector<CacheLayer> caches;   // every cache-owning layer the graph reads or writes
   // Weights are parameters in their own dtype: F32, F16 and BF16 as such, Q8_0, Q4_0 and W4G32 as
   // their blocks' bytes (ui8 [..., K/32, block bytes], dequantised inside the step where they are
@@ -78,8 +78,8 @@ struct LoweredStep {
   int num_params() const { return 6 + static_cast<int>(weights.size() + kv_buffers * caches.size()); }
 };
 
-// Device buffers per cache-owning layer: K and V, and for an i8 cache their scales (K's, V's).
-inline int KvBuffersPerLayer(DType kv_type) { return kv_type == DType::kI8 ? 4 : 2; }
+// Device buffers per cache-owning layer: K and V, and for an i8 or fp8 cache their scales (K's, V's).
+inline int KvBuffersPerLayer(DType kv_type) { return kv_type == DType::kI8 || kv_type == DType::kF8E4M3 ? 4 : 2; }
 
 // The weight tensors `graph` reads, each once, in the order nodes first read them.
 std::vector<const Tensor*> GraphWeights(const Graph& graph);

@@ -37,9 +37,12 @@ Value DivideBy127(Builder& b, const Value& amax) {
 
 }  // namespace
 
-QuantizedKvRows QuantizeKvRows(Builder& b, const Value& x, int64_t heads, int64_t D) {
+QuantizedKvRows QuantizeKvRows(Builder& b, const Value& x, int64_t heads, int64_t D, ElemType type) {
   constexpr ElemType kF32 = ElemType::kF32;
   G4_CHECK(x.type == kF32 && x.shape.size() == 2 && x.shape[1] == heads * D);
+  G4_CHECK(type == ElemType::kI8 || type == ElemType::kF8E4M3FN);
+  const bool fp8 = type == ElemType::kF8E4M3FN;
+  const double qmax = fp8 ? 448 : 127;  // the largest stored magnitude
   const int64_t T = x.shape[0];
   const Shape rows{T, heads, D}, per_head{T, heads};
   Value x3 = b.Reshape(x, rows);
@@ -50,14 +53,18 @@ QuantizedKvRows QuantizeKvRows(Builder& b, const Value& x, int64_t heads, int64_
   Value finite = b.Compare(bad, b.Splat(0, per_head, kF32), Cmp::kEq);
   Value amax = b.ReduceMax(b.Select(ok, ax, b.Splat(0, rows, kF32)), {2});  // [T, heads], finite
   Value nonzero = b.Compare(amax, b.Splat(0, per_head, kF32), Cmp::kGt);
-  Value scale = b.Select(finite, DivideBy127(b, amax), b.Splat(NAN, per_head, kF32));
-  // inv = 127 / amax where amax > 0 (1 elsewhere: those heads' q are zeroed below).
-  Value inv = b.Div(b.Splat(127, per_head, kF32), b.Select(nonzero, amax, b.Splat(1, per_head, kF32)));
-  Value r = b.Unary("round_nearest_even", b.Mul(x3, b.Broadcast(inv, rows, {0, 1})));
-  r = b.Binary("minimum", b.Max(r, b.Splat(-127, rows, kF32)), b.Splat(127, rows, kF32));
+  // fp8 matches no other backend's bits: a plain division.
+  Value quotient = fp8 ? b.Div(amax, b.Splat(qmax, per_head, kF32)) : DivideBy127(b, amax);
+  Value scale = b.Select(finite, quotient, b.Splat(NAN, per_head, kF32));
+  // inv = qmax / amax where amax > 0 (1 elsewhere: those heads' q are zeroed below).
+  Value inv = b.Div(b.Splat(qmax, per_head, kF32), b.Select(nonzero, amax, b.Splat(1, per_head, kF32)));
+  Value r = b.Mul(x3, b.Broadcast(inv, rows, {0, 1}));
+  if (!fp8) r = b.Unary("round_nearest_even", r);  // fp8: the convert rounds (to nearest even)
+  // A product one rounding above qmax is clamped (an f8E4M3FN convert would make it NaN).
+  r = b.Binary("minimum", b.Max(r, b.Splat(-qmax, rows, kF32)), b.Splat(qmax, rows, kF32));
   Value keep = b.Broadcast(b.And(finite, nonzero), rows, {0, 1});
   r = b.Select(keep, r, b.Splat(0, rows, kF32));
-  return {b.Reshape(b.Convert(r, ElemType::kI8), {T, heads * D}), scale};
+  return {b.Reshape(b.Convert(r, type), {T, heads * D}), scale};
 }
 
 }  // namespace g4::xla

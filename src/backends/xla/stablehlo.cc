@@ -40,6 +40,7 @@ const char* ElemTypeName(ElemType t) {
     case ElemType::kI8: return "i8";
     case ElemType::kU8: return "ui8";
     case ElemType::kPred: return "i1";
+    case ElemType::kF8E4M3FN: return "f8E4M3FN";
   }
   return "?";
 }

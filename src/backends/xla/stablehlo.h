@@ -12,8 +12,9 @@
 
 namespace g4::xla {
 
-enum class ElemType { kF32, kF16, kBF16, kI32, kI8, kU8, kPred };
-// "f32", "f16", "bf16", "i32", "i8", "ui8", "i1".
+// kF8E4M3FN: fp8 e4m3 without infinities (the fp8 KV cache's elements, lower_kv.h).
+enum class ElemType { kF32, kF16, kBF16, kI32, kI8, kU8, kPred, kF8E4M3FN };
+// "f32", "f16", "bf16", "i32", "i8", "ui8", "i1", "f8E4M3FN".
 const char* ElemTypeName(ElemType t);
 
 using Shape = std::vector<int64_t>;

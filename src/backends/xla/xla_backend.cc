@@ -29,6 +29,7 @@ PJRT_Buffer_Type PjrtType(DType t) {
     case DType::kBF16: return PJRT_Buffer_Type_BF16;
     case DType::kI32: return PJRT_Buffer_Type_S32;
     case DType::kI8: return PJRT_Buffer_Type_S8;
+    case DType::kF8E4M3: return PJRT_Buffer_Type_F8E4M3FN;
     default: return PJRT_Buffer_Type_F32;
   }
 }
@@ -65,9 +66,11 @@ class XlaBackend : public Backend {
     if (mesh_.size() > 1) plan_.where = "each device of the mesh " + mesh_.ToString();
   }
   std::string Name() const override { return "xla-" + info_.platform; }
+  void set_fp8_cache_for_tests(bool on) { fp8_cache_for_tests_ = on; }
   bool CompilesPerShape() const override { return true; }
   Status PlanMemory(const Graph& graph, const KvCacheBase& cache) const override;
   StatusOr<std::unique_ptr<Executable>> Compile(const Graph& graph, int num_tokens, int num_output_rows) override;
+  Status CheckKvCacheType(DType type) const override;
   StatusOr<std::unique_ptr<KvCacheBase>> CreateKvCache(const ModelConfig& config, int max_seqs, int max_context,
                                                        DType type) override;
 
@@ -102,6 +105,7 @@ class XlaBackend : public Backend {
   std::map<std::string, std::unique_ptr<LoadedExecutable>> programs_;
   std::map<const Tensor*, std::vector<Buffer>> weights_;  // one buffer per mesh device
   xla::Mesh mesh_;
+  bool fp8_cache_for_tests_ = false;  // XlaBackendOptions::fp8_cache_for_tests
   mutable xla::MemoryPlan plan_;  // per device; limit 0: unknown (no plan check)
 };
 
@@ -227,15 +231,23 @@ StatusOr<std::unique_ptr<Executable>> XlaBackend::Compile(const Graph& graph, in
   return std::unique_ptr<Executable>(new XlaExecutable(this, graph, num_tokens, num_output_rows));
 }
 
-StatusOr<std::unique_ptr<KvCacheBase>> XlaBackend::CreateKvCache(const ModelConfig& config, int max_seqs, int max_context,
-                                                                 DType type) {
-  if (!IsHostKvCacheType(type)) return InvalidArgument("KV cache type must be f32, f16, bf16 or q8");
-  if (type == DType::kI8 && mesh_.size() > 1)
-    return InvalidArgument("--cache-type q8 on a device mesh is not supported yet: use f16 or bf16");
-  G4_RETURN_IF_ERROR(xla::CheckDataAxis(mesh_, max_seqs));
+Status XlaBackend::CheckKvCacheType(DType type) const {
+  if (!IsAnyKvCacheType(type)) return InvalidArgument("KV cache type must be f32, f16, bf16, q8 or fp8");
+  if (type == DType::kF8E4M3 && !fp8_cache_for_tests_)
+    G4_RETURN_IF_ERROR(xla::CheckFp8KvCache(info_.platform, info_.compute_capability));
+  if (IsScaledKvCacheType(type) && mesh_.size() > 1)
+    return InvalidArgument(std::string("--cache-type ") + (type == DType::kI8 ? "q8" : "fp8") +
+                           " on a device mesh is not supported yet: use f16 or bf16");
   if (type == DType::kBF16 && info_.compute == DType::kF16)
     return InvalidArgument("--cache-type bf16: this device computes in f16 (" + info_.compute_reason +
                            "); no bf16 buffer goes to it: use --cache-type f16 or f32");
+  return OkStatus();
+}
+
+StatusOr<std::unique_ptr<KvCacheBase>> XlaBackend::CreateKvCache(const ModelConfig& config, int max_seqs, int max_context,
+                                                                 DType type) {
+  G4_RETURN_IF_ERROR(CheckKvCacheType(type));
+  G4_RETURN_IF_ERROR(xla::CheckDataAxis(mesh_, max_seqs));
   auto cache = std::make_unique<XlaKvCache>(this, max_seqs, max_context, type);
   for (int l = 0; l < config.num_layers; ++l) {
     const LayerPlan& lp = config.layers[l];
@@ -243,14 +255,14 @@ StatusOr<std::unique_ptr<KvCacheBase>> XlaBackend::CreateKvCache(const ModelConf
     CacheLayer c{l, lp.window ? std::min(lp.window, max_context) : max_context, lp.window, lp.num_kv_heads * lp.head_dim,
                  lp.num_kv_heads};
     const xla::TensorSplit split = xla::CacheSplit(mesh_, lp.num_kv_heads);
-    // K and V; an i8 cache's scales (f32, one per slot and KV head) after them.
+    // K and V; an i8 or fp8 cache's scales (f32, one per slot and KV head) after them.
     struct Part {
       std::vector<std::vector<Buffer>>* list;
       DType type;
       int64_t width;
     };
     std::vector<Part> parts{{&cache->k, type, c.width}, {&cache->v, type, c.width}};
-    if (type == DType::kI8) parts.insert(parts.end(), {{&cache->ks, DType::kF32, c.heads}, {&cache->vs, DType::kF32, c.heads}});
+    if (IsScaledKvCacheType(type)) parts.insert(parts.end(), {{&cache->ks, DType::kF32, c.heads}, {&cache->vs, DType::kF32, c.heads}});
     for (const Part& part : parts) {
       const std::vector<int64_t> dims{max_seqs, c.slots, part.width};
       const size_t bytes = static_cast<size_t>(max_seqs) * c.slots * part.width * DTypeSize(part.type);
@@ -417,8 +429,10 @@ StatusOr<std::unique_ptr<Backend>> MakeXlaBackend(const XlaBackendOptions& optio
   info.compute_reason = policy.reason;
   const bool given = options.device_memory_bytes > 0;
   const int64_t limit = given ? options.device_memory_bytes : info.memory_bytes;
-  return std::unique_ptr<Backend>(
-      new XlaBackend(std::move(client), std::move(info), limit, given ? "the limit given, --device-memory" : "the device's"));
+  auto backend = std::make_unique<XlaBackend>(std::move(client), std::move(info), limit,
+                                              given ? "the limit given, --device-memory" : "the device's");
+  backend->set_fp8_cache_for_tests(options.fp8_cache_for_tests);
+  return std::unique_ptr<Backend>(std::move(backend));
 }
 
 const XlaDeviceInfo* XlaInfo(const Backend& backend) {
@@ -450,7 +464,7 @@ StatusOr<std::vector<std::string>> XlaMeshPlan(const Backend& backend, const Gra
     const LayerPlan& lp = config.layers[l];
     if (lp.kv_donor >= 0) continue;
     const int slots = lp.window ? std::min(lp.window, max_context) : max_context;
-    const size_t bytes = 2 * static_cast<size_t>(max_seqs) * slots * lp.num_kv_heads * lp.head_dim * DTypeSize(kv_type);
+    const size_t bytes = 2 * static_cast<size_t>(max_seqs) * slots * lp.num_kv_heads * KvHeadRowBytes(kv_type, lp.head_dim);
     const xla::TensorSplit s = xla::CacheSplit(mesh, lp.num_kv_heads);
     kv += bytes;
     kv_device += bytes / (s.data_dim >= 0 ? mesh.data : 1) / (s.model_dim >= 0 ? mesh.model : 1);

@@ -6,7 +6,8 @@
 // bytes, dequantised in the step (lower.h); other block types dequantised to F32 at upload; under a
 // bf16/f16 compute dtype (device_policy.h) matrices in that dtype, vectors in F32. The KV cache
 // (CreateKvCache) is two device buffers per cache-owning layer, [max_seqs, slots, Nkv*D] of the
-// cache type (q8: int8, and two more of their f32 scales [max_seqs, slots, Nkv], lower_kv.h),
+// cache type (q8: int8, fp8: f8E4M3FN, each with two more buffers of their f32 scales
+// [max_seqs, slots, Nkv], lower_kv.h; fp8 only where device_policy.h's CheckFp8KvCache allows),
 // each split over a mesh as shard_plan.h says, which every step takes as
 // arguments aliased to its results (donated: updated in place, no second copy) and replaces by
 // those results. Only the step's inputs (ids, positions, lengths: a few KB) go to the device and
@@ -42,6 +43,9 @@ struct XlaBackendOptions {
   // SPMD over data x model devices (mesh.h, shard_plan.h); 1x1: one device. On the CPU plugin
   // without a cpu_device_count client option, the client exposes the mesh's device count.
   xla::Mesh mesh;
+  // Tests only (no flag sets it): an fp8 KV cache on any device, XLA's CPU plugin included, which
+  // converts f8E4M3FN but has no fp8 arithmetic (the device policy refuses fp8 there otherwise).
+  bool fp8_cache_for_tests = false;
 };
 
 // What the device policy line and `gemma4rt info` say about an XLA backend.
