@@ -185,45 +185,59 @@ struct MeshCase {
 
 class XlaMeshGoldenTest : public ::testing::TestWithParam<MeshCase> {};
 
-// One-shot prefill, chunked prefill (chunks of 9 across the window of 8) and token-by-token
-// decode of the last tokens, each against the one-device reference logits.
-TEST_P(XlaMeshGoldenTest, PrefillChunkedAndDecodeMatchTheReference) {
+// One-shot prefill against the one-device reference logits at every position.
+TEST_P(XlaMeshGoldenTest, OneShotPrefillMatchesTheReference) {
+  G4_REQUIRE_PJRT_PLUGIN();
+  const MeshCase& c = GetParam();
+  Reference ref = LoadReference(c.fixture);
+  const std::vector<float> want = ref.Get("logits");
+  const int V = static_cast<int>(want.size() / ref.ids.size());
+  auto engine = MakeMeshEngine(c.fixture, c.mesh, 1 << 20, std::max(c.mesh.data, 2));
+  ASSERT_NE(engine, nullptr);
+  std::vector<float> logits;
+  ASSERT_TRUE(engine->Prefill(0, ref.ids, true, &logits).ok());
+  EXPECT_LT(RelErr(logits, want), kRelTol);
+  EXPECT_EQ(ArgmaxRows(logits, V), ArgmaxRows(want, V));
+}
+
+// Chunked prefill (chunks of 9 across the window of 8) of the first and the last sequence slot
+// (different data shards where data > 1), then batched decode of both, token by token: every
+// row against the one-device reference.
+TEST_P(XlaMeshGoldenTest, ChunkedPrefillAndBatchedDecodeMatchTheReference) {
   G4_REQUIRE_PJRT_PLUGIN();
   const MeshCase& c = GetParam();
   Reference ref = LoadReference(c.fixture);
   const std::vector<float> want = ref.Get("logits");
   const int V = static_cast<int>(want.size() / ref.ids.size());
   const int seqs = std::max(c.mesh.data, 2);
-  auto engine = MakeMeshEngine(c.fixture, c.mesh, 1 << 20, seqs);
+  auto engine = MakeMeshEngine(c.fixture, c.mesh, 9, seqs);
   ASSERT_NE(engine, nullptr);
-  std::vector<float> logits;
-  ASSERT_TRUE(engine->Prefill(0, ref.ids, true, &logits).ok());
-  EXPECT_LT(RelErr(logits, want), kRelTol) << "one-shot";
-  EXPECT_EQ(ArgmaxRows(logits, V), ArgmaxRows(want, V));
-
-  auto chunked = MakeMeshEngine(c.fixture, c.mesh, 9, seqs);
-  ASSERT_NE(chunked, nullptr);
   const int n = static_cast<int>(ref.ids.size()), decode = 4;
-  const int seq = seqs - 1;  // the last data shard's slot
-  ASSERT_TRUE(chunked->Prefill(seq, std::span<const int32_t>(ref.ids).first(n - decode), true, &logits).ok());
-  std::vector<float> row;
+  const int32_t last = seqs - 1;
+  std::vector<float> logits, first, row;
+  ASSERT_TRUE(engine->Prefill(last, std::span<const int32_t>(ref.ids).first(n - decode), true, &logits).ok());
+  ASSERT_TRUE(engine->Prefill(0, std::span<const int32_t>(ref.ids).first(n - decode), false, &first).ok());
   for (int t = n - decode; t < n; ++t) {
-    ASSERT_TRUE(chunked->Decode(std::span<const int32_t>(&seq, 1), std::span<const int32_t>(&ref.ids[t], 1), &row).ok());
-    logits.insert(logits.end(), row.begin(), row.end());
+    const int32_t batch[2] = {last, 0}, toks[2] = {ref.ids[t], ref.ids[t]};
+    ASSERT_TRUE(engine->Decode(batch, toks, &row).ok());
+    ASSERT_EQ(row.size(), 2u * V);
+    logits.insert(logits.end(), row.begin(), row.begin() + V);
+    EXPECT_LT(RelErr(std::vector<float>(row.begin() + V, row.end()), std::vector<float>(want.begin() + t * V, want.begin() + (t + 1) * V)),
+              kRelTol)
+        << "sequence 0, position " << t;
   }
   EXPECT_LT(RelErr(logits, want), kRelTol) << "chunked + decode";
   EXPECT_EQ(ArgmaxRows(logits, V), ArgmaxRows(want, V));
 }
 
-// A representative fixture set per mesh (every mesh costs a compile per step shape): GQA with 2 KV
-// heads (split at model=2), 1 KV head with PLE and shared KV (replicated), 8 experts (split by
-// expert), W4G32 blocks (split by rows and by blocks).
+// Every model fixture (GQA with 2 KV heads, 1 KV head with PLE and shared KV, a dense 31B-like
+// model, 8 experts) on every mesh (1x1 is XlaGoldenTest), and W4G32 blocks (split by rows and by
+// blocks) on 1x4. Each case is one ctest entry per test, so `ctest -j` runs them side by side.
 std::vector<MeshCase> MeshCases() {
-  const std::pair<const char*, Mesh> cases[] = {
-      {"gemma3-tiny", Mesh{1, 2}},         {"gemma3-tiny", Mesh{2, 2}},           {"gemma4-e2b-tiny", Mesh{1, 4}},
-      {"gemma4-e2b-tiny", Mesh{4, 1}},     {"gemma4-26b-a4b-tiny", Mesh{1, 2}},   {"gemma4-26b-a4b-tiny", Mesh{2, 2}},
-      {"gemma4-31b-tiny-w4a16", Mesh{1, 4}},
-  };
+  std::vector<std::pair<const char*, Mesh>> cases;
+  for (const char* f : {"gemma3-tiny", "gemma4-e2b-tiny", "gemma4-31b-tiny", "gemma4-26b-a4b-tiny"})
+    for (const Mesh m : {Mesh{1, 2}, Mesh{1, 4}, Mesh{2, 2}, Mesh{4, 1}}) cases.push_back({f, m});
+  cases.push_back({"gemma4-31b-tiny-w4a16", Mesh{1, 4}});
   std::vector<MeshCase> out;
   for (const auto& [f, m] : cases)
     if (std::filesystem::exists(FixtureDir(f) + "/reference.safetensors")) out.push_back({f, m});
