@@ -14,8 +14,10 @@
 //
 // Static shapes: a step of T tokens and R output rows runs the program of the bucket T_b = the
 // next power of two >= T (R_b likewise, or T_b when R == T), padding rows marked by sequence -1
-// (never written to the cache). Programs are compiled once per (graph, bucket, mode) and shared by
-// every executable of the backend (keyed by their StableHLO text).
+// (never written to the cache). On a mesh's data axis of D, a batched decode step runs as D groups
+// of rows, one per cache shard, each padded to the bucket of the largest group (lower.h's
+// data_groups). Programs are compiled once per (graph, bucket, mode) and shared by every
+// executable of the backend (keyed by their StableHLO text).
 #pragma once
 
 #include <memory>
