@@ -431,39 +431,46 @@ TEST(XlaMeshDataAxisTest, BatchedDecodeRowsAreComputedOnTheirDataShardOnly) {
 // per data shard on 2x2), against the one-device q8 cache: within 1e-2 of the largest logit and the
 // same top token everywhere (the model axis sums in another order, which can move an int8 by one
 // step where a value lies at a rounding midpoint, as XlaQ8CacheTest against the CPU's q8).
-TEST(XlaMeshQ8Test, Q8CacheOnMeshesGivesTheOneDeviceLogits) {
+class XlaMeshQ8Test : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(XlaMeshQ8Test, Q8CacheOnMeshesGivesTheOneDeviceLogits) {
   G4_REQUIRE_PJRT_PLUGIN();
-  for (const char* fixture : {"gemma3-tiny", "gemma4-e2b-tiny"}) {
-    Reference ref = LoadReference(fixture);
-    const int V = static_cast<int>(ref.Get("logits").size() / ref.ids.size());
-    std::vector<float> one;
-    for (const Mesh mesh : {Mesh{1, 1}, Mesh{1, 2}, Mesh{2, 2}}) {
-      SCOPED_TRACE(std::string(fixture) + " " + mesh.ToString());
-      auto engine = MakeMeshEngine(fixture, mesh, 7, 2, DType::kI8);
-      ASSERT_NE(engine, nullptr);
-      EXPECT_EQ(engine->cache().type(), DType::kI8);
-      std::vector<float> got, other, row;
-      ASSERT_TRUE(engine->Prefill(1, std::span<const int32_t>(ref.ids).first(20), true, &got).ok());
-      ASSERT_TRUE(engine->Prefill(0, std::span<const int32_t>(ref.ids).first(20), false, &other).ok());
-      for (size_t t = 20; t < ref.ids.size(); ++t) {
-        const int32_t seqs[2] = {1, 0}, toks[2] = {ref.ids[t], ref.ids[t]};
-        ASSERT_TRUE(engine->Decode(seqs, toks, &row).ok());
-        got.insert(got.end(), row.begin(), row.begin() + V);
-        EXPECT_LT(RelErr(std::vector<float>(row.begin(), row.begin() + V), std::vector<float>(row.begin() + V, row.end())),
-                  1e-6)
-            << "both sequences hold the same tokens";
-      }
-      if (one.empty()) {
-        one = got;
-        continue;
-      }
-      const double diff = RelErr(got, one);
-      std::printf("%s %s: q8 cache against one device %.3g\n", fixture, mesh.ToString().c_str(), diff);
-      EXPECT_LT(diff, 1e-2);
-      EXPECT_EQ(ArgmaxRows(got, V), ArgmaxRows(one, V));
+  const std::string& fixture = GetParam();
+  Reference ref = LoadReference(fixture);
+  const int V = static_cast<int>(ref.Get("logits").size() / ref.ids.size());
+  std::vector<float> one;
+  for (const Mesh mesh : {Mesh{1, 1}, Mesh{1, 2}, Mesh{2, 2}}) {
+    SCOPED_TRACE(fixture + " " + mesh.ToString());
+    auto engine = MakeMeshEngine(fixture, mesh, 7, 2, DType::kI8);
+    ASSERT_NE(engine, nullptr);
+    EXPECT_EQ(engine->cache().type(), DType::kI8);
+    std::vector<float> got, other, row;
+    ASSERT_TRUE(engine->Prefill(1, std::span<const int32_t>(ref.ids).first(20), true, &got).ok());
+    ASSERT_TRUE(engine->Prefill(0, std::span<const int32_t>(ref.ids).first(20), false, &other).ok());
+    for (size_t t = 20; t < ref.ids.size(); ++t) {
+      const int32_t seqs[2] = {1, 0}, toks[2] = {ref.ids[t], ref.ids[t]};
+      ASSERT_TRUE(engine->Decode(seqs, toks, &row).ok());
+      got.insert(got.end(), row.begin(), row.begin() + V);
+      EXPECT_LT(RelErr(std::vector<float>(row.begin(), row.begin() + V), std::vector<float>(row.begin() + V, row.end())),
+                1e-6)
+          << "both sequences hold the same tokens";
     }
+    if (one.empty()) {
+      one = got;
+      continue;
+    }
+    const double diff = RelErr(got, one);
+    std::printf("%s %s: q8 cache against one device %.3g\n", fixture.c_str(), mesh.ToString().c_str(), diff);
+    EXPECT_LT(diff, 1e-2);
+    EXPECT_EQ(ArgmaxRows(got, V), ArgmaxRows(one, V));
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, XlaMeshQ8Test, ::testing::Values("gemma3-tiny", "gemma4-e2b-tiny"), [](const auto& info) {
+  std::string s = info.param;
+  std::replace(s.begin(), s.end(), '-', '_');
+  return s;
+});
 
 // Meshes that cannot run are refused with the reason before any step.
 TEST(XlaMeshErrorsTest, InvalidMeshesAreRefusedWithMessages) {

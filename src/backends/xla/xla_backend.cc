@@ -69,6 +69,7 @@ class XlaBackend : public Backend {
   }
   std::string Name() const override { return "xla-" + info_.platform; }
   bool CompilesPerShape() const override { return true; }
+  int SlotGroups() const override { return mesh_.data; }
   Status PlanMemory(const Graph& graph, const KvCacheBase& cache) const override;
   StatusOr<std::unique_ptr<Executable>> Compile(const Graph& graph, int num_tokens, int num_output_rows) override;
   StatusOr<std::unique_ptr<KvCacheBase>> CreateKvCache(const ModelConfig& config, int max_seqs, int max_context,
