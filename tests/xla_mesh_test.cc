@@ -279,6 +279,24 @@ TEST(XlaMeshBatchTest, BatchedDecodeOnTwoByTwoMatchesEachSequenceAlone) {
   }
 }
 
+// Warm-up compiles every program a batched decode step on a data axis can run: after it, batches
+// of any spread over the two data shards (one shard's group setting the bucket) compile nothing.
+TEST(XlaMeshBatchTest, WarmupCompilesEveryDecodeGroupBucket) {
+  G4_REQUIRE_PJRT_PLUGIN();
+  auto engine = MakeMeshEngine("gemma3-tiny", Mesh{2, 2}, 8, 4);
+  ASSERT_NE(engine, nullptr);
+  auto steps = engine->Warmup(8);
+  ASSERT_TRUE(steps.ok()) << steps.status().ToString();
+  const int programs = XlaProgramCount(engine->backend());
+  EXPECT_GT(programs, 0);
+  for (const std::vector<int32_t>& seqs : std::vector<std::vector<int32_t>>{{0, 2}, {0, 1}, {1, 3, 2}, {0, 1, 3}, {3, 2, 1, 0}}) {
+    std::vector<float> lg;
+    ASSERT_TRUE(engine->Decode(seqs, std::vector<int32_t>(seqs.size(), 5), &lg).ok());
+    for (int32_t s : seqs) engine->ResetSequence(s);
+    EXPECT_EQ(XlaProgramCount(engine->backend()), programs) << "a batch of " << seqs.size();
+  }
+}
+
 // A cache-owning layer list of `config` for caches of max_context 64 (as CreateKvCache's).
 std::vector<xla::CacheLayer> CacheLayers(const ModelConfig& config) {
   std::vector<xla::CacheLayer> out;

@@ -77,6 +77,7 @@ class XlaBackend : public Backend {
 
   const XlaDeviceInfo& info() const { return info_; }
   const xla::MemoryPlan& plan() const { return plan_; }
+  int program_count() const { return static_cast<int>(programs_.size()); }
   xla::Client& client() { return *client_; }
   int device() const { return info_.device; }
   // The device to name in Execute: programs of a device other than the first are portable.
@@ -521,6 +522,11 @@ StatusOr<std::vector<std::string>> XlaMeshPlan(const Backend& backend, const Gra
                   (limit > 0 && total > static_cast<size_t>(limit) ? ": does NOT fit" : ""));
   for (const std::string& n : plan->notes) lines.push_back("replicated: " + n);
   return lines;
+}
+
+int XlaProgramCount(const Backend& backend) {
+  const auto* x = dynamic_cast<const XlaBackend*>(&backend);
+  return x ? x->program_count() : 0;
 }
 
 const xla::MemoryPlan* XlaPlan(const Backend& backend) {

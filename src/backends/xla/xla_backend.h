@@ -70,6 +70,8 @@ const XlaDeviceInfo* XlaInfo(const Backend& backend);
 // PlanShards' errors.
 StatusOr<std::vector<std::string>> XlaMeshPlan(const Backend& backend, const Graph& graph, const ModelConfig& config,
                                                int max_seqs, int max_context, DType kv_type);
+// The programs compiled so far (one per distinct step module), 0 for another backend.
+int XlaProgramCount(const Backend& backend);
 // The memory plan so far: weights and KV cache from Engine::Create (Backend::PlanMemory), the
 // largest step over the programs compiled so far (nullptr for another backend).
 const xla::MemoryPlan* XlaPlan(const Backend& backend);
