@@ -395,3 +395,49 @@ TEST(SchedulerTest, DegeneracyGuardEndsALoopAndSaysSo) {
 
 }  // namespace
 }  // namespace g4
+
+namespace g4 {
+namespace {
+
+// The CPU backend with its sequence slots in two groups (as a mesh's data axis of 2).
+class TwoSlotGroupsBackend : public Backend {
+ public:
+  std::string Name() const override { return inner_->Name(); }
+  StatusOr<std::unique_ptr<Executable>> Compile(const Graph& graph, int num_tokens, int num_output_rows) override {
+    return inner_->Compile(graph, num_tokens, num_output_rows);
+  }
+  StatusOr<std::unique_ptr<KvCacheBase>> CreateKvCache(const ModelConfig& config, int max_seqs, int max_context,
+                                                       DType type) override {
+    return inner_->CreateKvCache(config, max_seqs, max_context, type);
+  }
+  int SlotGroups() const override { return 2; }
+
+ private:
+  std::unique_ptr<Backend> inner_ = MakeCpuBackend(2);
+};
+
+// Requests spread over the slot groups (slots 0-1 and 2-3 of 4), so that a batched decode step
+// has rows on each group's devices; the slots keep their sequences (prefix reuse) afterwards.
+TEST(SchedulerTest, RequestsSpreadOverTheBackendsSlotGroups) {
+  auto m = LoadModel(std::string(GEMMA4RT_TEST_DATA_DIR) + "/golden/gemma4-e2b-tiny");
+  ASSERT_TRUE(m.ok());
+  EngineOptions o;
+  o.max_seqs = 4;
+  o.max_context = 128;
+  auto engine = Engine::Create(std::move(m).value(), std::make_unique<TwoSlotGroupsBackend>(), o);
+  ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+  Scheduler s(**engine, nullptr, SchedulerOptions{});
+  auto a = SubmitAndCollect(s, Greedy({2, 17, 300, 41}, 24));
+  auto b = SubmitAndCollect(s, Greedy({2, 9, 8, 7}, 24));
+  ASSERT_EQ(a.get().first.size(), 24u);
+  ASSERT_EQ(b.get().first.size(), 24u);
+  std::vector<int> used;
+  for (int seq = 0; seq < 4; ++seq)
+    if ((*engine)->cache().length(seq) > 0) used.push_back(seq);
+  ASSERT_EQ(used.size(), 2u);
+  EXPECT_LT(used[0], 2);
+  EXPECT_GE(used[1], 2);
+}
+
+}  // namespace
+}  // namespace g4

@@ -5,11 +5,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 
 #include "backends/xla/compile_options.h"
 #include "backends/xla/mesh.h"
 #include "backends/xla/shard_plan.h"
+#include "backends/xla/lower.h"
 #include "backends/xla/sharded_buffers.h"
 #include "backends/xla/xla_backend.h"
 #include "model/gemma.h"
@@ -154,7 +156,8 @@ TEST(MeshPjrtTest, ShardedMatmulRunsOnEveryDeviceAndReplicatesItsResult) {
   }
 }
 
-std::unique_ptr<Engine> MakeMeshEngine(const std::string& fixture, Mesh mesh, int chunk, int max_seqs) {
+std::unique_ptr<Engine> MakeMeshEngine(const std::string& fixture, Mesh mesh, int chunk, int max_seqs,
+                                       DType kv_type = DType::kF32) {
   XlaBackendOptions xo;
   xo.plugin_path = xla::testing_util::PluginPath();
   xo.client_options = {{"cpu_device_count", int64_t{8}}};
@@ -163,6 +166,7 @@ std::unique_ptr<Engine> MakeMeshEngine(const std::string& fixture, Mesh mesh, in
   o.prefill_chunk = chunk;
   o.max_seqs = max_seqs;
   o.max_context = 64;
+  o.kv_type = kv_type;
   return MakeEngineOn(ModelPath(fixture), MakeXlaBackend(xo), o);
 }
 
@@ -173,32 +177,59 @@ struct MeshCase {
 
 class XlaMeshGoldenTest : public ::testing::TestWithParam<MeshCase> {};
 
-// One-shot prefill, chunked prefill (chunks of 9 across the window of 8) and token-by-token
-// decode of the last tokens, each against the one-device reference logits.
-TEST_P(XlaMeshGoldenTest, PrefillChunkedAndDecodeMatchTheReference) {
+// One-shot prefill against the one-device reference logits at every position.
+TEST_P(XlaMeshGoldenTest, OneShotPrefillMatchesTheReference) {
+  G4_REQUIRE_PJRT_PLUGIN();
+  const MeshCase& c = GetParam();
+  Reference ref = LoadReference(c.fixture);
+  const std::vector<float> want = ref.Get("logits");
+  const int V = static_cast<int>(want.size() / ref.ids.size());
+  auto engine = MakeMeshEngine(c.fixture, c.mesh, 1 << 20, std::max(c.mesh.data, 2));
+  ASSERT_NE(engine, nullptr);
+  std::vector<float> logits;
+  ASSERT_TRUE(engine->Prefill(0, ref.ids, true, &logits).ok());
+  EXPECT_LT(RelErr(logits, want), kRelTol);
+  EXPECT_EQ(ArgmaxRows(logits, V), ArgmaxRows(want, V));
+}
+
+// Chunked prefill (chunks of 9 across the window of 8) of the first and the last sequence slot
+// (different data shards where data > 1), then batched decode of both, token by token: every
+// row against the one-device reference.
+TEST_P(XlaMeshGoldenTest, ChunkedPrefillAndBatchedDecodeMatchTheReference) {
   G4_REQUIRE_PJRT_PLUGIN();
   const MeshCase& c = GetParam();
   Reference ref = LoadReference(c.fixture);
   const int seqs = std::max(c.mesh.data, 2);
-  auto engine = MakeMeshEngine(c.fixture, c.mesh, 1 << 20, seqs);
+  auto engine = MakeMeshEngine(c.fixture, c.mesh, 9, seqs);
   ASSERT_NE(engine, nullptr);
-  ExpectOneShotPrefillMatches(*engine, ref, /*layers=*/false);
-
-  auto chunked = MakeMeshEngine(c.fixture, c.mesh, 9, seqs);
-  ASSERT_NE(chunked, nullptr);
-  // The last 4 tokens decoded in the last data shard's slot.
-  ExpectDecodeMatches(*chunked, ref, ref.ids.size() - 4, kRelTol, /*argmax=*/true, /*seq=*/seqs - 1);
+  const std::vector<float> want = ref.Get("logits");
+  const int V = RefVocab(ref);
+  const int n = static_cast<int>(ref.ids.size()), decode = 4;
+  const int32_t last = seqs - 1;
+  std::vector<float> logits, first, row;
+  ASSERT_TRUE(engine->Prefill(last, std::span<const int32_t>(ref.ids).first(n - decode), true, &logits).ok());
+  ASSERT_TRUE(engine->Prefill(0, std::span<const int32_t>(ref.ids).first(n - decode), false, &first).ok());
+  for (int t = n - decode; t < n; ++t) {
+    const int32_t batch[2] = {last, 0}, toks[2] = {ref.ids[t], ref.ids[t]};
+    ASSERT_TRUE(engine->Decode(batch, toks, &row).ok());
+    ASSERT_EQ(row.size(), 2u * V);
+    logits.insert(logits.end(), row.begin(), row.begin() + V);
+    EXPECT_LT(RelErr(std::vector<float>(row.begin() + V, row.end()), std::vector<float>(want.begin() + t * V, want.begin() + (t + 1) * V)),
+              kRelTol)
+        << "sequence 0, position " << t;
+  }
+  EXPECT_LT(RelErr(logits, want), kRelTol) << "chunked + decode";
+  EXPECT_EQ(ArgmaxRows(logits, V), ArgmaxRows(want, V));
 }
 
-// A representative fixture set per mesh (every mesh costs a compile per step shape): GQA with 2 KV
-// heads (split at model=2), 1 KV head with PLE and shared KV (replicated), 8 experts (split by
-// expert), W4G32 blocks (split by rows and by blocks).
+// Every model fixture (GQA with 2 KV heads, 1 KV head with PLE and shared KV, a dense 31B-like
+// model, 8 experts) on every mesh (1x1 is XlaGoldenTest), and W4G32 blocks (split by rows and by
+// blocks) on 1x4. Each case is one ctest entry per test, so `ctest -j` runs them side by side.
 std::vector<MeshCase> MeshCases() {
-  const std::pair<const char*, Mesh> cases[] = {
-      {"gemma3-tiny", Mesh{1, 2}},         {"gemma3-tiny", Mesh{2, 2}},           {"gemma4-e2b-tiny", Mesh{1, 4}},
-      {"gemma4-e2b-tiny", Mesh{4, 1}},     {"gemma4-26b-a4b-tiny", Mesh{1, 2}},   {"gemma4-26b-a4b-tiny", Mesh{2, 2}},
-      {"gemma4-31b-tiny-w4a16", Mesh{1, 4}},
-  };
+  std::vector<std::pair<const char*, Mesh>> cases;
+  for (const char* f : {"gemma3-tiny", "gemma4-e2b-tiny", "gemma4-31b-tiny", "gemma4-26b-a4b-tiny"})
+    for (const Mesh m : {Mesh{1, 2}, Mesh{1, 4}, Mesh{2, 2}, Mesh{4, 1}}) cases.push_back({f, m});
+  cases.push_back({"gemma4-31b-tiny-w4a16", Mesh{1, 4}});
   std::vector<MeshCase> out;
   for (const auto& [f, m] : cases)
     if (std::filesystem::exists(FixtureDir(f) + "/reference.safetensors")) out.push_back({f, m});
@@ -211,14 +242,245 @@ INSTANTIATE_TEST_SUITE_P(Meshes, XlaMeshGoldenTest, ::testing::ValuesIn(MeshCase
   return s;
 });
 
-// Sequences in different data shards decoded in one batch give each one's own logits.
+// Sequences in different data shards decoded in one batch give each one's own logits, the rows
+// regrouped by data shard (sequences 0-1 on shard 0, 2-3 on shard 1) and mapped back: batches
+// across both shards, all on one shard (the other shard's group is padding) and of uneven groups.
 TEST(XlaMeshBatchTest, BatchedDecodeOnTwoByTwoMatchesEachSequenceAlone) {
   G4_REQUIRE_PJRT_PLUGIN();
   Reference ref = LoadReference("gemma3-tiny");
   auto engine = MakeMeshEngine("gemma3-tiny", Mesh{2, 2}, 8, 4);
   ASSERT_NE(engine, nullptr);
-  ExpectBatchedDecodeMatches(*engine, ref, {11, 4, 17, 9}, {3, 0, 2, 1}, kRelTol, /*steps=*/3);
+  const std::vector<float> want = ref.Get("logits");
+  const int V = RefVocab(ref);
+  std::vector<float> unused, lg;
+  int p[4] = {11, 4, 17, 9};
+  for (int s = 0; s < 4; ++s) ASSERT_TRUE(engine->Prefill(s, std::span<const int32_t>(ref.ids).first(p[s]), false, &unused).ok());
+  const std::vector<std::vector<int32_t>> batches = {{3, 0, 2, 1}, {3, 0, 2, 1}, {1, 0}, {2, 0, 3}, {3, 2}, {1, 3, 0, 2}};
+  for (const std::vector<int32_t>& seqs : batches) {
+    std::vector<int32_t> toks;
+    for (int32_t s : seqs) toks.push_back(ref.ids[p[s]]);
+    ASSERT_TRUE(engine->Decode(seqs, toks, &lg).ok());
+    ASSERT_EQ(lg.size(), seqs.size() * V);
+    for (size_t b = 0; b < seqs.size(); ++b) {
+      const int s = seqs[b];
+      const std::vector<float> got(lg.begin() + b * V, lg.begin() + (b + 1) * V);
+      EXPECT_LT(RelErr(got, std::vector<float>(want.begin() + p[s] * V, want.begin() + (p[s] + 1) * V)), kRelTol)
+          << "seq " << s << " position " << p[s];
+    }
+    for (int32_t s : seqs) ++p[s];
+  }
 }
+
+// Warm-up compiles every program a batched decode step on a data axis can run: after it, batches
+// of any spread over the two data shards (one shard's group setting the bucket) compile nothing.
+TEST(XlaMeshBatchTest, WarmupCompilesEveryDecodeGroupBucket) {
+  G4_REQUIRE_PJRT_PLUGIN();
+  auto engine = MakeMeshEngine("gemma3-tiny", Mesh{2, 2}, 8, 4);
+  ASSERT_NE(engine, nullptr);
+  auto steps = engine->Warmup(8);
+  ASSERT_TRUE(steps.ok()) << steps.status().ToString();
+  const int programs = XlaProgramCount(engine->backend());
+  EXPECT_GT(programs, 0);
+  for (const std::vector<int32_t>& seqs : std::vector<std::vector<int32_t>>{{0, 2}, {0, 1}, {1, 3, 2}, {0, 1, 3}, {3, 2, 1, 0}}) {
+    std::vector<float> lg;
+    ASSERT_TRUE(engine->Decode(seqs, std::vector<int32_t>(seqs.size(), 5), &lg).ok());
+    for (int32_t s : seqs) engine->ResetSequence(s);
+    EXPECT_EQ(XlaProgramCount(engine->backend()), programs) << "a batch of " << seqs.size();
+  }
+}
+
+// A cache-owning layer list of `config` for caches of max_context 64 (as CreateKvCache's).
+std::vector<xla::CacheLayer> CacheLayers(const ModelConfig& config) {
+  std::vector<xla::CacheLayer> out;
+  for (int l = 0; l < config.num_layers; ++l) {
+    const LayerPlan& lp = config.layers[l];
+    if (lp.kv_donor >= 0) continue;
+    out.push_back({l, lp.window ? std::min(lp.window, 64) : 64, lp.window, lp.num_kv_heads * lp.head_dim, lp.num_kv_heads});
+  }
+  return out;
+}
+
+// Protobuf's wire format, enough to read an HloModuleProto: each field of one message as (number,
+// varint value or length-delimited bytes); fixed-width fields are skipped.
+struct PbField {
+  int num = 0;
+  uint64_t value = 0;
+  std::string_view bytes;
+};
+uint64_t PbVarint(std::string_view s, size_t* i) {
+  uint64_t v = 0;
+  for (int shift = 0; *i < s.size() && shift < 64; shift += 7) {
+    const uint8_t c = static_cast<uint8_t>(s[(*i)++]);
+    v |= static_cast<uint64_t>(c & 0x7f) << shift;
+    if (!(c & 0x80)) break;
+  }
+  return v;
+}
+std::vector<PbField> PbFields(std::string_view s) {
+  std::vector<PbField> out;
+  for (size_t i = 0; i < s.size();) {
+    const uint64_t key = PbVarint(s, &i);
+    PbField f{static_cast<int>(key >> 3)};
+    switch (key & 7) {
+      case 0: f.value = PbVarint(s, &i); break;
+      case 1: i += 8; break;
+      case 2: {
+        const size_t n = PbVarint(s, &i);
+        f.bytes = s.substr(i, n);
+        i += n;
+        break;
+      }
+      case 5: i += 4; break;
+      default: return out;  // not a message
+    }
+    out.push_back(f);
+  }
+  return out;
+}
+
+// Output elements of every instruction of opcode `op` in an HloModuleProto, fused computations
+// included (HloModuleProto.computations = 3, HloComputationProto.instructions = 2,
+// HloInstructionProto.opcode = 2 and .shape = 3, ShapeProto.dimensions = 3).
+int64_t OpElements(std::string_view module, std::string_view op) {
+  int64_t total = 0;
+  for (const PbField& c : PbFields(module)) {
+    if (c.num != 3) continue;
+    for (const PbField& in : PbFields(c.bytes)) {
+      if (in.num != 2) continue;
+      std::string_view opcode;
+      int64_t n = 1;
+      for (const PbField& f : PbFields(in.bytes)) {
+        if (f.num == 2) opcode = f.bytes;
+        if (f.num != 3) continue;
+        for (const PbField& d : PbFields(f.bytes)) {
+          if (d.num != 3) continue;
+          if (d.bytes.empty()) {
+            n *= static_cast<int64_t>(d.value);
+          } else {  // packed
+            for (size_t i = 0; i < d.bytes.size();) n *= static_cast<int64_t>(PbVarint(d.bytes, &i));
+          }
+        }
+      }
+      if (opcode == op) total += n;
+    }
+  }
+  return total;
+}
+
+// The data axis splits a batched decode step's compute. The compiled program of one partition
+// (XLA's optimized HLO after SPMD partitioning) of a decode step of 32 sequences: with the rows
+// grouped by data shard, the dots of each partition of data=2 produce half the one-device
+// program's elements (each computes its 16 rows); with the step inputs replicated (the layout
+// before), each partition computes every row. Each device's logits are its group's rows only.
+TEST(XlaMeshDataAxisTest, BatchedDecodeRowsAreComputedOnTheirDataShardOnly) {
+  G4_REQUIRE_PJRT_PLUGIN();
+  auto client = EightDeviceClient();
+  ASSERT_NE(client, nullptr);
+  auto m = LoadModel(ModelPath("gemma3-tiny"));
+  ASSERT_TRUE(m.ok());
+  const Graph g = BuildGemmaGraph((*m)->config, (*m)->weights, GraphOptions{});
+  const Mesh mesh{2, 1};
+  auto plan = xla::PlanShards(g, mesh, 32);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  // Elements out of dots per partition: one device, data=2 replicated, data=2 grouped.
+  int64_t dots[3];
+  for (int variant = 0; variant < 3; ++variant) {
+    xla::StepShape sh;
+    sh.tokens = sh.output_rows = 32;
+    sh.max_seqs = 32;
+    sh.mode = xla::StepMode::kOneTokenPerSequence;
+    sh.caches = CacheLayers((*m)->config);
+    sh.quantised_as_f32 = true;
+    if (variant > 0) sh.shards = &*plan;
+    if (variant == 2) sh.data_groups = 2;
+    auto lowered = xla::LowerGraph(g, sh);
+    ASSERT_TRUE(lowered.ok()) << lowered.status().ToString();
+    xla::CompileOptions co;
+    if (variant > 0) {
+      co.num_partitions = 2;
+      co.use_spmd_partitioning = true;
+    }
+    auto exe = client->Compile(lowered->module, xla::SerializeCompileOptions(co));
+    ASSERT_TRUE(exe.ok()) << exe.status().message();
+    std::string format;
+    auto hlo = (*exe)->OptimizedProgram(&format);
+    ASSERT_TRUE(hlo.ok()) << hlo.status().ToString();
+    std::string_view module = *hlo;
+    if (format == "hlo_with_config") {  // HloModuleProtoWithConfig.hlo_module = 1
+      for (const PbField& f : PbFields(*hlo))
+        if (f.num == 1) module = f.bytes;
+    } else {
+      ASSERT_EQ(format, "hlo");
+    }
+    dots[variant] = OpElements(module, "dot");
+  }
+  std::printf("decode of 32 sequences, dot output elements per partition: one device %lld, data=2 replicated %lld, "
+              "data=2 grouped %lld\n", (long long)dots[0], (long long)dots[1], (long long)dots[2]);
+  ASSERT_GT(dots[0], 0);
+  EXPECT_EQ(dots[1], dots[0]);
+  EXPECT_EQ(2 * dots[2], dots[0]);
+
+  // Through the backend on 2x2: each device holds the logits of its data shard's group (2 rows).
+  auto engine = MakeMeshEngine("gemma3-tiny", Mesh{2, 2}, 8, 4);
+  ASSERT_NE(engine, nullptr);
+  Reference ref = LoadReference("gemma3-tiny");
+  std::vector<float> unused, lg;
+  for (int s = 0; s < 4; ++s) ASSERT_TRUE(engine->Prefill(s, std::span<const int32_t>(ref.ids).first(5 + s), false, &unused).ok());
+  const int32_t seqs[4] = {0, 1, 2, 3}, toks[4] = {ref.ids[5], ref.ids[6], ref.ids[7], ref.ids[8]};
+  ASSERT_TRUE(engine->Decode(seqs, toks, &lg).ok());
+  const std::vector<float> want = ref.Get("logits");
+  const int V = static_cast<int>(want.size() / ref.ids.size());
+  for (int b = 0; b < 4; ++b)
+    EXPECT_LT(RelErr(std::vector<float>(lg.begin() + b * V, lg.begin() + (b + 1) * V),
+                     std::vector<float>(want.begin() + (5 + b) * V, want.begin() + (6 + b) * V)),
+              kRelTol);
+}
+
+// The q8 cache on a mesh: its int8 K/V and f32 scales split like the cache (slots over data, KV
+// heads over model where they divide). Chunked prefill, then batched decode of two sequences (one
+// per data shard on 2x2), against the one-device q8 cache: within 1e-2 of the largest logit and the
+// same top token everywhere (the model axis sums in another order, which can move an int8 by one
+// step where a value lies at a rounding midpoint, as XlaQ8CacheTest against the CPU's q8).
+class XlaMeshQ8Test : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(XlaMeshQ8Test, Q8CacheOnMeshesGivesTheOneDeviceLogits) {
+  G4_REQUIRE_PJRT_PLUGIN();
+  const std::string& fixture = GetParam();
+  Reference ref = LoadReference(fixture);
+  const int V = static_cast<int>(ref.Get("logits").size() / ref.ids.size());
+  std::vector<float> one;
+  for (const Mesh mesh : {Mesh{1, 1}, Mesh{1, 2}, Mesh{2, 2}}) {
+    SCOPED_TRACE(fixture + " " + mesh.ToString());
+    auto engine = MakeMeshEngine(fixture, mesh, 7, 2, DType::kI8);
+    ASSERT_NE(engine, nullptr);
+    EXPECT_EQ(engine->cache().type(), DType::kI8);
+    std::vector<float> got, other, row;
+    ASSERT_TRUE(engine->Prefill(1, std::span<const int32_t>(ref.ids).first(20), true, &got).ok());
+    ASSERT_TRUE(engine->Prefill(0, std::span<const int32_t>(ref.ids).first(20), false, &other).ok());
+    for (size_t t = 20; t < ref.ids.size(); ++t) {
+      const int32_t seqs[2] = {1, 0}, toks[2] = {ref.ids[t], ref.ids[t]};
+      ASSERT_TRUE(engine->Decode(seqs, toks, &row).ok());
+      got.insert(got.end(), row.begin(), row.begin() + V);
+      EXPECT_LT(RelErr(std::vector<float>(row.begin(), row.begin() + V), std::vector<float>(row.begin() + V, row.end())),
+                1e-6)
+          << "both sequences hold the same tokens";
+    }
+    if (one.empty()) {
+      one = got;
+      continue;
+    }
+    const double diff = RelErr(got, one);
+    std::printf("%s %s: q8 cache against one device %.3g\n", fixture.c_str(), mesh.ToString().c_str(), diff);
+    EXPECT_LT(diff, 1e-2);
+    EXPECT_EQ(ArgmaxRows(got, V), ArgmaxRows(one, V));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, XlaMeshQ8Test, ::testing::Values("gemma3-tiny", "gemma4-e2b-tiny"), [](const auto& info) {
+  std::string s = info.param;
+  std::replace(s.begin(), s.end(), '-', '_');
+  return s;
+});
 
 // Meshes that cannot run are refused with the reason before any step.
 TEST(XlaMeshErrorsTest, InvalidMeshesAreRefusedWithMessages) {

@@ -88,6 +88,10 @@ class Backend {
   // Whether the first run of each step shape compiles a program for it (seconds on a real model):
   // a server then runs every shape it will use before it answers /health (Engine::Warmup).
   virtual bool CompilesPerShape() const { return false; }
+  // The groups the sequence slots are split into, each on its own devices (slot s in group
+  // s / (max_seqs / groups)): a mesh's data axis. A batched decode step computes each group's rows
+  // on its devices, so a scheduler spreads its sequences over the groups.
+  virtual int SlotGroups() const { return 1; }
   virtual StatusOr<std::unique_ptr<KvCacheBase>> CreateKvCache(const ModelConfig& config, int max_seqs, int max_context,
                                                                DType type) {
     G4_RETURN_IF_ERROR(CheckKvCacheType(type));

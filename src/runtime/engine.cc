@@ -286,6 +286,22 @@ StatusOr<int> Engine::Warmup(int chunk) {
     for (int i = 0; i < b; ++i) cache_->Reset(i);
     ++steps;
   }
+  // Slots in groups (Backend::SlotGroups, a mesh's data axis): a batched decode step runs as one
+  // group of rows per slot group, each padded to the bucket of the largest group, a program per
+  // bucket (1, 2, 4, ... up to the group's slots): one step of each, every group equally full.
+  const int groups = backend_->SlotGroups(), S = cache_->max_seqs();
+  if (groups > 1 && S % groups == 0) {
+    const int per = S / groups;
+    for (int g = 1; g < 2 * per; g *= 2) {
+      seqs.clear();
+      for (int d = 0; d < groups; ++d)
+        for (int i = 0; i < std::min(g, per); ++i) seqs.push_back(d * per + i);
+      tokens.assign(seqs.size(), 0);
+      G4_RETURN_IF_ERROR(Decode(seqs, tokens, nullptr));
+      for (int32_t s : seqs) cache_->Reset(s);
+      ++steps;
+    }
+  }
   last_exe_ = nullptr;
   return steps;
 }

@@ -231,12 +231,24 @@ void Scheduler::Finish(Slot& s, const std::string& reason, const Status& error) 
 
 Scheduler::Slot& Scheduler::PickSlot(const Pending& p) {
   const bool reuse = options_.cache_prompt && p.req.cache_prompt && !p.req.prompt_logprobs;
+  // Busy slots per slot group (Backend::SlotGroups): among equal reuse, the least busy group first,
+  // so a batched decode step's rows spread over the groups' devices.
+  const int groups = std::max(1, engine_.backend().SlotGroups());
+  const int per_group = std::max(1, static_cast<int>(slots_.size()) / groups);
+  std::vector<int> busy(groups, 0);
+  auto group = [&](const Slot& s) { return std::min(groups - 1, s.seq / per_group); };
+  for (const auto& sp : slots_)
+    if (sp->p) ++busy[group(*sp)];
   Slot* best = nullptr;
   int best_reuse = -1;
   for (auto& sp : slots_) {
     if (sp->p) continue;
     const int r = reuse ? ReusablePrefix(engine_.config(), engine_.cache().max_context(), sp->held, p.req.prompt) : 0;
-    if (r > best_reuse || (r == best_reuse && sp->last_used < best->last_used)) {
+    const bool better =
+        r > best_reuse ||
+        (r == best_reuse && (busy[group(*sp)] < busy[group(*best)] ||
+                             (busy[group(*sp)] == busy[group(*best)] && sp->last_used < best->last_used)));
+    if (better) {
       best = sp.get();
       best_reuse = r;
     }

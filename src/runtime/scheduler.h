@@ -172,8 +172,9 @@ class Scheduler {
   void Finish(Slot& slot, const std::string& reason, const Status& error = OkStatus());
   // Requests in queue_ not cancelled (mu_ held): the ones that count against max_queue.
   int LiveQueued() const;
-  // The free slot for `p` (one must exist): the longest reusable prefix, else the least recently
-  // used; sets its `cached`.
+  // The free slot for `p` (one must exist): the longest reusable prefix, else one in the slot
+  // group (Backend::SlotGroups) with the fewest busy slots, else the least recently used; sets its
+  // `cached`.
   Slot& PickSlot(const Pending& p);
 
   Engine& engine_;

@@ -156,6 +156,10 @@ StatusOr<LoweredStep> LowerGraph(const Graph& graph, const StepShape& sh) {
   Lowering lo(b);
   LoweredStep out;
   const int64_t T = sh.tokens, R = sh.output_rows, S = sh.max_seqs;
+  const int64_t DG = sh.data_groups;  // row groups over the data axis (lower.h)
+  if (DG > 1 && (sh.mode != StepMode::kOneTokenPerSequence || T % DG != 0 || S % DG != 0 || R != T ||
+                 sh.shards == nullptr || sh.shards->mesh.data != DG))
+    return InvalidArgument("data_groups needs a batched decode step of equal groups on a data axis of that size");
   // int8 or fp8 K/V with f32 scales per (slot, KV head): lower_kv.h
   const bool quant = IsScaledKvCacheType(sh.kv_type);
   G4_ASSIGN_OR_RETURN(ElemType kv_type, sh.kv_type == DType::kI8       ? StatusOr<ElemType>(ElemType::kI8)
@@ -229,21 +233,26 @@ StatusOr<LoweredStep> LowerGraph(const Graph& graph, const StepShape& sh) {
     cache_vs.push_back(b.Param({S, c.slots, c.heads}, kF32, first + 3));
   }
   if (sh.shards != nullptr && sh.shards->mesh.size() > 1) {  // SPMD (shard_plan.h)
-    if (quant) return Unimplemented("an 8-bit KV cache on a device mesh is not supported yet");
     const ShardPlan& plan = *sh.shards;
     b.SetNumPartitions(plan.mesh.size());
-    for (const Value* p : {&tokens, &positions, &seq_ids, &out_rows, &kv_len, &kv_end}) b.ShardParam(*p, "{replicated}");
+    const std::string rows_split = DG > 1 ? HloSharding(plan.mesh, 1, TensorSplit{0, -1}) : "{replicated}";
+    for (const Value* p : {&tokens, &positions, &seq_ids, &out_rows, &kv_len, &kv_end}) b.ShardParam(*p, rows_split);
     for (const Tensor* t : out.weights) {
       const Value& p = weight.at(t);
       b.ShardParam(p, HloSharding(plan.mesh, static_cast<int>(p.shape.size()), plan.Weight(t)));
     }
-    std::vector<std::string> result_shardings(out.outputs.size(), "{replicated}");
+    std::vector<std::string> result_shardings(out.outputs.size(),
+                                              DG > 1 ? HloSharding(plan.mesh, 2, TensorSplit{0, -1}) : "{replicated}");
+    // K, V and an 8-bit cache's scales [S, slots, Nkv] alike: slots over data, the last dim (KV
+    // heads, or their D elements each) over model where the heads divide.
     for (size_t i = 0; i < sh.caches.size(); ++i) {
       const std::string s = HloSharding(plan.mesh, 3, plan.Cache(sh.caches[i].layer));
-      b.ShardParam(cache_k[i], s);
-      b.ShardParam(cache_v[i], s);
-      result_shardings.push_back(s);
-      result_shardings.push_back(s);
+      std::vector<const Value*> bufs{&cache_k[i], &cache_v[i]};
+      if (quant) bufs.insert(bufs.end(), {&cache_ks[i], &cache_vs[i]});
+      for (const Value* v : bufs) {
+        b.ShardParam(*v, s);
+        result_shardings.push_back(s);
+      }
     }
     b.ShardResults(std::move(result_shardings));
   }
@@ -258,6 +267,25 @@ StatusOr<LoweredStep> LowerGraph(const Graph& graph, const StepShape& sh) {
   const Value real = b.Compare(seq_ids, zeros_t, Cmp::kGe);           // [T] pred
   const Value seq_clamped = b.Max(seq_ids, zeros_t);                   // [T] a valid index on padding rows
   const Value pos_f = b.Convert(positions, kF32);                      // [T]
+  // data_groups > 1: each row's sequence within its group's cache shard of S/DG sequences.
+  const Value seq_local = DG > 1 ? b.Binary("remainder", seq_clamped, b.Splat(S / DG, {T}, kI32)) : seq_clamped;
+  // The rows of x [S, ...] of each row's sequence -> [T, ...]; with row groups, each group from its shard.
+  auto seq_rows = [&](const Value& x) {
+    if (DG == 1) return b.TakeRows(x, seq_clamped);
+    Shape grouped{DG, S / DG}, out_shape{T};
+    grouped.insert(grouped.end(), x.shape.begin() + 1, x.shape.end());
+    out_shape.insert(out_shape.end(), x.shape.begin() + 1, x.shape.end());
+    return b.Reshape(b.TakeRowsBatched(b.Reshape(x, grouped), b.Reshape(seq_local, {DG, T / DG})), out_shape);
+  };
+  // Writes rows x [T, W] into cache [S, slots, W] at (their sequence, slot) where `keep`.
+  auto write_rows = [&](const Value& cache, const Value& keep, const Value& slot, const Value& x) {
+    if (DG == 1) return b.ScatterRows2(cache, b.Select(keep, seq_ids, b.Splat(S, {T}, kI32)), slot, x);  // S: dropped
+    const int64_t G = T / DG, C = cache.shape[1], W = cache.shape[2];
+    Value row = b.Select(keep, seq_local, b.Splat(S / DG, {T}, kI32));  // S/DG: out of the shard, dropped
+    Value y = b.ScatterRows2Batched(b.Reshape(cache, {DG, S / DG, C, W}), b.Reshape(row, {DG, G}),
+                                    b.Reshape(slot, {DG, G}), b.Reshape(x, {DG, G, W}));
+    return b.Reshape(y, cache.shape);
+  };
   // The step's keys/values as the cache holds them, in f32: rounded to its type, or with an
   // 8-bit cache the stored values (integers or fp8), their scales [T, Nkv] in *scale.
   auto as_cached = [&](const Value& x, int64_t heads, int64_t D, Value* scale) {
@@ -371,15 +399,15 @@ StatusOr<LoweredStep> LowerGraph(const Graph& graph, const StepShape& sh) {
                 Value o = CDot(weighted(p, mask, vsc, {0, 3}), b.Concat({vc, v3}, 0), {0}, {1}, {3}, {0});  // [Nkv, T, G, D]
                 vals[i] = b.Reshape(b.Transpose(o, {1, 0, 2, 3}), {T, Nq * D});
               } else {
-                Value kc = b.Convert(b.Reshape(b.TakeRows(cache_k[*ci], seq_clamped), {T, C, Nkv, D}), kF32);
-                Value vc = b.Convert(b.Reshape(b.TakeRows(cache_v[*ci], seq_clamped), {T, C, Nkv, D}), kF32);
-                Value L = b.TakeRows(kv_len, seq_clamped);  // [T]
+                Value kc = b.Convert(b.Reshape(seq_rows(cache_k[*ci]), {T, C, Nkv, D}), kF32);
+                Value vc = b.Convert(b.Reshape(seq_rows(cache_v[*ci]), {T, C, Nkv, D}), kF32);
+                Value L = seq_rows(kv_len);  // [T]
                 Value cmask = slot_mask(b.Broadcast(L, {T, C}, {0}), b.Iota({T, C}, kI32, 1),
                                         b.Broadcast(positions, {T, C}, {0}));
                 Value ksc, vsc;  // quant: [T, Nkv, C] each
                 if (quant) {
-                  ksc = b.Transpose(b.TakeRows(cache_ks[*ci], seq_clamped), {0, 2, 1});
-                  vsc = b.Transpose(b.TakeRows(cache_vs[*ci], seq_clamped), {0, 2, 1});
+                  ksc = b.Transpose(seq_rows(cache_ks[*ci]), {0, 2, 1});
+                  vsc = b.Transpose(seq_rows(cache_vs[*ci]), {0, 2, 1});
                 }
                 Value sc = scores(scaled(CDot(q4, kc, {0, 1}, {0, 2}, {3}, {3}), ksc, {0, 1, 3}));  // [T, Nkv, G, C]
                 Value ss = b.Reshape(scores(scaled(CDot(q4, k3, {0, 1}, {0, 1}, {3}, {2}), ks3, {0, 1})), {T, Nkv, G, 1});
@@ -402,20 +430,19 @@ StatusOr<LoweredStep> LowerGraph(const Graph& graph, const StepShape& sh) {
               }
               const CacheLayer& cl = sh.caches[*ci];
               Value slot = cl.window > 0 ? b.Binary("remainder", positions, b.Splat(cl.slots, {T}, kI32)) : positions;
-              Value end = b.TakeRows(kv_end, seq_clamped);
+              Value end = seq_rows(kv_end);
               Value keep = b.And(real, b.Compare(positions, b.Sub(end, b.Splat(cl.slots, {T}, kI32)), Cmp::kGe));
-              Value row = b.Select(keep, seq_ids, b.Splat(S, {T}, kI32));  // S: out of bounds, dropped
               if (quant) {
                 const int64_t D = cl.width / cl.heads;
                 QuantizedKvRows k = QuantizeKvRows(b, in(0), cl.heads, D, kv_type), v = QuantizeKvRows(b, in(1), cl.heads, D, kv_type);
-                cache_k[*ci] = b.ScatterRows2(cache_k[*ci], row, slot, k.q);
-                cache_v[*ci] = b.ScatterRows2(cache_v[*ci], row, slot, v.q);
-                cache_ks[*ci] = b.ScatterRows2(cache_ks[*ci], row, slot, k.scale);
-                cache_vs[*ci] = b.ScatterRows2(cache_vs[*ci], row, slot, v.scale);
+                cache_k[*ci] = write_rows(cache_k[*ci], keep, slot, k.q);
+                cache_v[*ci] = write_rows(cache_v[*ci], keep, slot, v.q);
+                cache_ks[*ci] = write_rows(cache_ks[*ci], keep, slot, k.scale);
+                cache_vs[*ci] = write_rows(cache_vs[*ci], keep, slot, v.scale);
                 return;
               }
-              cache_k[*ci] = b.ScatterRows2(cache_k[*ci], row, slot, b.Convert(in(0), kv_type));
-              cache_v[*ci] = b.ScatterRows2(cache_v[*ci], row, slot, b.Convert(in(1), kv_type));
+              cache_k[*ci] = write_rows(cache_k[*ci], keep, slot, b.Convert(in(0), kv_type));
+              cache_v[*ci] = write_rows(cache_v[*ci], keep, slot, b.Convert(in(1), kv_type));
             },
             [&](const GeGluOp&) { vals[i] = b.Mul(lo.GeluTanh(in(0)), in(1)); },
             [&](const AddOp& op) {
@@ -427,7 +454,7 @@ StatusOr<LoweredStep> LowerGraph(const Graph& graph, const StepShape& sh) {
               vals[i] = b.MulScalar(b.Unary("tanh", b.Div(in(0), b.Splat(op.cap, in(0).shape, kF32))), op.cap);
             },
             [&](const SliceOp& op) { vals[i] = b.Slice(in(0), {0, op.begin}, {rows, op.begin + n.cols}); },
-            [&](const SelectRowsOp&) { vals[i] = b.TakeRows(in(0), out_rows); },
+            [&](const SelectRowsOp&) { vals[i] = DG > 1 ? in(0) : b.TakeRows(in(0), out_rows); },
             [&](const MoEOp& op) {
               const int64_t H = n.cols, E = op.num_experts, I = op.width, k = op.top_k;
               const Value& y = in(0);

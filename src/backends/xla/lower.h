@@ -61,8 +61,15 @@ struct StepShape {
   // dequantises them at upload); false: such a weight is an Unimplemented error.
   bool quantised_as_f32 = false;
   // SPMD over a mesh of more than one device: the module is partitioned over plan->mesh, weights
-  // and caches carry the plan's shardings, the step inputs and exported outputs are replicated.
+  // and caches carry the plan's shardings; the step inputs and exported outputs are replicated,
+  // unless data_groups > 1.
   const ShardPlan* shards = nullptr;
+  // > 1 (kOneTokenPerSequence on a data axis of this size): the T rows are data_groups equal groups,
+  // group d holding only rows of sequences of cache shard d (d * S/data_groups and on) or padding.
+  // Row inputs (tokens, positions, seq_ids, out_rows), kv_len/kv_end and exported outputs are split
+  // over the data axis, each row reads and writes its cache shard locally (batched gather/scatter),
+  // so each data shard computes only its group's rows. out_rows is ignored: R == T, every row out.
+  int data_groups = 1;
   // The dtype of every dot's operands (device_policy.h): kF32, kBF16 or kF16; dots accumulate and
   // return f32. Weights are parameters of WeightDeviceType(t, compute).
   DType compute = DType::kF32;

@@ -2,7 +2,8 @@
 // device) index d * model + m for the device at data coordinate d and model coordinate m.
 //
 // The model axis splits weights (attention heads, MLP columns/rows, vocabulary, experts) and the
-// KV cache's heads; the data axis splits the KV cache's sequences (shard_plan.h). A tensor's
+// KV cache's heads; the data axis splits the KV cache's sequences and a batched decode step's rows
+// (shard_plan.h, lower.h). A tensor's
 // layout is a TensorSplit: the tensor dimension each axis splits (or none: replicated over that
 // axis), written into the StableHLO module as an XLA HloSharding string.
 #pragma once

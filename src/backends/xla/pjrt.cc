@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <cstring>
+#include <string_view>
 #include <map>
 #include <mutex>
 
@@ -217,6 +218,22 @@ StatusOr<CompiledMemory> LoadedExecutable::MemoryStats() const {
   m.code_bytes = a.generated_code_size_in_bytes;
   m.peak_bytes = a.peak_memory_in_bytes;
   return m;
+}
+
+StatusOr<std::string> LoadedExecutable::OptimizedProgram(std::string* format) const {
+  ExecutableRef ref{plugin_.get()};
+  G4_RETURN_IF_ERROR(GetExecutable(*plugin_, exe_, &ref));
+  auto program = G4_ARGS(PJRT_Program);
+  auto a = G4_ARGS(PJRT_Executable_OptimizedProgram_Args);
+  a.executable = ref.exe;
+  a.program = &program;
+  G4_RETURN_IF_ERROR(G4_PJRT_CALL(*plugin_, PJRT_Executable_OptimizedProgram, &a, "optimized program"));  // its size
+  std::string code(program.code_size, '\0');
+  program.code = code.data();
+  G4_RETURN_IF_ERROR(G4_PJRT_CALL(*plugin_, PJRT_Executable_OptimizedProgram, &a, "optimized program"));
+  code.resize(program.code_size);
+  if (format != nullptr) *format = std::string(program.format, program.format_size);
+  return code;
 }
 
 StatusOr<std::vector<Buffer>> LoadedExecutable::Execute(std::span<PJRT_Buffer* const> args,

@@ -109,6 +109,9 @@ class LoadedExecutable {
   StatusOr<size_t> NumOutputs() const;
   // Unimplemented where the plugin does not report it.
   StatusOr<CompiledMemory> MemoryStats() const;
+  // The optimized program as compiled (an SPMD program: one partition's), serialized in the
+  // plugin's format: *format "hlo" (an HloModuleProto) or another the plugin names.
+  StatusOr<std::string> OptimizedProgram(std::string* format) const;
   // Runs on one device with `args` (one argument list). Arguments at `non_donatable` indices are
   // never donated; an argument the program aliases to an output and that is not listed is
   // donated: its buffer is invalid afterwards (destroy it). Waits until the outputs are ready.

@@ -6,9 +6,10 @@
 //   every embedding table by vocabulary rows; MoE experts [E, ...] by expert. A KV cache layer
 //   [S, slots, Nkv*D] splits its width where Nkv divides by M. What does not divide (one KV head)
 //   is replicated over M, and the plan's notes say so.
-//   data axis (D): every KV cache layer splits its sequences S (D must divide S).
-// Everything else (norm weights, routers, step inputs, activations) is left to XLA's SPMD
-// partitioner (sharding propagation); results are replicated.
+//   data axis (D): every KV cache layer splits its sequences S (D must divide S); a batched decode
+//   step's rows split likewise (StepShape::data_groups, lower.h).
+// Everything else (norm weights, routers, activations) is left to XLA's SPMD partitioner (sharding
+// propagation).
 #pragma once
 
 #include <map>

@@ -306,6 +306,43 @@ Value Builder::ScatterRows2(const Value& operand, const Value& i0, const Value& 
               operand.shape, operand.type, region);
 }
 
+Value Builder::TakeRowsBatched(const Value& table, const Value& indices) {
+  G4_CHECK(indices.shape.size() == 2 && indices.type == ElemType::kI32 && table.shape.size() >= 2 &&
+           table.shape[0] == indices.shape[0]);
+  const int64_t B = indices.shape[0], m = indices.shape[1];
+  Value idx = Reshape(indices, {B, m, 1});
+  Shape shape{B, m};
+  std::vector<int64_t> offset_dims, sizes{1, 1};
+  for (size_t i = 2; i < table.shape.size(); ++i) {
+    shape.push_back(table.shape[i]);
+    offset_dims.push_back(static_cast<int64_t>(i));
+    sizes.push_back(table.shape[i]);
+  }
+  return Emit("stablehlo.gather", {table, idx},
+              "dimension_numbers = #stablehlo.gather<offset_dims = " + List(offset_dims) +
+                  ", collapsed_slice_dims = [1], operand_batching_dims = [0], start_indices_batching_dims = [0], "
+                  "start_index_map = [1], index_vector_dim = 2>, slice_sizes = " +
+                  I64Array(sizes) + ", indices_are_sorted = false",
+              shape, table.type);
+}
+
+Value Builder::ScatterRows2Batched(const Value& operand, const Value& i0, const Value& i1, const Value& updates) {
+  G4_CHECK(operand.shape.size() == 4 && updates.shape.size() == 3 && updates.shape[0] == operand.shape[0] &&
+           updates.shape[2] == operand.shape[3] && updates.type == operand.type &&
+           i0.shape == (Shape{updates.shape[0], updates.shape[1]}) && i1.shape == i0.shape);
+  const int64_t B = updates.shape[0], m = updates.shape[1];
+  Value idx = Concat({Reshape(i0, {B, m, 1}), Reshape(i1, {B, m, 1})}, 2);
+  const std::string st = TensorType({}, operand.type);
+  const std::string x = NewName(), y = NewName();
+  const std::string region = "{\n    ^bb0(" + x + ": " + st + ", " + y + ": " + st + "):\n      \"stablehlo.return\"(" + y +
+                             ") : (" + st + ") -> ()\n    }";
+  return Emit("stablehlo.scatter", {operand, idx, updates},
+              "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [2], inserted_window_dims = [1, 2], "
+              "input_batching_dims = [0], scatter_indices_batching_dims = [0], scatter_dims_to_operand_dims = [1, 2], "
+              "index_vector_dim = 2>, indices_are_sorted = false, unique_indices = false",
+              operand.shape, operand.type, region);
+}
+
 std::pair<Value, Value> Builder::TopK(const Value& a, int k) {
   Shape shape = a.shape;
   shape.back() = k;

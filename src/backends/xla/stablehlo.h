@@ -94,6 +94,13 @@ class Builder {
   // Writes update rows [M, W] into `operand` [A, B, W] at (i0[m], i1[m]); rows whose index is out
   // of bounds are dropped (XLA's scatter skips out-of-bounds windows).
   Value ScatterRows2(const Value& operand, const Value& i0, const Value& i1, const Value& updates);
+  // Batched forms, batch dim 0 of every operand (the gather's and scatter's batching dims): batch
+  // b reads and writes only its own rows, so an SPMD partition of dim 0 stays on its device.
+  // Rows of `table` [B, N, ...] at i32 `indices` [B, M] -> [B, M, ...] (clamped into range).
+  Value TakeRowsBatched(const Value& table, const Value& indices);
+  // Writes `updates` [B, M, W] into `operand` [B, A, C, W] at (b, i0[b, m], i1[b, m]); out-of-bounds
+  // rows are dropped.
+  Value ScatterRows2Batched(const Value& operand, const Value& i0, const Value& i1, const Value& updates);
   // chlo.top_k over the last dim: values and i32 indices, largest first.
   std::pair<Value, Value> TopK(const Value& a, int k);
 

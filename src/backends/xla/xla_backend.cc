@@ -68,6 +68,7 @@ class XlaBackend : public Backend {
   std::string Name() const override { return "xla-" + info_.platform; }
   void set_fp8_cache_for_tests(bool on) { fp8_cache_for_tests_ = on; }
   bool CompilesPerShape() const override { return true; }
+  int SlotGroups() const override { return mesh_.data; }
   Status PlanMemory(const Graph& graph, const KvCacheBase& cache) const override;
   StatusOr<std::unique_ptr<Executable>> Compile(const Graph& graph, int num_tokens, int num_output_rows) override;
   Status CheckKvCacheType(DType type) const override;
@@ -76,6 +77,7 @@ class XlaBackend : public Backend {
 
   const XlaDeviceInfo& info() const { return info_; }
   const xla::MemoryPlan& plan() const { return plan_; }
+  int program_count() const { return static_cast<int>(programs_.size()); }
   xla::Client& client() { return *client_; }
   int device() const { return info_.device; }
   // The device to name in Execute: programs of a device other than the first are portable.
@@ -126,12 +128,14 @@ class XlaExecutable : public Executable {
     LoadedExecutable* program = nullptr;
     std::shared_ptr<const xla::ShardPlan> plan;
   };
-  StatusOr<Variant*> GetVariant(StepMode mode, const XlaKvCache& cache);
+  // group_rows > 0: a batched decode step split over the data axis in groups of that many rows
+  // (StepShape::data_groups).
+  StatusOr<Variant*> GetVariant(StepMode mode, const XlaKvCache& cache, int group_rows);
 
   XlaBackend* backend_;
   const Graph& graph_;
   const int T_, R_, Tb_, Rb_;
-  std::map<StepMode, Variant> variants_;
+  std::map<std::pair<StepMode, int>, Variant> variants_;  // by (mode, group rows)
   std::map<std::string, std::vector<float>> outputs_;  // [rows_b, cols] of the last Run
 };
 
@@ -235,9 +239,8 @@ Status XlaBackend::CheckKvCacheType(DType type) const {
   if (!IsAnyKvCacheType(type)) return InvalidArgument("KV cache type must be f32, f16, bf16, q8 or fp8");
   if (type == DType::kF8E4M3 && !fp8_cache_for_tests_)
     G4_RETURN_IF_ERROR(xla::CheckFp8KvCache(info_.platform, info_.compute_capability));
-  if (IsScaledKvCacheType(type) && mesh_.size() > 1)
-    return InvalidArgument(std::string("--cache-type ") + (type == DType::kI8 ? "q8" : "fp8") +
-                           " on a device mesh is not supported yet: use f16 or bf16");
+  if (type == DType::kF8E4M3 && mesh_.size() > 1)
+    return InvalidArgument("--cache-type fp8 on a device mesh is not supported yet: use q8, f16 or bf16");
   if (type == DType::kBF16 && info_.compute == DType::kF16)
     return InvalidArgument("--cache-type bf16: this device computes in f16 (" + info_.compute_reason +
                            "); no bf16 buffer goes to it: use --cache-type f16 or f32");
@@ -279,12 +282,16 @@ StatusOr<std::unique_ptr<KvCacheBase>> XlaBackend::CreateKvCache(const ModelConf
   return std::unique_ptr<KvCacheBase>(std::move(cache));
 }
 
-StatusOr<XlaExecutable::Variant*> XlaExecutable::GetVariant(StepMode mode, const XlaKvCache& cache) {
-  auto it = variants_.find(mode);
+StatusOr<XlaExecutable::Variant*> XlaExecutable::GetVariant(StepMode mode, const XlaKvCache& cache, int group_rows) {
+  auto it = variants_.find({mode, group_rows});
   if (it != variants_.end()) return &it->second;
   xla::StepShape sh;
   sh.tokens = Tb_;
   sh.output_rows = Rb_;
+  if (group_rows > 0) {
+    sh.data_groups = backend_->mesh().data;
+    sh.tokens = sh.output_rows = sh.data_groups * group_rows;
+  }
   sh.max_seqs = cache.max_seqs();
   sh.mode = mode;
   sh.kv_type = cache.type();
@@ -302,14 +309,14 @@ StatusOr<XlaExecutable::Variant*> XlaExecutable::GetVariant(StepMode mode, const
     for (const Tensor* w : v.lowered.weights) resident += backend_->WeightBytesPerDevice(*w, plan->Weight(w));
     const std::string step = mode == StepMode::kOneSequence
                                  ? "prefill step of " + std::to_string(Tb_) + " tokens"
-                                 : "decode step of " + std::to_string(Tb_) + " sequences";
+                                 : "decode step of " + std::to_string(sh.tokens) + " sequences";
     G4_RETURN_IF_ERROR(backend_->AdmitStep(xla::StepWorkingBytes(*stats, resident), step, cache));
   }
   for (size_t i = 0; i < v.lowered.weights.size(); ++i)
     G4_RETURN_IF_ERROR(
         backend_->Weight(v.lowered.weights[i], v.lowered.weight_types[i], plan->Weight(v.lowered.weights[i])).status());
   v.plan = plan;
-  return &variants_.emplace(mode, std::move(v)).first->second;
+  return &variants_.emplace(std::make_pair(mode, group_rows), std::move(v)).first->second;
 }
 
 Status XlaExecutable::Run(const StepInput& in, KvCacheBase& base) {
@@ -321,29 +328,51 @@ Status XlaExecutable::Run(const StepInput& in, KvCacheBase& base) {
   bool one = true;
   for (int t = 1; t < T_; ++t) one &= in.seq_ids[t] == in.seq_ids[0];
   if (!one) G4_CHECK(std::set<int32_t>(in.seq_ids.begin(), in.seq_ids.end()).size() == in.seq_ids.size());
-  G4_ASSIGN_OR_RETURN(Variant * v, GetVariant(one ? StepMode::kOneSequence : StepMode::kOneTokenPerSequence, *cache));
-
   const int S = cache->max_seqs();
-  std::vector<int32_t> tokens(Tb_, 0), positions(Tb_, 0), seqs(Tb_, -1), rows(Rb_, 0), kv_len(S), kv_end(S);
-  std::copy(in.tokens.begin(), in.tokens.end(), tokens.begin());
-  std::copy(in.positions.begin(), in.positions.end(), positions.begin());
-  std::copy(in.seq_ids.begin(), in.seq_ids.end(), seqs.begin());
-  std::copy(in.output_rows.begin(), in.output_rows.end(), rows.begin());
-  for (int s = 0; s < S; ++s) kv_len[s] = kv_end[s] = cache->length(s);
-  for (int t = 0; t < T_; ++t) {
-    G4_CHECK(in.seq_ids[t] >= 0 && in.seq_ids[t] < S);
-    ++kv_end[in.seq_ids[t]];
+  for (int t = 0; t < T_; ++t) G4_CHECK(in.seq_ids[t] >= 0 && in.seq_ids[t] < S);
+  const xla::Mesh& mesh = backend_->mesh();
+  // Batched decode on a data axis: each row goes to the group of its sequence's cache shard,
+  // groups padded to one bucket, at[t] its place (StepShape::data_groups).
+  const bool grouped = !one && mesh.data > 1;
+  std::vector<int> at(T_);
+  int group_rows = 0;
+  if (grouped) {
+    std::vector<int> count(mesh.data, 0);
+    for (int t = 0; t < T_; ++t) ++count[in.seq_ids[t] / (S / mesh.data)];
+    group_rows = Bucket(*std::max_element(count.begin(), count.end()));
+    std::fill(count.begin(), count.end(), 0);
+    for (int t = 0; t < T_; ++t) {
+      const int d = in.seq_ids[t] / (S / mesh.data);
+      at[t] = d * group_rows + count[d]++;
+    }
+  } else {
+    for (int t = 0; t < T_; ++t) at[t] = t;
   }
+  G4_ASSIGN_OR_RETURN(Variant * v, GetVariant(one ? StepMode::kOneSequence : StepMode::kOneTokenPerSequence, *cache,
+                                              group_rows));
+  const int rows_b = grouped ? mesh.data * group_rows : Tb_, out_b = grouped ? rows_b : Rb_;
+  std::vector<int32_t> tokens(rows_b, 0), positions(rows_b, 0), seqs(rows_b, -1), rows(out_b, 0), kv_len(S), kv_end(S);
+  for (int t = 0; t < T_; ++t) {
+    tokens[at[t]] = in.tokens[t];
+    positions[at[t]] = in.positions[t];
+    seqs[at[t]] = in.seq_ids[t];
+  }
+  if (!grouped) std::copy(in.output_rows.begin(), in.output_rows.end(), rows.begin());
+  for (int s = 0; s < S; ++s) kv_len[s] = kv_end[s] = cache->length(s);
+  for (int t = 0; t < T_; ++t) ++kv_end[in.seq_ids[t]];
   xla::Client& client = backend_->client();
-  const int devices = backend_->mesh().size();
-  std::vector<Buffer> inputs;  // the step inputs, replicated: one copy per device
+  const int devices = mesh.size();
+  // The step inputs: replicated, or grouped: split over the data axis (each device its group's rows).
+  const xla::TensorSplit input_split{grouped ? 0 : -1, -1};
+  std::vector<Buffer> inputs;
   std::vector<std::vector<PJRT_Buffer*>> args(devices);
   for (const std::vector<int32_t>* data : {&tokens, &positions, &seqs, &rows, &kv_len, &kv_end}) {
-    const int64_t dims[1] = {static_cast<int64_t>(data->size())};
+    G4_ASSIGN_OR_RETURN(std::vector<Buffer> shards,
+                        xla::UploadShards(client, mesh, data->data(), PJRT_Buffer_Type_S32, sizeof(int32_t),
+                                          {static_cast<int64_t>(data->size())}, input_split, backend_->first_device()));
     for (int d = 0; d < devices; ++d) {
-      G4_ASSIGN_OR_RETURN(Buffer b, client.Upload(data->data(), PJRT_Buffer_Type_S32, dims, backend_->first_device() + d));
-      args[d].push_back(b.get());
-      inputs.push_back(std::move(b));
+      args[d].push_back(shards[d].get());
+      inputs.push_back(std::move(shards[d]));
     }
   }
   for (size_t i = 0; i < v->lowered.weights.size(); ++i) {
@@ -368,13 +397,26 @@ Status XlaExecutable::Run(const StepInput& in, KvCacheBase& base) {
       for (size_t j = 0; j < per; ++j) *bufs[j] = std::move(per_device[d][num_out + per * i + j]);
     }
   }
-  std::vector<Buffer>& outs = per_device[0];  // exported outputs are replicated
+  // Exported outputs: replicated (device 0's), or grouped: device d * model holds group d's rows.
   const auto& nodes = graph_.nodes();
+  std::vector<float> step_rows;
   for (size_t j = 0; j < num_out; ++j) {
     const Node& n = nodes[v->lowered.outputs[j].second];
     std::vector<float>& host = outputs_[v->lowered.outputs[j].first];
     host.resize(static_cast<size_t>(n.rows == Rows::kTokens ? Tb_ : Rb_) * n.cols);
-    G4_RETURN_IF_ERROR(outs[j].ToHost(host.data(), host.size() * sizeof(float)));
+    if (!grouped) {
+      G4_RETURN_IF_ERROR(per_device[0][j].ToHost(host.data(), host.size() * sizeof(float)));
+      continue;
+    }
+    const size_t group = static_cast<size_t>(group_rows) * n.cols;
+    step_rows.resize(group * mesh.data);
+    for (int d = 0; d < mesh.data; ++d)
+      G4_RETURN_IF_ERROR(per_device[d * mesh.model][j].ToHost(step_rows.data() + d * group, group * sizeof(float)));
+    const int out_rows = n.rows == Rows::kTokens ? T_ : R_;
+    for (int r = 0; r < out_rows; ++r) {
+      const int src = at[n.rows == Rows::kTokens ? r : in.output_rows[r]];
+      std::copy_n(step_rows.begin() + static_cast<size_t>(src) * n.cols, n.cols, host.begin() + static_cast<size_t>(r) * n.cols);
+    }
   }
   return OkStatus();
 }
@@ -490,6 +532,11 @@ StatusOr<std::vector<std::string>> XlaMeshPlan(const Backend& backend, const Gra
                   (limit > 0 && total > static_cast<size_t>(limit) ? ": does NOT fit" : ""));
   for (const std::string& n : plan->notes) lines.push_back("replicated: " + n);
   return lines;
+}
+
+int XlaProgramCount(const Backend& backend) {
+  const auto* x = dynamic_cast<const XlaBackend*>(&backend);
+  return x ? x->program_count() : 0;
 }
 
 const xla::MemoryPlan* XlaPlan(const Backend& backend) {

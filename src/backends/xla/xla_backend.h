@@ -15,8 +15,10 @@
 //
 // Static shapes: a step of T tokens and R output rows runs the program of the bucket T_b = the
 // next power of two >= T (R_b likewise, or T_b when R == T), padding rows marked by sequence -1
-// (never written to the cache). Programs are compiled once per (graph, bucket, mode) and shared by
-// every executable of the backend (keyed by their StableHLO text).
+// (never written to the cache). On a mesh's data axis of D, a batched decode step runs as D groups
+// of rows, one per cache shard, each padded to the bucket of the largest group (lower.h's
+// data_groups). Programs are compiled once per (graph, bucket, mode) and shared by every
+// executable of the backend (keyed by their StableHLO text).
 #pragma once
 
 #include <memory>
@@ -72,6 +74,8 @@ const XlaDeviceInfo* XlaInfo(const Backend& backend);
 // PlanShards' errors.
 StatusOr<std::vector<std::string>> XlaMeshPlan(const Backend& backend, const Graph& graph, const ModelConfig& config,
                                                int max_seqs, int max_context, DType kv_type);
+// The programs compiled so far (one per distinct step module), 0 for another backend.
+int XlaProgramCount(const Backend& backend);
 // The memory plan so far: weights and KV cache from Engine::Create (Backend::PlanMemory), the
 // largest step over the programs compiled so far (nullptr for another backend).
 const xla::MemoryPlan* XlaPlan(const Backend& backend);
