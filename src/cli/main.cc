@@ -412,6 +412,7 @@ int Main(int argc, char** argv) {
     // maps the weights: memory=mapped) and the --cache-type given.
     auto backend = g4::MakeBackend(backend_options);  // --backend xla: the plugin and device the line names
     if (!backend.ok()) return Fail(backend.status());
+    if (auto st = (*backend)->CheckKvCacheType(*kv_type); !st.ok()) return Fail(st);
     std::fprintf(stderr, "gemma4rt: device policy: %s weights=%s memory=%s kv=%s threads=%d context=%d\n",
                  g4::DevicePolicyFields(**backend, backend_options).c_str(), g4::WeightsDescription(**loaded).c_str(),
                  g4::WeightsMemory(**loaded), g4::CacheTypeName(*kv_type), g4::ResolveThreadCount(threads), *context);

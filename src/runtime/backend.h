@@ -77,7 +77,7 @@ class Backend {
   // Executables must not outlive their backend, and must not Run concurrently with each other.
   virtual StatusOr<std::unique_ptr<Executable>> Compile(const Graph& graph, int num_tokens, int num_output_rows) = 0;
   // A KV cache for `config` where this backend's executables read and write it (KvCache's layout
-  // and limits; type kF32, kF16 or kBF16). The CPU backend: a host KvCache. Errors: the device's
+  // and limits; type kF32, kF16, kBF16 or another CheckKvCacheType allows). The CPU backend: a host KvCache. Errors: the device's
   // (the cache does not fit).
   // Checks, before the first step, that the weights `graph` reads and `cache` fit in the memory
   // the backend runs in. Errors: ResourceExhausted with the arithmetic (what needs how many bytes,
@@ -90,7 +90,19 @@ class Backend {
   virtual bool CompilesPerShape() const { return false; }
   virtual StatusOr<std::unique_ptr<KvCacheBase>> CreateKvCache(const ModelConfig& config, int max_seqs, int max_context,
                                                                DType type) {
+    G4_RETURN_IF_ERROR(CheckKvCacheType(type));
     return std::unique_ptr<KvCacheBase>(new KvCache(config, max_seqs, max_context, type));
+  }
+  // OK when this backend's KV cache can hold elements of `type`; InvalidArgument with the reason
+  // otherwise. The CPU backend: f32, f16, bf16 and i8 (q8); fp8 is refused (no fp8 arithmetic on
+  // CPUs: each element would be widened to f32 for every use, for no fewer bytes than q8).
+  virtual Status CheckKvCacheType(DType type) const {
+    if (type == DType::kF8E4M3)
+      return InvalidArgument("--cache-type fp8: the " + Name() + " backend has no fp8 arithmetic (each element would be "
+                             "widened to f32 for every use, for no fewer bytes than q8): use --cache-type q8, or fp8 "
+                             "with --backend xla on a TPU or a CUDA GPU of compute capability 8.9 or newer");
+    if (!IsHostKvCacheType(type)) return InvalidArgument("KV cache type must be f32, f16, bf16 or q8");
+    return OkStatus();
   }
 };
 

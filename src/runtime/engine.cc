@@ -29,13 +29,8 @@ StatusOr<DType> ParseCacheType(const std::string& name) {
   if (name == "f16") return DType::kF16;
   if (name == "bf16") return DType::kBF16;
   if (name == "q8" || name == "q8_0") return DType::kI8;
-  if (name == "fp8")
-    return InvalidArgument("--cache-type fp8: no backend of this build computes in fp8 (e4m3); the CPU has no fp8 "
-                           "arithmetic, so an fp8 cache would be widened to f32 for every use and save no more memory "
-                           "than q8 (int8 with per-token scales); the XLA backend's lowering has no fp8 cache on any "
-                           "platform (XLA's CPU plugin does not compute in fp8); the CUDA backend has no fp8 attention "
-                           "kernels (e4m3 needs compute capability 8.9 or later even where they exist): use --cache-type q8");
-  return InvalidArgument("--cache-type must be f32, f16, bf16 or q8, got '" + name + "'");
+  if (name == "fp8") return DType::kF8E4M3;  // held where the backend says it can (Backend::CheckKvCacheType)
+  return InvalidArgument("--cache-type must be f32, f16, bf16, q8 or fp8, got '" + name + "'");
 }
 
 const char* CacheTypeName(DType type) {
@@ -43,6 +38,7 @@ const char* CacheTypeName(DType type) {
     case DType::kF16: return "f16";
     case DType::kBF16: return "bf16";
     case DType::kI8: return "q8";
+    case DType::kF8E4M3: return "fp8";
     default: return "f32";
   }
 }
@@ -100,7 +96,6 @@ StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(std::vector<std::stri
         for (const std::string& t : types) {
           const auto parsed = ParseCacheType(t);
           if (parsed.ok()) continue;
-          if (t == "fp8") return InvalidArgument(name + ": " + parsed.status().message());
           return InvalidArgument(name + ": '" + t + "' is not a KV cache type gemma4rt has: f16, bf16, f32 or q8_0 "
                                  "(4-bit caches such as q4_0 are not supported)");
         }
@@ -156,8 +151,8 @@ StatusOr<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<LoadedModel> mo
   if (options.max_seqs < 1 || options.max_seqs > 4096) return InvalidArgument("max_seqs must be in [1, 4096]");
   G4_RETURN_IF_ERROR(ResolveContextSize(model->config, options.max_context).status());
   if (options.prefill_chunk < 1) return InvalidArgument("prefill chunk must be >= 1");
-  if (!IsHostKvCacheType(options.kv_type))
-    return InvalidArgument("KV cache type must be f32, f16, bf16 or i8, not " + std::string(DTypeName(options.kv_type)));
+  if (!IsAnyKvCacheType(options.kv_type))
+    return InvalidArgument("KV cache type must be f32, f16, bf16, i8 or f8_e4m3, not " + std::string(DTypeName(options.kv_type)));
   const EngineOptions resolved = Resolve(options, model->config);
   G4_ASSIGN_OR_RETURN(std::unique_ptr<KvCacheBase> cache,
                       backend->CreateKvCache(model->config, resolved.max_seqs, resolved.max_context, resolved.kv_type));

@@ -33,8 +33,10 @@ struct EngineOptions {
 };
 
 // The KV cache element type of the commands' --cache-type flag: "f32", "f16", "bf16" or "q8"
-// (also "q8_0", llama.cpp's spelling; DType::kI8: kv_cache.h), InvalidArgument otherwise, and for
-// "fp8" with the reason (no backend here computes in fp8). The commands default to f16, as
+// (also "q8_0", llama.cpp's spelling; DType::kI8: kv_cache.h) or "fp8" (DType::kF8E4M3, e4m3 with
+// one f32 scale per token and KV head; held only where the backend computes with it, the XLA
+// backend on a TPU or a CUDA GPU of compute capability >= 8.9: Backend::CheckKvCacheType refuses
+// it elsewhere with the reason), InvalidArgument otherwise. The commands default to f16, as
 // llama.cpp's -ctk/-ctv do (half the cache's memory and of decode's KV reads; K and V rounded to
 // f16). bf16 rounds them to bf16 and computes attention with the queries and softmax weights in
 // bf16 too, on the CPU's bf16 dot-product instruction where it has one (attention_bf16.h). f32
@@ -43,12 +45,11 @@ struct EngineOptions {
 // (max|x| / 254) of its value, and computes attention in f32 on the integers widened in registers.
 // Their accuracy: docs/NUMERICS.md.
 inline constexpr const char* kDefaultCacheType = "f16";
-// fp8 is a name so that ParseCacheType refuses it with its reason (CLI11 would only say "not in").
 inline const std::vector<std::string> kCacheTypeNames = {"f32", "f16", "bf16", "q8", "q8_0", "fp8"};
 inline constexpr const char* kCacheTypeHelp =
-    "KV cache element type for K and V: f16 (default), bf16, f32 or q8 (int8; cpu, xla and cuda); -ctk/-ctv work too";
+    "KV cache element type for K and V: f16 (default), bf16, f32, q8 (int8; cpu, xla, cuda) or fp8 (xla on TPU, CUDA >= sm_89); -ctk/-ctv too";
 StatusOr<DType> ParseCacheType(const std::string& name);
-// The --cache-type spelling of a KV cache type: "f32", "f16", "bf16" or "q8".
+// The --cache-type spelling of a KV cache type: "f32", "f16", "bf16", "q8" or "fp8".
 const char* CacheTypeName(DType type);
 // llama.cpp's spellings of the cache type, for every command: `-ctk T`, `-ctv T`, `--cache-type-k T`,
 // `--cache-type-v T` (also `=T`) become one `--cache-type T`. gemma4rt keeps K and V in one type:

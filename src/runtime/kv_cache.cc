@@ -35,8 +35,8 @@ size_t KvCache::bytes() const {
 }
 
 size_t KvCache::BytesPerSequence(const ModelConfig& c, int context, DType type) {
-  if (!IsHostKvCacheType(type))
-    throw std::invalid_argument("KV cache type must be F32, F16, BF16 or I8, not " + std::string(DTypeName(type)));
+  if (!IsAnyKvCacheType(type))
+    throw std::invalid_argument("KV cache type must be F32, F16, BF16, I8 or F8_E4M3, not " + std::string(DTypeName(type)));
   size_t b = 0;
   for (const LayerPlan& lp : c.layers) {
     if (lp.kv_donor >= 0) continue;

@@ -17,6 +17,7 @@ size_t DTypeSize(DType t) {
     case DType::kI32: return 4;
     case DType::kI64: return 8;
     case DType::kI8: return 1;
+    case DType::kF8E4M3: return 1;
     default: return 0;
   }
 }
@@ -64,6 +65,7 @@ std::string_view DTypeName(DType t) {
     case DType::kW4G32: return "W4G32";
     case DType::kQ4_0x4: return "Q4_0x4";
     case DType::kI8: return "I8";
+    case DType::kF8E4M3: return "F8_E4M3";
   }
   return "?";
 }

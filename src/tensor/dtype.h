@@ -31,9 +31,13 @@ namespace g4 {
 // block's bytes as in Q4_0. Never in a file.
 // kI8: signed 8-bit integers, the int8 KV cache's elements (its scales are kept apart: kv_cache.h).
 // Never a weight's type.
-enum class DType { kF32, kF16, kBF16, kI32, kI64, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K, kW4G32, kQ4_0x4, kI8 };
+// kF8E4M3: OCP fp8 e4m3 "fn" (1 sign, 4 exponent bits of bias 7, 3 mantissa bits; no infinities,
+// S.1111.111 NaN, largest finite 448), the fp8 KV cache's elements on devices that compute with
+// them (the XLA backend: device_policy.h); its scales are kept apart as kI8's. Never a weight's type.
+enum class DType { kF32, kF16, kBF16, kI32, kI64, kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K, kW4G32, kQ4_0x4, kI8,
+                   kF8E4M3 };
 
-// Bytes per element for plain types (F32 4, F16/BF16 2, I32 4, I64 8, I8 1); 0 for block types.
+// Bytes per element for plain types (F32 4, F16/BF16 2, I32 4, I64 8, I8 and F8_E4M3 1); 0 for block types.
 size_t DTypeSize(DType t);
 // Elements per block: 1 for plain types, 32 for Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/W4G32/Q4_0x4, 256 for *_K.
 int DTypeBlockElems(DType t);
@@ -42,10 +46,10 @@ int DTypeBlockElems(DType t);
 size_t DTypeBlockBytes(DType t);
 // Bytes of a row of n elements (n must be a multiple of DTypeBlockElems).
 inline size_t DTypeRowBytes(DType t, int64_t n) { return static_cast<size_t>(n / DTypeBlockElems(t)) * DTypeBlockBytes(t); }
-// "F32", "F16", "BF16", "I32", "I64", "I8" (the safetensors spellings), "Q8_0", "Q4_K", ..., "W4G32".
+// "F32", "F16", "BF16", "I32", "I64", "I8", "F8_E4M3" (the safetensors spellings), "Q8_0", "Q4_K", ..., "W4G32".
 std::string_view DTypeName(DType t);
-// True for the types a weight can be stored in and ConvertToF32 reads (all but I32/I64/I8).
-inline bool IsFloatDType(DType t) { return t != DType::kI32 && t != DType::kI64 && t != DType::kI8; }
+// True for the types a weight can be stored in and ConvertToF32 reads (all but I32/I64/I8/F8_E4M3).
+inline bool IsFloatDType(DType t) { return t != DType::kI32 && t != DType::kI64 && t != DType::kI8 && t != DType::kF8E4M3; }
 
 // bfloat16 -> f32: exact (bf16 is the top 16 bits of an f32).
 inline float Bf16ToF32(uint16_t h) {
