@@ -18,7 +18,7 @@
 #  2. tools/make_synthetic_e2b.py writes the full-size random-weight E2B (BF16, ~9.3 GB) to
 #     /tmp/e2b-synth, then gemma4rt_cuda_bench on it as BF16 and quantised to Q4_0 at load:
 #     prefill 512, decode at batch 1, 8 and 32, and the device's copy rate in the same run; then
-#     BF16 decode at batch 1 after a 4000-token prompt with f16 and q8 (int8) KV caches;
+#     BF16 decode at batch 1 after a 4000-token prompt with f16, q8 (int8) and fp8 (e4m3) KV caches;
 #     JSON lines to $OUT/cuda-bench.jsonl.
 # Carry: .devcheck-cuda (e.g. run(command="bash scripts/device-check-cuda.sh run", carry=[".devcheck-cuda"])).
 set -euo pipefail
@@ -68,8 +68,8 @@ run)
     [ "$q" = bf16 ] || args+=(--quantize "$q")
     timeout 120 "$DC/gemma4rt_cuda_bench" "${args[@]}" 2>&1 | tee -a "$OUT/cuda-bench.jsonl"
   done
-  for kv in f16 q8; do
-    timeout 80 "$DC/gemma4rt_cuda_bench" -m /tmp/e2b-synth -p 4000 -n 32 --batches 1 --cache-type "$kv" \
+  for kv in f16 q8 fp8; do
+    timeout 70 "$DC/gemma4rt_cuda_bench" -m /tmp/e2b-synth -p 4000 -n 32 --batches 1 --cache-type "$kv" \
       --label "e2b-bf16-kv-$kv-depth4000" 2>&1 | tee -a "$OUT/cuda-bench.jsonl"
   done
   ;;
