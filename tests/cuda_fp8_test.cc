@@ -111,7 +111,9 @@ TEST(CudaFp8Test, HeadQuantisationBound) {
       for (int d = 0; d < D; ++d) {
         const double y = static_cast<double>(x[d]) / scale, got = E4m3ToF32(q[d]);
         EXPECT_LE(std::fabs(got - y), std::max(std::fabs(y) / 16, 1.0 / 1024)) << d;
-        if (std::fabs(x[d]) == amax) EXPECT_EQ(std::fabs(got), 448.0);
+        if (std::fabs(x[d]) == amax) {
+          EXPECT_EQ(std::fabs(got), 448.0);
+        }
       }
     }
   }

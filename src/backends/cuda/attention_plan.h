@@ -66,7 +66,8 @@ G4_HD float HeadAmax(const float* x, int D, bool* finite) {
 }
 G4_HD void QuantizeKvHead(const float* x, int D, int8_t* q, float* scale) {
   bool finite;
-  const KvQuantParams p = KvQuantFor(HeadAmax(x, D, &finite), finite);
+  const float amax = HeadAmax(x, D, &finite);
+  const KvQuantParams p = KvQuantFor(amax, finite);
   *scale = p.scale;
   for (int d = 0; d < D; ++d) q[d] = KvQuantElem(x[d], p.inv);
 }
@@ -111,7 +112,8 @@ G4_HD float KvScaleF8(float amax, bool finite) { return finite ? Div(amax, kE4m3
 G4_HD uint8_t KvQuantElemF8(float x, float scale) { return scale > 0.0f ? F32ToE4m3(Div(x, scale)) : 0; }
 G4_HD void QuantizeKvHeadF8(const float* x, int D, uint8_t* q, float* scale) {
   bool finite;
-  *scale = KvScaleF8(HeadAmax(x, D, &finite), finite);
+  const float amax = HeadAmax(x, D, &finite);
+  *scale = KvScaleF8(amax, finite);
   for (int d = 0; d < D; ++d) q[d] = KvQuantElemF8(x[d], *scale);
 }
 
