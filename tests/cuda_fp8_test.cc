@@ -1,7 +1,7 @@
 // The CUDA fp8 (e4m3 FN) KV cache's host-side math (src/backends/cuda/attention_plan.h), run on
 // the host: decode of all 256 codes against the format's definition, encode against an exhaustive
-// nearest-code search (ties to even, saturation, NaN), the head quantisation's bound, and the
-// policy that holds fp8 from compute capability 8.9 (cuda_policy.h). In every build.
+// nearest-code search (ties to even, saturation, NaN), the head quantisation's bound, the bytes
+// counted, and the policy that holds fp8 from compute capability 8.9 (cuda_policy.h). In every build.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +12,7 @@
 
 #include "backends/cuda/attention_plan.h"
 #include "backends/cuda/cuda_policy.h"
+#include "runtime/kv_cache.h"
 
 namespace g4::cuda {
 namespace {
@@ -128,6 +129,12 @@ TEST(CudaFp8Test, HeadQuantisationBound) {
   QuantizeKvHeadF8(bad.data(), 64, q.data(), &scale);
   EXPECT_TRUE(std::isnan(scale));
   EXPECT_EQ(q, std::vector<uint8_t>(64, 0));
+}
+
+// The memory plan and `info` count a byte an element plus a 4-byte scale per KV head row, as q8.
+TEST(CudaFp8Test, CacheCountsAByteAnElementPlusAScale) {
+  EXPECT_EQ(KvHeadRowBytes(DType::kF8E4M3, 256), 260u);
+  EXPECT_EQ(KvHeadRowBytes(DType::kF8E4M3, 512), KvHeadRowBytes(DType::kI8, 512));
 }
 
 TEST(CudaPolicyTest, Fp8CacheFromComputeCapability89) {
