@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
   app.add_option("-p", n_prompt, "prefill tokens (0: none)")->check(CLI::Range(0, 8192));
   app.add_option("-n", n_gen, "decode steps per batch")->check(CLI::Range(1, 4096));
   app.add_option("--batches", batches, "decode batch sizes")->delimiter(',')->check(CLI::Range(1, 256));
-  app.add_option("--cache-type", cache_type, "KV cache type: f32, f16, bf16 or q8");
+  app.add_option("--cache-type", cache_type, "KV cache type: f32, f16, bf16, q8 or fp8 (compute capability >= 8.9)");
   app.add_option("--device", device, "CUDA device");
   app.add_option("--label", label, "a name for the output lines");
   CLI11_PARSE(app, argc, argv);

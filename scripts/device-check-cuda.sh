@@ -37,7 +37,8 @@
 #  2. gemma4rt_cuda_bench on the BF16 GGUF (the safetensors directory where the GGUF could not be
 #     made), as BF16 and quantised to Q4_0 at load: prefill 512, decode at batch 1, 8 and 32, and
 #     the device's copy rate in the same run; then BF16 decode at batch 1 after a
-#     4000-token prompt with f16 and q8 (int8) KV caches; JSON lines to $OUT/cuda-bench.jsonl;
+#     4000-token prompt with f16, q8 (int8) and fp8 (e4m3)
+#     KV caches; JSON lines to $OUT/cuda-bench.jsonl;
 #  3. llama-bench on the same BF16 GGUF, all layers on the GPU (-ngl 99): pp512 and tg32 at batch 1,
 #     3 repetitions; its JSON lines appended to $OUT/cuda-bench.jsonl, each with
 #     "engine":"llama.cpp" (ours have "label"), and a one-line summary beside ours.
@@ -192,9 +193,9 @@ run)
     fi
     stage "gemma4rt-$q" "$model"
   done
-  for kv in f16 q8; do
+  for kv in f16 q8 fp8; do
     if (($(left) < 120)); then stage "gemma4rt-kv-$kv" "skipped: $(left) s of the budget left"; continue; fi
-    x timeout 80 "$DC/gemma4rt_cuda_bench" -m "$model" -p 4000 -n 32 --batches 1 --cache-type "$kv" \
+    x timeout 70 "$DC/gemma4rt_cuda_bench" -m "$model" -p 4000 -n 32 --batches 1 --cache-type "$kv" \
       --label "e2b-bf16-kv-$kv-depth4000" 2>&1 | tee -a "$OUT/cuda-bench.jsonl"
     stage "gemma4rt-kv-$kv" "$model"
   done

@@ -94,26 +94,27 @@ TEST(CudaAttentionPlanTest, Int8KvQuantisationMatchesTheCpuKvWriteBitForBit) {
 }
 
 TEST(CudaAttentionPlanTest, DecodeSplitPlanAndKeyRanges) {
-  // One token, one KV head, 4096 keys on 132 multiprocessors: 264 blocks wanted, 64 splits of 64
-  // keys (kDecodeMinKeys) at most.
-  DecodeSplit p = PlanDecodeSplit(1, 1, 4096, 132);
-  EXPECT_EQ(p.splits, 64);
-  EXPECT_EQ(p.keys_per_split, 64);
-  // Eight tokens: 33 splits wanted, 32 allowed (tokens x splits <= 256), 128 keys each.
-  p = PlanDecodeSplit(8, 1, 4096, 132);
-  EXPECT_EQ(p.splits, 32);
-  EXPECT_EQ(p.keys_per_split, 128);
-  // 32 tokens, 2 KV heads, 8192 keys: ceil(264 / 64) = 5 splits of 1640 keys (a multiple of 8).
-  p = PlanDecodeSplit(32, 2, 8192, 132);
-  EXPECT_EQ(p.splits, 5);
-  EXPECT_EQ(p.keys_per_split, 1640);
-  // Few keys: one split covering them all.
-  p = PlanDecodeSplit(2, 1, 21, 132);
-  EXPECT_EQ(p.splits, 1);
-  EXPECT_EQ(p.keys_per_split, 24);
-  // A wide device and a batch filling it: one split.
-  p = PlanDecodeSplit(32, 8, 100000, 16);
-  EXPECT_EQ(p.splits, 1);
+  struct Want {
+    int tokens, kv_heads, keys, sms, splits, keys_per_split;
+  };
+  for (const Want& w : {
+           // One token, one KV head, 4096 keys on 132 multiprocessors: 264 blocks wanted, 64
+           // splits of 64 keys (kDecodeMinKeys) at most.
+           Want{1, 1, 4096, 132, 64, 64},
+           // Eight tokens: 33 splits wanted, 32 allowed (tokens x splits <= 256), 128 keys each.
+           Want{8, 1, 4096, 132, 32, 128},
+           // 32 tokens, 2 KV heads, 8192 keys: ceil(264 / 64) = 5 splits of 1640 keys (a multiple of 8).
+           Want{32, 2, 8192, 132, 5, 1640},
+           // Few keys: one split covering them all.
+           Want{2, 1, 21, 132, 1, 24},
+           // A wide device and a batch filling it: one split of every key.
+           Want{32, 8, 100000, 16, 1, 100000},
+       }) {
+    const DecodeSplit p = PlanDecodeSplit(w.tokens, w.kv_heads, w.keys, w.sms);
+    EXPECT_EQ(p.splits, w.splits) << w.tokens << " tokens, " << w.keys << " keys";
+    EXPECT_EQ(p.keys_per_split, w.keys_per_split) << w.tokens << " tokens, " << w.keys << " keys";
+  }
+  DecodeSplit p;
   for (int T : {1, 3, 8, 32})
     for (int keys : {1, 7, 8, 63, 64, 65, 500, 4096, 32768, 131072})
       for (int sm : {1, 40, 132}) {

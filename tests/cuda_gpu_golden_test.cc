@@ -1,7 +1,8 @@
 // The golden fixtures (tests/golden/, see golden_test.cc) on the CUDA backend against the same
 // transformers references: one-shot prefill (the cuBLAS path), chunked prefill across the window
 // edge and token-by-token decode (the matrix-vector path), batched decode of three sequences, and
-// decode with the int8 cache (against the CPU backend's int8-cache error).
+// decode with the int8 cache (against the CPU backend's int8-cache error) and the fp8 cache (where
+// the device holds it: within 2^-4, e4m3's relative rounding, plus the dtype's tolerance).
 // The fixtures are f32 models the GPU runs with weights in its compute dtype, so the tolerance is
 // that dtype's (max |got - want| / max |want|): 5e-3 in f16, 3e-2 in bf16. Skipped where the
 // machine has no CUDA device.
@@ -66,6 +67,21 @@ TEST_P(CudaGoldenTest, Int8CacheWithinTheCpuInt8ErrorPlusTheDtypes) {
   ASSERT_TRUE(cpu != nullptr && gpu != nullptr);
   const double cpu_err = RelErr(PrefillThenDecode(*cpu, ref.ids, 5), want);
   EXPECT_LT(RelErr(PrefillThenDecode(*gpu, ref.ids, 5), want), cpu_err + Tol(c.dtype)) << "CPU int8 error " << cpu_err;
+}
+
+// The fp8 cache (--cache-type fp8, compute capability >= 8.9): prefill and decode logits within
+// the compute dtype's tolerance plus 2^-4 (each cached K/V element within 2^-4 of its value).
+TEST_P(CudaGoldenTest, Fp8CacheWithinE4m3RoundingPlusTheDtypes) {
+  G4_REQUIRE_CUDA_DEVICE();
+  const Case& c = GetParam();
+  auto backend = MakeCudaBackend({0, c.dtype});
+  ASSERT_TRUE(backend.ok()) << backend.status().ToString();
+  const Status held = (*backend)->CheckKvCacheType(DType::kF8E4M3);
+  if (!held.ok()) GTEST_SKIP() << held.message();
+  Reference ref = LoadReference(c.fixture);
+  auto gpu = MakeCudaEngine(c, 512, 1, DType::kF8E4M3);
+  ASSERT_NE(gpu, nullptr);
+  EXPECT_LT(RelErr(PrefillThenDecode(*gpu, ref.ids, 5), ref.Get("logits")), Tol(c.dtype) + 0.0625);
 }
 
 TEST_P(CudaGoldenTest, BatchedDecodeOfThreeSequences) {

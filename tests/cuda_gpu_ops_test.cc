@@ -1,14 +1,18 @@
 // Per-op conformance of the CUDA backend against the CPU backend (f32 activations) on random
 // inputs: every op of src/graph/graph.h, every weight format, the matrix-vector (<= 8 rows) and
 // cuBLAS (more rows) matmul paths, attention with KV writes over several steps (head_dim 256 and
-// 512, sliding rings across the window edge and full caches, soft-cap, GQA, f32/f16/bf16/int8
+// 512, sliding rings across the window edge and full caches, soft-cap, GQA, f32/f16/bf16/int8/fp8
 // caches, prefill chunks on both attention kernels and batched decode with the keys split over
 // blocks), MoE. Skipped where the machine has no CUDA device.
 //
 // Tolerances (max |cuda - cpu| / max |cpu|): 1e-4 where both compute in f32 on the same weight
 // values (block formats, F16 weights, the matrix-vector path; F16 tables feed the other ops);
 // 2e-2 where the GPU rounds to its compute dtype (F32/BF16 weights as bf16 or f16, activations
-// rounded for cuBLAS, bf16 caches).
+// rounded for cuBLAS, bf16 caches); 2^-4 for the fp8 cache against the CPU backend's f32 cache
+// (each stored element within half a step of 3 mantissa bits, 2^-4 of its value, so a softmax
+// average of V rows within 2^-4 of max |v|; the keys' rounding errors move the scores by far less
+// on these random inputs).
+// fp8 needs compute capability 8.9: skipped below, as without a device.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -45,19 +49,31 @@ Step OneSequence(int T, int V, std::mt19937& rng, int first_pos = 0, int seq = 0
   return s;
 }
 
+// The CPU backend and a CUDA backend, each with a KV cache for cfg (cpu_type and gpu_type).
+struct Both {
+  std::unique_ptr<Backend> cpu, gpu;
+  std::unique_ptr<KvCacheBase> cpu_cache, gpu_cache;
+};
+void MakeBoth(const ModelConfig& cfg, int seqs, int context, DType cpu_type, DType gpu_type, Both* b) {
+  b->cpu = Cpu();
+  b->gpu = Cuda();
+  ASSERT_NE(b->gpu, nullptr);
+  auto cc = b->cpu->CreateKvCache(cfg, seqs, context, cpu_type);
+  auto gc = b->gpu->CreateKvCache(cfg, seqs, context, gpu_type);
+  ASSERT_TRUE(cc.ok()) << cc.status().ToString();
+  ASSERT_TRUE(gc.ok()) << gc.status().ToString();
+  b->cpu_cache = std::move(cc).value();
+  b->gpu_cache = std::move(gc).value();
+}
+
 // Every export of a stateless graph on both backends, within `tol`.
 void CompareStateless(const Graph& g, const Step& s, double tol) {
-  ModelConfig none;
-  auto cpu = Cpu();
-  auto gpu = Cuda();
-  ASSERT_NE(gpu, nullptr);
-  auto cpu_cache = cpu->CreateKvCache(none, 1, 8192, DType::kF32);
-  auto gpu_cache = gpu->CreateKvCache(none, 1, 8192, DType::kF32);
-  ASSERT_TRUE(cpu_cache.ok() && gpu_cache.ok());
-  (*cpu_cache)->set_length(0, s.positions[0]);  // the step continues the sequence at its first position
-  (*gpu_cache)->set_length(0, s.positions[0]);
-  auto want = RunStep(*cpu, g, s, **cpu_cache);
-  auto got = RunStep(*gpu, g, s, **gpu_cache);
+  Both b;
+  ASSERT_NO_FATAL_FAILURE(MakeBoth(ModelConfig{}, 1, 8192, DType::kF32, DType::kF32, &b));
+  b.cpu_cache->set_length(0, s.positions[0]);  // the step continues the sequence at its first position
+  b.gpu_cache->set_length(0, s.positions[0]);
+  auto want = RunStep(*b.cpu, g, s, *b.cpu_cache);
+  auto got = RunStep(*b.gpu, g, s, *b.gpu_cache);
   ASSERT_EQ(got.size(), want.size());
   for (auto& [name, v] : want) EXPECT_LT(RelErr(got[name], v), tol) << name << " at " << s.tokens.size() << " tokens";
 }
@@ -106,6 +122,18 @@ TEST(CudaGpuOpsTest, NormRopeElementwiseSliceSelectRows) {
   CompareStateless(g, s, 2e-4);
 }
 
+// The cache plan of a one-layer model: a sliding layer where window > 0, else a full one.
+ModelConfig OneLayer(int head_dim, int kv_heads, int window) {
+  ModelConfig cfg;
+  cfg.num_layers = 1;
+  cfg.layers.resize(1);
+  cfg.layers[0].head_dim = head_dim;
+  cfg.layers[0].num_kv_heads = kv_heads;
+  cfg.layers[0].window = window;
+  cfg.layers[0].type = window ? LayerType::kSliding : LayerType::kFull;
+  return cfg;
+}
+
 // A one-layer attention graph: q, k, v from embeddings; KvWrite after the attention.
 struct AttnCase {
   int heads, kv_heads, head_dim, window;
@@ -126,21 +154,11 @@ void RunAttentionCase(const AttnCase& c, uint32_t seed) {
   g.Add(AttentionOp{0, c.heads, c.kv_heads, c.head_dim, c.window, 1.0f / std::sqrt(float(c.head_dim)), c.softcap}, {q, k, v},
         qw, "attn");
   g.Add(KvWriteOp{0}, {k, v}, 0);
-  ModelConfig cfg;
-  cfg.num_layers = 1;
-  cfg.layers.resize(1);
-  cfg.layers[0].head_dim = c.head_dim;
-  cfg.layers[0].num_kv_heads = c.kv_heads;
-  cfg.layers[0].window = c.window;
-  cfg.layers[0].type = c.window ? LayerType::kSliding : LayerType::kFull;
-  auto cpu = Cpu();
-  auto gpu = Cuda();
-  ASSERT_NE(gpu, nullptr);
-  const int context = c.long_context ? 512 : 64;
-  auto cc = cpu->CreateKvCache(cfg, 2, context, c.cache);
-  auto gc = gpu->CreateKvCache(cfg, 2, context, c.cache);
-  ASSERT_TRUE(cc.ok() && gc.ok());
-  const double tol = c.cache == DType::kBF16 ? 2e-2 : 2e-4;
+  const bool fp8 = c.cache == DType::kF8E4M3;
+  Both both;
+  ASSERT_NO_FATAL_FAILURE(MakeBoth(OneLayer(c.head_dim, c.kv_heads, c.window), 2, c.long_context ? 512 : 64,
+                                   fp8 ? DType::kF32 : c.cache, c.cache, &both));
+  const double tol = fp8 ? 0.0625 : c.cache == DType::kBF16 ? 2e-2 : 2e-4;
   // Sequence 0: prefill chunks of 7 and 11 (across a window of 8), then batched decode with
   // sequence 1 (prefilled with 3 tokens).
   // Long: chunks of 40 and 300 (more than kDecodeMaxTokens: the prefill kernel), then decode at
@@ -158,24 +176,38 @@ void RunAttentionCase(const AttnCase& c, uint32_t seed) {
     steps.push_back(s);
   }
   for (size_t i = 0; i < steps.size(); ++i) {
-    auto want = RunStep(*cpu, g, steps[i], **cc);
-    auto got = RunStep(*gpu, g, steps[i], **gc);
+    auto want = RunStep(*both.cpu, g, steps[i], *both.cpu_cache);
+    auto got = RunStep(*both.gpu, g, steps[i], *both.gpu_cache);
     EXPECT_LT(RelErr(got["attn"], want["attn"]), tol) << "step " << i;
   }
+}
+
+// The attention shapes of every cache type, seeds from `seed` on.
+void RunAttentionCases(DType cache, uint32_t& seed) {
+  RunAttentionCase({8, 1, 256, 8, 0.0f, cache}, seed++);   // E2B-like sliding: MQA, ring of 8
+  RunAttentionCase({8, 1, 512, 0, 0.0f, cache}, seed++);   // full layer, head_dim 512
+  RunAttentionCase({4, 2, 256, 8, 50.0f, cache}, seed++);  // GQA with soft-cap (Gemma 2/3 style)
+  RunAttentionCase({4, 2, 512, 0, 0.0f, cache}, seed++);
+  RunAttentionCase({8, 1, 512, 0, 0.0f, cache, true}, seed++);    // flash decoding over 340+ keys
+  RunAttentionCase({8, 1, 256, 200, 0.0f, cache, true}, seed++);  // split keys on a ring of 200
+  RunAttentionCase({2, 1, 128, 0, 30.0f, cache, true}, seed++);   // a group of 2 (warps that only load)
 }
 
 TEST(CudaGpuOpsTest, AttentionHeadDims256And512RingsFullSoftcapGqaCacheTypesSplitKeys) {
   G4_REQUIRE_CUDA_DEVICE();
   uint32_t seed = 10;
-  for (DType cache : {DType::kF32, DType::kF16, DType::kBF16, DType::kI8}) {
-    RunAttentionCase({8, 1, 256, 8, 0.0f, cache}, seed++);   // E2B-like sliding: MQA, ring of 8
-    RunAttentionCase({8, 1, 512, 0, 0.0f, cache}, seed++);   // full layer, head_dim 512
-    RunAttentionCase({4, 2, 256, 8, 50.0f, cache}, seed++);  // GQA with soft-cap (Gemma 2/3 style)
-    RunAttentionCase({4, 2, 512, 0, 0.0f, cache}, seed++);
-    RunAttentionCase({8, 1, 512, 0, 0.0f, cache, true}, seed++);    // flash decoding over 340+ keys
-    RunAttentionCase({8, 1, 256, 200, 0.0f, cache, true}, seed++);  // split keys on a ring of 200
-    RunAttentionCase({2, 1, 128, 0, 30.0f, cache, true}, seed++);   // a group of 2 (warps that only load)
-  }
+  for (DType cache : {DType::kF32, DType::kF16, DType::kBF16, DType::kI8}) RunAttentionCases(cache, seed);
+}
+
+// The fp8 (e4m3) cache against the CPU backend's f32 cache, on devices that hold it (cc >= 8.9).
+TEST(CudaGpuOpsTest, Fp8CacheAttentionWithinE4m3OfTheF32Cache) {
+  G4_REQUIRE_CUDA_DEVICE();
+  auto gpu = Cuda();
+  ASSERT_NE(gpu, nullptr);
+  const Status held = gpu->CheckKvCacheType(DType::kF8E4M3);
+  if (!held.ok()) GTEST_SKIP() << held.message();
+  uint32_t seed = 80;
+  RunAttentionCases(DType::kF8E4M3, seed);
 }
 
 // With an int8 cache a query with a single key (position 0) returns that key's V row dequantised,
@@ -189,21 +221,11 @@ TEST(CudaGpuOpsTest, Int8CacheSingleKeyOutputsTheCpuBits) {
     int kv = g.Add(EmbedOp{p.Random({9, D}, DType::kF16), 3.0f}, {}, D);
     g.Add(AttentionOp{0, 2, 1, D, 0, 1.0f, 0.0f}, {q, kv, kv}, 2 * D, "attn");
     g.Add(KvWriteOp{0}, {kv, kv}, 0);
-    ModelConfig cfg;
-    cfg.num_layers = 1;
-    cfg.layers.resize(1);
-    cfg.layers[0].head_dim = D;
-    cfg.layers[0].num_kv_heads = 1;
-    cfg.layers[0].type = LayerType::kFull;
-    auto cpu = Cpu();
-    auto gpu = Cuda();
-    ASSERT_NE(gpu, nullptr);
-    auto cc = cpu->CreateKvCache(cfg, 1, 16, DType::kI8);
-    auto gc = gpu->CreateKvCache(cfg, 1, 16, DType::kI8);
-    ASSERT_TRUE(cc.ok() && gc.ok());
+    Both b;
+    ASSERT_NO_FATAL_FAILURE(MakeBoth(OneLayer(D, 1, 0), 1, 16, DType::kI8, DType::kI8, &b));
     const Step s = OneSequence(1, 9, p.rng());
-    auto want = RunStep(*cpu, g, s, **cc);
-    auto got = RunStep(*gpu, g, s, **gc);
+    auto want = RunStep(*b.cpu, g, s, *b.cpu_cache);
+    auto got = RunStep(*b.gpu, g, s, *b.gpu_cache);
     ASSERT_EQ(got["attn"].size(), want["attn"].size());
     EXPECT_EQ(got["attn"], want["attn"]) << "D=" << D;
   }
@@ -222,12 +244,7 @@ TEST(CudaGpuOpsTest, DecodeGraphReplayGivesTheDirectLaunchesBits) {
   int v = g.Add(EmbedOp{p.Random({V, D}, DType::kF16), 1.0f}, {}, D);
   g.Add(AttentionOp{0, 4, 1, D, 0, 1.0f / 16, 0.0f}, {q, k, v}, 4 * D, "attn");
   g.Add(KvWriteOp{0}, {k, v}, 0);
-  ModelConfig cfg;
-  cfg.num_layers = 1;
-  cfg.layers.resize(1);
-  cfg.layers[0].head_dim = D;
-  cfg.layers[0].num_kv_heads = 1;
-  cfg.layers[0].type = LayerType::kFull;
+  const ModelConfig cfg = OneLayer(D, 1, 0);
   for (DType cache : {DType::kF16, DType::kI8}) {
     auto cpu = Cpu();
     auto graphed = Cuda();

@@ -1,7 +1,7 @@
 // The CUDA backend's step memory plan (pure C++, no CUDA: tested on the host): one device arena
 // per executable holding every node's f32 output at an offset reused once the value is dead, then
 // the cuBLAS scratch (activations and a weight tile in 16 bits), the MoE scratch, the attention
-// scratch (flash decoding's partial states; the step's K and V quantised for an int8 cache) and
+// scratch (flash decoding's partial states; the step's K and V quantised for an 8-bit cache) and
 // the step's token arrays.
 #pragma once
 
@@ -43,7 +43,7 @@ struct ArenaPlan {
   size_t values = 0;              // bytes of the node outputs' region
   size_t half_x = 0, half_w = 0;  // cuBLAS path: the activations and a weight tile in 16 bits
   size_t moe = 0;                 // MoE scratch
-  size_t attn = 0;                // attention scratch: decode partials, then the int8 step rows
+  size_t attn = 0;                // attention scratch: decode partials, then the 8-bit step rows
   size_t attn_partials = 0;       // of which the decode partials (0 for steps the prefill kernel runs)
   size_t ints = 0;                // the step's token arrays
   size_t total() const { return values + half_x + half_w + moe + attn + ints; }
@@ -76,7 +76,7 @@ inline ArenaPlan PlanArena(const Graph& g, int T, int R) {
     }
     if (const auto* at = std::get_if<AttentionOp>(&node.op)) {
       // Partials (m, l, acc per token-split and query head) where the decode kernel runs; the
-      // step's K and V as int8 [T, Nkv*D] with f32 scales [T, Nkv] (an int8 cache; any cache
+      // step's K and V as 8-bit [T, Nkv*D] with f32 scales [T, Nkv] (an int8 or fp8 cache; any cache
       // type may come with a Compile, so always counted).
       if (T <= kDecodeMaxTokens)
         p.attn_partials = std::max(p.attn_partials, AlignUp(DecodePartialBytes(at->num_heads, at->head_dim)));

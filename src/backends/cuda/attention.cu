@@ -36,11 +36,9 @@ cudaError_t Attention(const AttentionArgs& a, const StepArrays& s, cudaStream_t 
 }
 
 cudaError_t AttentionAttributes(int head_dim, int kv_type, cudaFuncAttributes* attr) {
-  cudaError_t e = cudaSuccess;
-  const cudaError_t r = WithHeadDimAndKv(head_dim, kv_type, [&](auto dpl, auto kv) {
-    e = cudaFuncGetAttributes(attr, AttentionKernel<decltype(dpl)::value, decltype(kv)::value>);
+  return InstanceAttributes(head_dim, kv_type, attr, [](auto dpl, auto kv) {
+    return reinterpret_cast<const void*>(AttentionKernel<decltype(dpl)::value, decltype(kv)::value>);
   });
-  return e != cudaSuccess ? e : r;
 }
 
 }  // namespace g4::cuda

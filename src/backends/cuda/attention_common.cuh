@@ -10,7 +10,8 @@
 // rows (row seq_first[t] + j - P0) as the cache holds them (rounded to f16/bf16; i8: the step's
 // quantised rows), so that a key scores the same whether it is read now or in a later step. An i8
 // key stays an integer in shared memory beside its scale: score = (q . k_int) * k_scale * scale,
-// and the V sum adds (w * v_scale) * v_int, as the CPU backend computes (cpu/attention.h).
+// and the V sum adds (w * v_scale) * v_int, as the CPU backend computes (cpu/attention.h); an fp8
+// key likewise as its e4m3 code's value (E4m3ToF32, decoded in registers on the load).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -31,6 +32,9 @@ __device__ __forceinline__ void Load4(const void* base, size_t i, float* y) {
   } else if constexpr (KV == kKvI8) {
     const char4 c = *reinterpret_cast<const char4*>(static_cast<const int8_t*>(base) + i);
     y[0] = c.x, y[1] = c.y, y[2] = c.z, y[3] = c.w;
+  } else if constexpr (KV == kKvF8) {
+    const uchar4 c = *reinterpret_cast<const uchar4*>(static_cast<const uint8_t*>(base) + i);
+    y[0] = E4m3ToF32(c.x), y[1] = E4m3ToF32(c.y), y[2] = E4m3ToF32(c.z), y[3] = E4m3ToF32(c.w);
   } else {
     const uint2 u = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(base) + i);
     const uint16_t h[4] = {static_cast<uint16_t>(u.x & 0xffffu), static_cast<uint16_t>(u.x >> 16),
@@ -40,7 +44,7 @@ __device__ __forceinline__ void Load4(const void* base, size_t i, float* y) {
   }
 }
 
-// f32 -> the cache's type and back (what KvWrite stores; f32 and i8 unchanged here).
+// f32 -> the cache's type and back (what KvWrite stores; f32, i8 and fp8 unchanged here).
 template <int KV>
 __device__ __forceinline__ float RoundToKv(float x) {
   if constexpr (KV == kKvF16) return __half2float(__float2half_rn(x));
@@ -74,9 +78,9 @@ __device__ __forceinline__ void AttendKeys(const AttentionArgs& a, const StepArr
         Load4<KV>(a.v_cache, off, vv);
       } else {
         const size_t off = static_cast<size_t>(first + j - p0) * width + h * D + d;
-        if constexpr (KV == kKvI8) {
-          Load4<kKvI8>(a.k_q, off, kv);
-          Load4<kKvI8>(a.v_q, off, vv);
+        if constexpr (KvScaled(KV)) {
+          Load4<KV>(a.k_q, off, kv);
+          Load4<KV>(a.v_q, off, vv);
         } else {
           Load4<kKvF32>(a.k, off, kv);
           Load4<kKvF32>(a.v, off, vv);
@@ -87,7 +91,7 @@ __device__ __forceinline__ void AttendKeys(const AttentionArgs& a, const StepArr
 #pragma unroll
       for (int i = 0; i < 4; ++i) ks[kk * D + d + i] = kv[i], vs[kk * D + d + i] = vv[i];
     }
-    if constexpr (KV == kKvI8) {
+    if constexpr (KvScaled(KV)) {
       for (int kk = threadIdx.x; kk < n; kk += blockDim.x) {
         const int j = j0 + kk;
         if (j < p0) {
@@ -108,14 +112,14 @@ __device__ __forceinline__ void AttendKeys(const AttentionArgs& a, const StepArr
 #pragma unroll
       for (int i = 0; i < DPL; ++i) dot += q[i] * ks[kk * D + lane + 32 * i];
       for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-      if constexpr (KV == kKvI8) dot *= ksc[kk];
+      if constexpr (KvScaled(KV)) dot *= ksc[kk];
       float score = dot * a.scale;
       if (a.softcap > 0) score = a.softcap * tanhf(score / a.softcap);
       const float m_new = fmaxf(m, score);
       const float c = expf(m - m_new);
       float w = expf(score - m_new);
       l = l * c + w;
-      if constexpr (KV == kKvI8) w *= vsc[kk];
+      if constexpr (KvScaled(KV)) w *= vsc[kk];
 #pragma unroll
       for (int i = 0; i < DPL; ++i) acc[i] = acc[i] * c + w * vs[kk * D + lane + 32 * i];
       m = m_new;
@@ -142,6 +146,7 @@ cudaError_t WithHeadDimAndKv(int head_dim, int kv_type, Fn&& fn) {
       case kKvF16: fn(dpl, std::integral_constant<int, kKvF16>()); return true;
       case kKvBF16: fn(dpl, std::integral_constant<int, kKvBF16>()); return true;
       case kKvI8: fn(dpl, std::integral_constant<int, kKvI8>()); return true;
+      case kKvF8: fn(dpl, std::integral_constant<int, kKvF8>()); return true;
       default: return false;
     }
   };
@@ -156,6 +161,16 @@ cudaError_t WithHeadDimAndKv(int head_dim, int kv_type, Fn&& fn) {
   }
   if (!ok) return cudaErrorInvalidValue;
   return cudaGetLastError();
+}
+
+// The cudaFuncGetAttributes of the kernel instance pick(dpl, kv) returns (a const void*) for
+// head_dim and kv_type; cudaErrorInvalidValue for a pair with no instance.
+template <typename Pick>
+cudaError_t InstanceAttributes(int head_dim, int kv_type, cudaFuncAttributes* attr, Pick&& pick) {
+  cudaError_t e = cudaSuccess;
+  const cudaError_t r =
+      WithHeadDimAndKv(head_dim, kv_type, [&](auto dpl, auto kv) { e = cudaFuncGetAttributes(attr, pick(dpl, kv)); });
+  return e != cudaSuccess ? e : r;
 }
 
 }  // namespace g4::cuda

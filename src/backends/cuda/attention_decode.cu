@@ -88,21 +88,17 @@ cudaError_t DecodeAttention(const AttentionArgs& a, const StepArrays& s, const D
 }
 
 cudaError_t AppendAttentionAuxKernelLaunches(std::vector<KernelLaunchInfo>* out) {
-  KernelLaunchInfo combine{"decode attention combine", {}, 128, 0};
-  const cudaError_t e = cudaFuncGetAttributes(&combine.attr, reinterpret_cast<const void*>(DecodeCombineKernel));
-  out->push_back(combine);
-  KernelLaunchInfo quant{"int8 KV quantisation", {}, 32, 0};
-  const cudaError_t e2 = QuantizeKvAttributes(&quant.attr);
-  out->push_back(quant);
-  return e != cudaSuccess ? e : e2;
+  KernelLaunchList list{out};
+  list.Add("decode attention combine", reinterpret_cast<const void*>(DecodeCombineKernel), 128);
+  list.Add("int8 KV quantisation", QuantizeKvKernelFor(kKvI8), 32);
+  list.Add("fp8 KV quantisation", QuantizeKvKernelFor(kKvF8), 32);
+  return list.err;
 }
 
 cudaError_t DecodeAttentionAttributes(int head_dim, int kv_type, cudaFuncAttributes* attr) {
-  cudaError_t e = cudaSuccess;
-  const cudaError_t r = WithHeadDimAndKv(head_dim, kv_type, [&](auto dpl, auto kv) {
-    e = cudaFuncGetAttributes(attr, DecodeAttentionKernel<decltype(dpl)::value, decltype(kv)::value>);
+  return InstanceAttributes(head_dim, kv_type, attr, [](auto dpl, auto kv) {
+    return reinterpret_cast<const void*>(DecodeAttentionKernel<decltype(dpl)::value, decltype(kv)::value>);
   });
-  return e != cudaSuccess ? e : r;
 }
 
 }  // namespace g4::cuda

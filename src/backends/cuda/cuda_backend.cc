@@ -98,7 +98,7 @@ class CudaKvCache : public DeviceKvCache<CudaBackend> {
   struct Layer {
     int slots = 0, window = 0, width = 0, heads = 0;  // slots 0: not an owner
     DeviceMem k, v;
-    DeviceMem ks, vs;  // int8 cache: the f32 scales [max_seqs, slots, heads]
+    DeviceMem ks, vs;  // int8 and fp8 caches: the f32 scales [max_seqs, slots, heads]
   };
   std::vector<Layer> layers;  // by layer index
 };
@@ -116,11 +116,9 @@ class CudaBackend : public Backend {
   std::string Name() const override { return "cuda"; }
   Status PlanMemory(const Graph& graph, const KvCacheBase& cache) const override;
   StatusOr<std::unique_ptr<Executable>> Compile(const Graph& graph, int num_tokens, int num_output_rows) override;
-  // Its attention kernels read f32, f16 and bf16 caches (no q8 or fp8 kernel yet).
+  // f32, f16, bf16 and q8 on every device; fp8 from compute capability 8.9 (cuda_policy.h).
   Status CheckKvCacheType(DType type) const override {
-    if (IsHostKvCacheType(type)) return OkStatus();
-    return InvalidArgument(std::string("--cache-type ") + (type == DType::kF8E4M3 ? "fp8" : "?") +
-                           ": the CUDA backend's KV cache type must be f32, f16, bf16 or q8 (no fp8 attention kernels yet)");
+    return cuda::CheckKvCacheTypeFor(info_.cc_major, info_.cc_minor, type);
   }
   StatusOr<std::unique_ptr<KvCacheBase>> CreateKvCache(const ModelConfig& config, int max_seqs, int max_context,
                                                        DType type) override;
@@ -256,7 +254,7 @@ StatusOr<std::unique_ptr<KvCacheBase>> CudaBackend::CreateKvCache(const ModelCon
       G4_CUDA(cudaMemset(m->p, 0, bytes), what);
     }
     cache->bytes_ += 2 * bytes;
-    if (type == DType::kI8) {  // scales: 4 bytes per (slot, KV head) beside each int8 head row
+    if (IsScaledKvCacheType(type)) {  // scales: 4 bytes per (slot, KV head) beside each 8-bit head row
       const size_t sbytes = rows * c.heads * sizeof(float);
       for (DeviceMem* m : {&c.ks, &c.vs}) {
         G4_RETURN_IF_ERROR(m->Alloc(sbytes, what + "'s scales"));
@@ -289,7 +287,7 @@ Status CudaBackend::ReserveArena(const ArenaPlan& plan, int tokens) {
 Status CheckAttentionLaunch(const std::string& at, const AttentionOp& op, bool decode, const CudaDeviceInfo& dev) {
   const cuda::DeviceLimits limits{dev.max_threads_per_block, dev.shared_per_block, dev.regs_per_block};
   const size_t shared = cuda::AttentionSharedBytes(op.head_dim);
-  for (int kv : {cuda::kKvF32, cuda::kKvF16, cuda::kKvBF16, cuda::kKvI8}) {
+  for (int kv : {cuda::kKvF32, cuda::kKvF16, cuda::kKvBF16, cuda::kKvI8, cuda::kKvF8}) {
     cudaFuncAttributes attr{};
     const int threads = decode ? cuda::DecodeAttentionThreads(op.num_heads, op.num_kv_heads)
                                : 32 * (op.num_heads / op.num_kv_heads);
@@ -455,7 +453,7 @@ Status CudaExecutable::RunMoE(const Node& node, const MoEOp& op, const float* y,
 }
 
 // Flash decoding for steps of up to kDecodeMaxTokens tokens (splits from the longest key range
-// and the device's multiprocessors), the prefill kernel for longer ones; with an int8 cache the
+// and the device's multiprocessors), the prefill kernel for longer ones; with an 8-bit cache the
 // step's K and V are quantised first (into the arena's attention scratch) as KvWrite stores them.
 Status CudaExecutable::RunAttention(const std::string& what, const AttentionOp& op, const CudaKvCache::Layer& L,
                                     int plan_keys, int kv_type, const float* q, const float* k, const float* v,
@@ -468,14 +466,15 @@ Status CudaExecutable::RunAttention(const std::string& what, const AttentionOp& 
   a.num_heads = op.num_heads, a.num_kv_heads = op.num_kv_heads, a.head_dim = op.head_dim;
   a.scale = op.scale, a.softcap = op.softcap;
   char* scratch = Arena() + plan_.values + plan_.half_x + plan_.half_w + plan_.moe;
-  if (kv_type == cuda::kKvI8) {
+  if (cuda::KvScaled(kv_type)) {
     const size_t rows = static_cast<size_t>(T_) * op.num_kv_heads;
     char* p = scratch + plan_.attn_partials;
     auto* kq = reinterpret_cast<int8_t*>(p);
     auto* vq = reinterpret_cast<int8_t*>(p + cuda::AlignUp(rows * op.head_dim));
     auto* ks = reinterpret_cast<float*>(p + 2 * cuda::AlignUp(rows * op.head_dim));
     auto* vs = reinterpret_cast<float*>(p + 2 * cuda::AlignUp(rows * op.head_dim) + cuda::AlignUp(rows * sizeof(float)));
-    G4_CUDA(cuda::QuantizeKvRows(k, v, T_, op.num_kv_heads, op.head_dim, kq, vq, ks, vs, st), what + " quantising K/V");
+    G4_CUDA(cuda::QuantizeKvRows(k, v, T_, op.num_kv_heads, op.head_dim, kv_type, kq, vq, ks, vs, st),
+            what + " quantising K/V");
     a.k_q = kq, a.v_q = vq, a.k_qscale = ks, a.v_qscale = vs;
     a.k_scale_cache = static_cast<const float*>(L.ks.p), a.v_scale_cache = static_cast<const float*>(L.vs.p);
   }
@@ -524,10 +523,10 @@ Status CudaExecutable::Enqueue(CudaKvCache& c, int kv_type, const cuda::StepArra
         },
         [&](const KvWriteOp& op) -> Status {
           G4_ASSIGN_OR_RETURN(CudaKvCache::Layer * L, layer(op.cache_layer));
-          if (kv_type == cuda::kKvI8)
-            return CudaStatus(cuda::KvWriteI8(input(0), input(1), L->heads, L->width / L->heads, static_cast<int8_t*>(L->k.p),
-                                              static_cast<int8_t*>(L->v.p), static_cast<float*>(L->ks.p),
-                                              static_cast<float*>(L->vs.p), L->slots, L->window, sa, st), what);
+          if (cuda::KvScaled(kv_type))
+            return CudaStatus(cuda::KvWrite8(input(0), input(1), L->heads, L->width / L->heads, kv_type, L->k.p, L->v.p,
+                                             static_cast<float*>(L->ks.p), static_cast<float*>(L->vs.p), L->slots,
+                                             L->window, sa, st), what);
           return CudaStatus(cuda::KvWrite(input(0), input(1), L->width, L->k.p, L->v.p, kv_type, L->slots, L->window, sa, st), what);
         },
         [&](const GeGluOp&) { return CudaStatus(cuda::GeGlu(input(0), input(1), n, out, st), what); },
@@ -579,7 +578,8 @@ Status CudaExecutable::Run(const StepInput& in, KvCacheBase& base) {
   const int kv_type = ct == DType::kF32    ? cuda::kKvF32
                       : ct == DType::kF16  ? cuda::kKvF16
                       : ct == DType::kBF16 ? cuda::kKvBF16
-                                           : cuda::kKvI8;
+                      : ct == DType::kI8   ? cuda::kKvI8
+                                           : cuda::kKvF8;
   // The key count each attention's split plan is made for (decode steps; DecodePlanKeys). The
   // graph's key: what its launches hold besides the weights (fixed for the backend's life).
   const auto& nodes = graph_.nodes();

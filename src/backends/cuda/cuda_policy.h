@@ -1,12 +1,14 @@
 // The CUDA backend's compute-dtype choice, apart from the CUDA runtime so that every build (and
 // its tests) has it: bf16 on compute capability >= 8.0 (Ampere on: bf16 tensor cores), f16
 // below, f32 accumulation either way; BF16 weights become F16 at load below 8.0 (never emulated).
+// Also the KV cache types the device holds (fp8 from 8.9) and the kernel launch checks.
 #pragma once
 
 #include <cstddef>
 #include <string>
 
 #include "base/status.h"
+#include "runtime/kv_cache.h"
 
 namespace g4::cuda {
 
@@ -33,6 +35,19 @@ inline StatusOr<ComputeChoice> ChooseComputeDtype(int cc_major, int cc_minor, co
     return InvalidArgument("--compute-dtype f32: the CUDA backend's kernels compute in bf16 or f16 with f32 "
                            "accumulation; it has no f32 weight path");
   return InvalidArgument("--compute-dtype must be auto, bf16, f16 or f32, got '" + requested + "'");
+}
+
+// `--cache-type` on a device of compute capability major.minor: f32, f16, bf16 and q8 everywhere;
+// fp8 (e4m3) from 8.9 (Ada, Hopper: fp8 tensor cores) and refused below with the reason.
+inline Status CheckKvCacheTypeFor(int cc_major, int cc_minor, DType type) {
+  if (type == DType::kF8E4M3) {
+    if (cc_major > 8 || (cc_major == 8 && cc_minor >= 9)) return OkStatus();
+    return InvalidArgument("--cache-type fp8: compute capability " + std::to_string(cc_major) + "." +
+                           std::to_string(cc_minor) + " has no fp8 (e4m3) arithmetic (needs 8.9 or later); use "
+                           "--cache-type q8 (int8 with the same bytes per token)");
+  }
+  if (!IsHostKvCacheType(type)) return InvalidArgument("the CUDA backend's KV cache type must be f32, f16, bf16, q8 or fp8");
+  return OkStatus();
 }
 
 // A compiled kernel's resources (cudaFuncGetAttributes: the largest block its registers allow,

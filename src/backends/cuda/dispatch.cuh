@@ -27,4 +27,10 @@ cudaError_t WithFormat(int f, Fn&& fn) {
   return cudaGetLastError();
 }
 
+// Calls fn(std::integral_constant<int, F>()) for every weight format F.
+template <typename Fn>
+void ForEachFormat(Fn&& fn) {
+  for (int f = 0; f < kWNumFormats; ++f) WithFormat(f, fn);
+}
+
 }  // namespace g4::cuda

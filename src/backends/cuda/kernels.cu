@@ -281,18 +281,12 @@ cudaError_t MoeCombine(const float* eo, const float* weight, int rows, int k, in
 }
 
 cudaError_t AppendFixedKernelLaunches(std::vector<KernelLaunchInfo>* out) {
-  cudaError_t err = cudaSuccess;
-  auto add = [&](const char* name, const void* fn, int threads) {
-    KernelLaunchInfo k{name, {}, threads, 0};
-    const cudaError_t e = cudaFuncGetAttributes(&k.attr, fn);
-    if (e != cudaSuccess && err == cudaSuccess) err = e;
-    out->push_back(k);
-  };
-  for (int f = 0; f < kWNumFormats; ++f)
-    WithFormat(f, [&](auto c) {
-      add("embedding", reinterpret_cast<const void*>(EmbedKernel<decltype(c)::value>), 128);
-      add("MoE routing", reinterpret_cast<const void*>(MoeRouteKernel<decltype(c)::value>), 256);  // shared: at Compile
-    });
+  KernelLaunchList list{out};
+  auto add = [&](const char* name, const void* fn, int threads) { list.Add(name, fn, threads); };
+  ForEachFormat([&](auto c) {
+    add("embedding", reinterpret_cast<const void*>(EmbedKernel<decltype(c)::value>), 128);
+    add("MoE routing", reinterpret_cast<const void*>(MoeRouteKernel<decltype(c)::value>), 256);  // shared: at Compile
+  });
   add("RMS norm", reinterpret_cast<const void*>(RmsNormKernel), 1024);
   add("RoPE", reinterpret_cast<const void*>(RopeKernel), 256);
   add("KV write", reinterpret_cast<const void*>(KvWriteKernel<float>), 256);
@@ -305,7 +299,7 @@ cudaError_t AppendFixedKernelLaunches(std::vector<KernelLaunchInfo>* out) {
   add("row copy", reinterpret_cast<const void*>(CopyRowsKernel), 256);
   add("MoE GeGLU", reinterpret_cast<const void*>(MoeGeGluKernel), 256);
   add("MoE combine", reinterpret_cast<const void*>(MoeCombineKernel), 256);
-  return err;
+  return list.err;
 }
 
 }  // namespace g4::cuda

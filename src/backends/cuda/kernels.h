@@ -1,7 +1,7 @@
 // The CUDA backend's kernels (kernels.cu, matmul.cu, attention*.cu, kv_q8.cu), one per graph op,
 // launched on `stream`. Activations between ops are f32 row-major [rows, cols] device arrays (the graph's
 // values); weights are device bytes in a WeightFormat (blocks.h); KV caches are device arrays of
-// f32, f16, bf16 or int8 with scales (kv_type: attention_plan.h's KvType) laid out as
+// f32, f16, bf16, int8 or fp8 e4m3 with scales (kv_type: attention_plan.h's KvType) laid out as
 // runtime/kv_cache.h's KvCache ([max_seqs, slots, Nkv*D] per layer). Every launcher returns the launch's cudaError_t.
 #pragma once
 
@@ -57,15 +57,15 @@ struct AttentionArgs {
   const float* q;  // [tokens, Nq*D]
   const float* k;  // [tokens, Nkv*D] the step's keys (f32; rounded to kv_type as the cache holds them)
   const float* v;
-  // kv_type i8: the step's keys and values quantised (QuantizeKvRows), [tokens, Nkv*D] and
-  // their scales [tokens, Nkv]; unused otherwise.
-  const int8_t* k_q = nullptr;
-  const int8_t* v_q = nullptr;
+  // kv_type i8 or fp8: the step's keys and values quantised (QuantizeKvRows), int8 or e4m3 codes
+  // [tokens, Nkv*D], and their scales [tokens, Nkv]; unused otherwise.
+  const void* k_q = nullptr;
+  const void* v_q = nullptr;
   const float* k_qscale = nullptr;
   const float* v_qscale = nullptr;
   const void* k_cache;  // [max_seqs, slots, Nkv*D] of kv_type
   const void* v_cache;
-  const float* k_scale_cache = nullptr;  // i8: [max_seqs, slots, Nkv]
+  const float* k_scale_cache = nullptr;  // i8, fp8: [max_seqs, slots, Nkv]
   const float* v_scale_cache = nullptr;
   float* out;  // [tokens, Nq*D]
   int kv_type, slots, window, num_heads, num_kv_heads, head_dim;  // kv_type: KvType (attention_plan.h)
@@ -89,14 +89,15 @@ int DecodeAttentionThreads(int num_heads, int num_kv_heads);
 // checks; cudaErrorInvalidValue for a head_dim or kv_type with no instance.
 cudaError_t AttentionAttributes(int head_dim, int kv_type, cudaFuncAttributes* attr);
 cudaError_t DecodeAttentionAttributes(int head_dim, int kv_type, cudaFuncAttributes* attr);
-// The int8 KV cache (runtime/kv_cache.h; kv_q8.cu): the step's K and V rows [rows, heads * D]
-// quantised into kq/vq [rows, heads * D] and scales ks/vs [rows, heads]; and KvWrite's form,
-// into a layer's int8 cache and its scales ([max_seqs, slots, heads]).
-cudaError_t QuantizeKvRows(const float* k, const float* v, int rows, int heads, int D, int8_t* kq, int8_t* vq,
+// The 8-bit KV caches (runtime/kv_cache.h; kv_q8.cu), kv_type kKvI8 (int8) or kKvF8 (e4m3
+// codes): the step's K and V rows [rows, heads * D] quantised into kq/vq [rows, heads * D] bytes
+// and scales ks/vs [rows, heads]; and KvWrite's form, into a layer's 8-bit cache and its scales
+// ([max_seqs, slots, heads]). cudaErrorInvalidValue for another kv_type.
+cudaError_t QuantizeKvRows(const float* k, const float* v, int rows, int heads, int D, int kv_type, void* kq, void* vq,
                            float* ks, float* vs, cudaStream_t stream);
-cudaError_t QuantizeKvAttributes(cudaFuncAttributes* attr);
-cudaError_t KvWriteI8(const float* k, const float* v, int heads, int D, int8_t* k_cache, int8_t* v_cache,
-                      float* k_scale, float* v_scale, int slots, int window, const StepArrays& s, cudaStream_t stream);
+const void* QuantizeKvKernelFor(int kv_type);  // the kernel instance (for its attributes); nullptr for others
+cudaError_t KvWrite8(const float* k, const float* v, int heads, int D, int kv_type, void* k_cache, void* v_cache,
+                     float* k_scale, float* v_scale, int slots, int window, const StepArrays& s, cudaStream_t stream);
 // out = gelu_tanh(a) * b; out = (a + b) * scale; out = x * scale; out = cap * tanh(x / cap).
 cudaError_t GeGlu(const float* a, const float* b, size_t n, float* out, cudaStream_t stream);
 cudaError_t Add(const float* a, const float* b, size_t n, float scale, float* out, cudaStream_t stream);
@@ -128,6 +129,17 @@ struct KernelLaunchInfo {
   cudaFuncAttributes attr;
   int threads;
   size_t dynamic_shared;
+};
+// Collects launches into *out (their cudaFuncGetAttributes), keeping the first error in err.
+struct KernelLaunchList {
+  std::vector<KernelLaunchInfo>* out;
+  cudaError_t err = cudaSuccess;
+  void Add(const char* name, const void* fn, int threads) {
+    KernelLaunchInfo k{name, {}, threads, 0};
+    const cudaError_t e = cudaFuncGetAttributes(&k.attr, fn);
+    if (e != cudaSuccess && err == cudaSuccess) err = e;
+    out->push_back(k);
+  }
 };
 // Appends every such kernel instance of kernels.cu, matmul.cu, kv_q8.cu and attention_decode.cu
 // (its combine kernel); the first cudaFuncGetAttributes error, if any.

@@ -131,23 +131,16 @@ cudaError_t ToHalf16(const float* x, size_t n, bool half16, void* out, cudaStrea
 }
 
 cudaError_t AppendMatMulKernelLaunches(std::vector<KernelLaunchInfo>* out) {
-  cudaError_t err = cudaSuccess;
-  auto add = [&](const char* name, const void* fn, int threads) {
-    KernelLaunchInfo k{name, {}, threads, 0};
-    const cudaError_t e = cudaFuncGetAttributes(&k.attr, fn);
-    if (e != cudaSuccess && err == cudaSuccess) err = e;
-    out->push_back(k);
-  };
-  for (int f = 0; f < kWNumFormats; ++f)
-    WithFormat(f, [&](auto c) {
-      constexpr int F = decltype(c)::value;
-      add("matrix-vector", reinterpret_cast<const void*>(MatVecKernel<F>), 32 * kWarpsPerBlock);
-      add("expert matrix-vector", reinterpret_cast<const void*>(ExpertMatVecKernel<F>), 32 * kWarpsPerBlock);
-      add("dequantisation", reinterpret_cast<const void*>(DequantRowsKernel<F, __half>), 128);
-      add("dequantisation", reinterpret_cast<const void*>(DequantRowsKernel<F, __nv_bfloat16>), 128);
-    });
-  add("16-bit conversion", reinterpret_cast<const void*>(ToHalf16Kernel), 256);
-  return err;
+  KernelLaunchList list{out};
+  ForEachFormat([&](auto c) {
+    constexpr int F = decltype(c)::value;
+    list.Add("matrix-vector", reinterpret_cast<const void*>(MatVecKernel<F>), 32 * kWarpsPerBlock);
+    list.Add("expert matrix-vector", reinterpret_cast<const void*>(ExpertMatVecKernel<F>), 32 * kWarpsPerBlock);
+    list.Add("dequantisation", reinterpret_cast<const void*>(DequantRowsKernel<F, __half>), 128);
+    list.Add("dequantisation", reinterpret_cast<const void*>(DequantRowsKernel<F, __nv_bfloat16>), 128);
+  });
+  list.Add("16-bit conversion", reinterpret_cast<const void*>(ToHalf16Kernel), 256);
+  return list.err;
 }
 
 }  // namespace g4::cuda
