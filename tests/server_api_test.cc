@@ -170,6 +170,10 @@ TEST(ServerApiTest, BadPromptsAndMessages) {
   EXPECT_API_ERROR(Chat({{"messages", {{{"content", "x"}}}}}), 400, "messages[0].role");
   EXPECT_API_ERROR(Chat({{"messages", {{{"role", "tool"}, {"content", "x"}}}}}), 400, "messages[0].role");
   EXPECT_API_ERROR(Chat({{"messages", {{{"role", 3}, {"content", "x"}}}}}), 400, "messages[0].role");
+  auto alien = Chat({{"messages", {{{"role", "alien"}, {"content", "x"}}}}});
+  ASSERT_FALSE(alien.ok());
+  EXPECT_EQ(alien.error().message,
+            "messages[0].role must be one of system, developer, user, assistant, model, tool (got 'alien')");
   EXPECT_API_ERROR(Chat({{"messages", {{{"role", "user"}}}}}), 400, "messages[0].content");
   EXPECT_API_ERROR(Chat({{"messages", {{{"role", "user"}, {"content", 7}}}}}), 400, "messages[0].content");
   json image = {{{"type", "image_url"}, {"image_url", {{"url", "http://x"}}}}};

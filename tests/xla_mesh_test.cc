@@ -55,6 +55,8 @@ TEST(MeshTest, RefusesMalformedMeshesWithTheReason) {
       {"model=2x", "the size of 'model' is not a number"},
       {"data=2,data=2", "data given twice"},
       {"rows=2", "unknown axis 'rows' (the axes are data and model)"},
+      {"data=64,model=65", "more than 4096 devices"},
+      {"data=65536,model=65536", "more than 4096 devices"},
   };
   for (const auto& [text, why] : cases) {
     auto m = xla::ParseMesh(text);
@@ -63,6 +65,8 @@ TEST(MeshTest, RefusesMalformedMeshesWithTheReason) {
     EXPECT_NE(m.status().message().find(why), std::string::npos) << m.status().message();
   }
   EXPECT_FALSE(xla::MeshOfDevices(0).ok());
+  EXPECT_EQ(xla::MeshOfDevices(9999).status().message(), "--devices must be at most 4096, got 9999");
+  EXPECT_EQ(xla::MeshOfDevices(4096)->model, 4096);
   Status s = xla::CheckMeshFits(Mesh{2, 4}, 4, "cpu");
   EXPECT_EQ(s.message(), "--mesh data=2,model=4 needs 8 devices; the cpu PJRT client has 4");
   EXPECT_TRUE(xla::CheckMeshFits(Mesh{2, 2}, 4, "cpu").ok());
@@ -495,6 +499,15 @@ TEST(XlaMeshErrorsTest, InvalidMeshesAreRefusedWithMessages) {
   EXPECT_NE(too_many.status().message().find("--mesh data=2,model=4 needs 8 devices; the cpu PJRT client has 4"),
             std::string::npos)
       << too_many.status().message();
+
+  // Without a device count given, XLA's CPU plugin is not asked for more than 1024 devices.
+  xo.client_options = {};
+  xo.mesh = Mesh{2, 1000};
+  auto too_many_cpu = MakeXlaBackend(xo);
+  ASSERT_FALSE(too_many_cpu.ok());
+  EXPECT_EQ(too_many_cpu.status().message(),
+            "--mesh data=2,model=1000 needs 2000 devices; XLA's CPU plugin is given at most 1024");
+  xo.client_options = {{"cpu_device_count", int64_t{4}}};
 
   // model=3 divides no head count (4), MLP width (128), vocabulary (512).
   xo.mesh = Mesh{1, 3};

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "backends/backend_factory.h"
+#include "backends/xla/mesh.h"
 
 namespace g4 {
 
@@ -25,7 +26,7 @@ inline void AddBackendFlags(CLI::App* app, BackendOptions* o, bool with_env = fa
                    ->check([](const std::string& text) { return MeshFlagError(text); });
   env(app->add_option("--devices", o->devices, "--backend xla: split the model over N devices (--mesh model=N)"),
       "GEMMA4RT_DEVICES")
-      ->check(CLI::Range(1, 1 << 16))
+      ->check(CLI::Range(1, xla::kMaxMeshDevices))
       ->excludes(mesh);
   env(app->add_option("--compute-dtype", o->compute_dtype,
                       "--backend xla or cuda: the matmuls' dtype, auto|f32|bf16|f16 (f32 accumulation; auto: the "
@@ -34,7 +35,7 @@ inline void AddBackendFlags(CLI::App* app, BackendOptions* o, bool with_env = fa
       ->check(CLI::IsMember(kComputeDtypeFlagValues));
   env(app->add_option("--device", o->device, "--backend xla or cuda: which device runs the model (default 0)"),
       "GEMMA4RT_DEVICE")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, (1 << 16) - 1));
   env(app->add_option("--device-memory", o->device_memory,
                       "--backend xla: the memory the plan must fit, e.g. 512M or 8G (default: the device's)"),
       "GEMMA4RT_DEVICE_MEMORY")

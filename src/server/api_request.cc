@@ -65,7 +65,8 @@ ApiOr<std::vector<ChatMessage>> ParseMessages(const json& o) {
     cm.role = role->get<std::string>();
     if (cm.role == "developer") cm.role = "system";  // OpenAI's newer name for the system role
     if (cm.role != "system" && cm.role != "user" && cm.role != "assistant" && cm.role != "model" && cm.role != "tool")
-      return BadRequest(at + ".role must be one of system, developer, user, assistant, tool (got '" + utf8::Sanitize(cm.role) + "')",
+      return BadRequest(at + ".role must be one of system, developer, user, assistant, model, tool (got '" +
+                            utf8::Sanitize(cm.role) + "')",
                         at + ".role");
     API_RETURN_IF_ERROR(ParseMessageToolFields(m, at, &cm));
     const json* c = Field(m, "content");

@@ -55,12 +55,15 @@ StatusOr<Mesh> ParseMesh(std::string_view text) {
     }
     begin = comma + 1;
   }
-  if (static_cast<int64_t>(mesh.data) * mesh.model > 4096) return bad("more than 4096 devices");
+  if (static_cast<int64_t>(mesh.data) * mesh.model > kMaxMeshDevices)
+    return bad("more than " + std::to_string(kMaxMeshDevices) + " devices");
   return mesh;
 }
 
 StatusOr<Mesh> MeshOfDevices(int n) {
   if (n < 1) return InvalidArgument("--devices must be at least 1, got " + std::to_string(n));
+  if (n > kMaxMeshDevices)
+    return InvalidArgument("--devices must be at most " + std::to_string(kMaxMeshDevices) + ", got " + std::to_string(n));
   return Mesh{1, n};
 }
 

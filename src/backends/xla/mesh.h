@@ -18,6 +18,9 @@
 
 namespace g4::xla {
 
+// The most devices a mesh may have (--mesh and --devices alike).
+inline constexpr int kMaxMeshDevices = 4096;
+
 struct Mesh {
   int data = 1, model = 1;
   int size() const { return data * model; }
@@ -28,8 +31,10 @@ struct Mesh {
 // "data=D,model=M" (either order, either omitted: 1), D, M >= 1. InvalidArgument with the text
 // and what was wrong otherwise.
 StatusOr<Mesh> ParseMesh(std::string_view text);
-// `--devices N`: model=N. InvalidArgument for N < 1.
+// `--devices N`: model=N. InvalidArgument for N < 1 or N > kMaxMeshDevices.
 StatusOr<Mesh> MeshOfDevices(int n);
+// The most devices the backend asks XLA's CPU plugin to expose for a mesh.
+inline constexpr int kMaxCpuPluginDevices = 1024;
 // InvalidArgument where the mesh needs more devices than the client has.
 Status CheckMeshFits(const Mesh& mesh, int num_devices, const std::string& platform);
 

@@ -440,7 +440,12 @@ StatusOr<std::unique_ptr<Backend>> MakeXlaBackend(const XlaBackendOptions& optio
   bool count_given = false;
   for (const auto& o : options.client_options) count_given |= o.name == "cpu_device_count";
   if (mesh.size() > client->num_devices() && client->platform_name() == "cpu" && !count_given) {
-    // XLA's CPU plugin exposes as many devices as asked for: one per mesh position.
+    // XLA's CPU plugin exposes as many devices as asked for: one per mesh position. Its client
+    // start-up grows faster than linearly in the count, so a mistyped size is refused, not awaited.
+    if (mesh.size() > xla::kMaxCpuPluginDevices)
+      return InvalidArgument("--mesh " + mesh.ToString() + " needs " + std::to_string(mesh.size()) +
+                             " devices; XLA's CPU plugin is given at most " +
+                             std::to_string(xla::kMaxCpuPluginDevices));
     std::vector<xla::NamedOption> with_count = options.client_options;
     with_count.push_back({"cpu_device_count", int64_t{mesh.size()}});
     client.reset();
