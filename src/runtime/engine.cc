@@ -77,7 +77,7 @@ StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(std::vector<std::stri
       if (a == name && i + 1 < args.size()) {
         value = args[++i];
       } else if (a == name && !own) {
-        return InvalidArgument(name + " needs a value (f16, bf16, f32 or q8_0)");
+        return InvalidArgument(name + " needs a value (f16, bf16, f32, q8_0 or fp8)");
       } else if (a.rfind(name + "=", 0) == 0) {
         value = a.substr(name.size() + 1);
       } else {
@@ -86,7 +86,7 @@ StatusOr<std::vector<std::string>> RewriteCacheTypeAliases(std::vector<std::stri
       // One type per flag outside bench (a list runs bench once per type).
       if (!lists && value.find(',') != std::string::npos)
         return InvalidArgument(name + ": '" + value + "' is a list of cache types, which only `gemma4rt bench` runs "
-                               "(once per type); give one type: f16, bf16, f32 or q8_0");
+                               "(once per type); give one type: f16, bf16, f32, q8_0 or fp8");
       // An alias's value is checked here, under the name the user typed (CLI11 would name --cache-type);
       // with lists, each type of a comma-separated list (bench's sweep, as llama-bench's), and those
       // of --cache-type too (CLI11 would drop an empty item).
