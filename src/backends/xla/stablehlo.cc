@@ -290,20 +290,23 @@ Value Builder::TakeRows(const Value& table, const Value& indices) {
               shape, table.type);
 }
 
+std::string Builder::OverwriteRegion(ElemType type) {
+  const std::string st = TensorType({}, type);
+  const std::string x = NewName(), y = NewName();
+  return "{\n    ^bb0(" + x + ": " + st + ", " + y + ": " + st + "):\n      \"stablehlo.return\"(" + y + ") : (" + st +
+         ") -> ()\n    }";
+}
+
 Value Builder::ScatterRows2(const Value& operand, const Value& i0, const Value& i1, const Value& updates) {
   G4_CHECK(operand.shape.size() == 3 && updates.shape.size() == 2 && updates.shape[1] == operand.shape[2] &&
            updates.type == operand.type && i0.shape == Shape{updates.shape[0]} && i1.shape == i0.shape);
   const int64_t m = updates.shape[0];
   Value idx = Concat({Reshape(i0, {m, 1}), Reshape(i1, {m, 1})}, 1);
-  const std::string st = TensorType({}, operand.type);
-  const std::string x = NewName(), y = NewName();
-  const std::string region = "{\n    ^bb0(" + x + ": " + st + ", " + y + ": " + st + "):\n      \"stablehlo.return\"(" + y +
-                             ") : (" + st + ") -> ()\n    }";
   return Emit("stablehlo.scatter", {operand, idx, updates},
               "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [1], inserted_window_dims = [0, 1], "
               "scatter_dims_to_operand_dims = [0, 1], index_vector_dim = 1>, indices_are_sorted = false, "
               "unique_indices = false",
-              operand.shape, operand.type, region);
+              operand.shape, operand.type, OverwriteRegion(operand.type));
 }
 
 Value Builder::TakeRowsBatched(const Value& table, const Value& indices) {
@@ -332,15 +335,11 @@ Value Builder::ScatterRows2Batched(const Value& operand, const Value& i0, const 
            i0.shape == (Shape{updates.shape[0], updates.shape[1]}) && i1.shape == i0.shape);
   const int64_t B = updates.shape[0], m = updates.shape[1];
   Value idx = Concat({Reshape(i0, {B, m, 1}), Reshape(i1, {B, m, 1})}, 2);
-  const std::string st = TensorType({}, operand.type);
-  const std::string x = NewName(), y = NewName();
-  const std::string region = "{\n    ^bb0(" + x + ": " + st + ", " + y + ": " + st + "):\n      \"stablehlo.return\"(" + y +
-                             ") : (" + st + ") -> ()\n    }";
   return Emit("stablehlo.scatter", {operand, idx, updates},
               "scatter_dimension_numbers = #stablehlo.scatter<update_window_dims = [2], inserted_window_dims = [1, 2], "
               "input_batching_dims = [0], scatter_indices_batching_dims = [0], scatter_dims_to_operand_dims = [1, 2], "
               "index_vector_dim = 2>, indices_are_sorted = false, unique_indices = false",
-              operand.shape, operand.type, region);
+              operand.shape, operand.type, OverwriteRegion(operand.type));
 }
 
 std::pair<Value, Value> Builder::TopK(const Value& a, int k) {

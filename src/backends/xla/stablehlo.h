@@ -107,6 +107,8 @@ class Builder {
  private:
   Value Reduce(const Value& a, const std::vector<int64_t>& dims, const char* op, double init);
   std::string NewName() { return "%" + std::to_string(next_++); }
+  // A scatter's update region over scalars of `type` that keeps the update (overwrites).
+  std::string OverwriteRegion(ElemType type);
   Value Emit(const std::string& op, const std::vector<Value>& operands, const std::string& attrs, Shape shape,
              ElemType type, const std::string& region = "");
 
