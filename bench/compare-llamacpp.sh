@@ -40,7 +40,10 @@
 #
 # Environment: LLAMA_BENCH_ARGS: more llama-bench arguments for every run (e.g. "--repack 0": on a
 # CPU with AMX, llama.cpp's AMX matmul of this build crashes on batches, as a depth's fill or pp;
-# --repack 0 keeps its weights out of the AMX buffers). GEMMA4RT_BIN (default build/gemma4rt, built with scripts/build.sh when missing),
+# --repack 0 keeps its weights out of the AMX buffers, at a large cost to its speed).
+# LLAMA_CMAKE_ARGS: more CMake arguments for llama.cpp's build, in a build directory of their own
+# (e.g. "-DCMAKE_C_FLAGS=-mno-amx-int8 -DCMAKE_CXX_FLAGS=-mno-amx-int8" leaves out its AMX code on
+# such a CPU, as gemma4rt has none). GEMMA4RT_BIN (default build/gemma4rt, built with scripts/build.sh when missing),
 # GEMMA4RT_MODEL (default model), GEMMA4RT_CACHE, LLAMA_CPP_PYTHON_VERSION (default 0.3.36),
 # OUT_DIR.
 set -euo pipefail
@@ -87,11 +90,14 @@ log() { echo "compare-llamacpp: $*" >&2; }
 # ---- llama-bench, built once from the PyPI sdist --------------------------------------------
 SDIST_DIR="$CACHE/sdist"
 SRC_DIR="$CACHE/llama.cpp-src/llama_cpp_python-$VERSION"
-BUILD_DIR="$CACHE/llama.cpp-build"
+# LLAMA_CMAKE_ARGS (space-separated CMake arguments) get a build directory of their own.
+LLAMA_CMAKE_ARGS="${LLAMA_CMAKE_ARGS:-}"
+read -ra LLAMA_CMAKE_EXTRA <<<"$LLAMA_CMAKE_ARGS"
+BUILD_DIR="$CACHE/llama.cpp-build${LLAMA_CMAKE_ARGS:+-$(printf '%s' "$LLAMA_CMAKE_ARGS" | md5sum | cut -c1-8)}"
 LLAMA_BENCH="$BUILD_DIR/bin/llama-bench"
 LLAMA_QUANTIZE="$BUILD_DIR/bin/llama-quantize"
 STAMP="$BUILD_DIR/.gemma4rt-stamp"
-WANT_STAMP="llama-cpp-python==$VERSION native=ON"
+WANT_STAMP="llama-cpp-python==$VERSION native=ON${LLAMA_CMAKE_ARGS:+ $LLAMA_CMAKE_ARGS}"
 TARGETS=(llama-bench llama-quantize)
 
 if [ -x "$LLAMA_BENCH" ] && [ -x "$LLAMA_QUANTIZE" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$WANT_STAMP" ]; then
@@ -130,7 +136,7 @@ else
   cmake -S "$SRC_DIR/vendor/llama.cpp" -B "$BUILD_DIR" "${GEN[@]}" -DCMAKE_BUILD_TYPE=Release \
     -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF \
     -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF \
-    -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_LLGUIDANCE=OFF >"$CACHE/llama.cpp-configure.log" 2>&1 \
+    -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_LLGUIDANCE=OFF "${LLAMA_CMAKE_EXTRA[@]}" >"$CACHE/llama.cpp-configure.log" 2>&1 \
     || { log "cmake configure failed; see $CACHE/llama.cpp-configure.log"; tail -20 "$CACHE/llama.cpp-configure.log" >&2; exit 1; }
   log "building ${TARGETS[*]} with $(nproc) jobs (several minutes on a small machine; once)"
   cmake --build "$BUILD_DIR" --target "${TARGETS[@]}" -j"$(nproc)" >"$CACHE/llama.cpp-build.log" 2>&1 \

@@ -226,23 +226,27 @@ TEST_P(XlaMeshGoldenTest, ChunkedPrefillAndBatchedDecodeMatchTheReference) {
   EXPECT_EQ(ArgmaxRows(logits, V), ArgmaxRows(want, V));
 }
 
-// Every model fixture (GQA with 2 KV heads, 1 KV head with PLE and shared KV, a dense 31B-like
-// model, 8 experts) on every mesh (1x1 is XlaGoldenTest), and W4G32 blocks (split by rows and by
-// blocks) on 1x4. Each case is one ctest entry per test, so `ctest -j` runs them side by side.
+// Every golden fixture XlaGoldenTest runs on one device (GQA with 2 KV heads; 1 KV head with PLE
+// and shared KV; a dense 31B-like model; 8 experts; bf16 shards; W4G32 blocks split by rows and by
+// blocks; the GGUF conversions) on every mesh. Each case is one ctest entry per test, so `ctest -j`
+// runs them side by side.
 std::vector<MeshCase> MeshCases() {
-  std::vector<std::pair<const char*, Mesh>> cases;
-  for (const char* f : {"gemma3-tiny", "gemma4-e2b-tiny", "gemma4-31b-tiny", "gemma4-26b-a4b-tiny"})
-    for (const Mesh m : {Mesh{1, 2}, Mesh{1, 4}, Mesh{2, 2}, Mesh{4, 1}}) cases.push_back({f, m});
-  cases.push_back({"gemma4-31b-tiny-w4a16", Mesh{1, 4}});
+  std::vector<std::string> fixtures;
+  for (const char* f : {"gemma3-tiny", "gemma4-e2b-tiny", "gemma4-31b-tiny", "gemma4-26b-a4b-tiny",
+                        "gemma4-e2b-tiny-bf16-sharded", "gemma4-e2b-tiny-w4a16", "gemma4-31b-tiny-w4a16"})
+    if (std::filesystem::exists(FixtureDir(f) + "/reference.safetensors")) fixtures.push_back(f);
+  for (const char* f : {"gemma4-e2b-tiny", "gemma4-31b-tiny", "gemma4-26b-a4b-tiny"})
+    if (std::filesystem::exists(FixtureDir(f) + "/model-f32.gguf")) fixtures.push_back(std::string(f) + "+gguf");
   std::vector<MeshCase> out;
-  for (const auto& [f, m] : cases)
-    if (std::filesystem::exists(FixtureDir(f) + "/reference.safetensors")) out.push_back({f, m});
+  for (const std::string& f : fixtures)
+    for (const Mesh m : {Mesh{1, 2}, Mesh{1, 4}, Mesh{2, 2}, Mesh{4, 1}}) out.push_back({f, m});
   return out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Meshes, XlaMeshGoldenTest, ::testing::ValuesIn(MeshCases()), [](const auto& info) {
   std::string s = info.param.fixture + "_" + std::to_string(info.param.mesh.data) + "x" + std::to_string(info.param.mesh.model);
   std::replace(s.begin(), s.end(), '-', '_');
+  std::replace(s.begin(), s.end(), '+', '_');
   return s;
 });
 
