@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
@@ -38,6 +39,18 @@ inline std::unique_ptr<Engine> MakeEngineOn(const std::string& path, StatusOr<st
   auto e = CreateEngine(path, std::move(backend), options);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   return e.ok() ? std::move(e).value() : nullptr;
+}
+
+// Every golden fixture present, as test parameters: the safetensors fixtures (bf16 shards and
+// W4G32 blocks included), then the GGUF conversions ("<fixture>+gguf").
+inline std::vector<std::string> AllFixtureParams() {
+  std::vector<std::string> out;
+  for (const char* name : {"gemma3-tiny", "gemma4-e2b-tiny", "gemma4-31b-tiny", "gemma4-26b-a4b-tiny",
+                           "gemma4-e2b-tiny-bf16-sharded", "gemma4-e2b-tiny-w4a16", "gemma4-31b-tiny-w4a16"})
+    if (std::filesystem::exists(FixtureDir(name) + "/reference.safetensors")) out.push_back(name);
+  for (const char* name : {"gemma4-e2b-tiny", "gemma4-31b-tiny", "gemma4-26b-a4b-tiny"})
+    if (std::filesystem::exists(FixtureDir(name) + "/model-f32.gguf")) out.push_back(std::string(name) + "+gguf");
+  return out;
 }
 
 // The vocabulary size of the reference's logits [ids, V].

@@ -224,17 +224,7 @@ TEST(XlaMemoryPlanTest, AModelThatDoesNotFitIsRefusedWithTheArithmetic) {
   EXPECT_TRUE(Engine::Create(std::move(*m2), std::move(*roomy), o).ok());
 }
 
-std::vector<std::string> Fixtures() {
-  std::vector<std::string> out;
-  for (const char* name : {"gemma3-tiny", "gemma4-e2b-tiny", "gemma4-31b-tiny", "gemma4-26b-a4b-tiny",
-                           "gemma4-e2b-tiny-bf16-sharded", "gemma4-e2b-tiny-w4a16", "gemma4-31b-tiny-w4a16"})
-    if (std::filesystem::exists(FixtureDir(name) + "/reference.safetensors")) out.push_back(name);
-  for (const char* name : {"gemma4-e2b-tiny", "gemma4-31b-tiny", "gemma4-26b-a4b-tiny"})
-    if (std::filesystem::exists(FixtureDir(name) + "/model-f32.gguf")) out.push_back(std::string(name) + "+gguf");
-  return out;
-}
-
-INSTANTIATE_TEST_SUITE_P(Fixtures, XlaGoldenTest, ::testing::ValuesIn(Fixtures()), [](const auto& info) {
+INSTANTIATE_TEST_SUITE_P(Fixtures, XlaGoldenTest, ::testing::ValuesIn(AllFixtureParams()), [](const auto& info) {
   std::string s = info.param;
   std::replace(s.begin(), s.end(), '-', '_');
   std::replace(s.begin(), s.end(), '+', '_');

@@ -231,14 +231,8 @@ TEST_P(XlaMeshGoldenTest, ChunkedPrefillAndBatchedDecodeMatchTheReference) {
 // blocks; the GGUF conversions) on every mesh. Each case is one ctest entry per test, so `ctest -j`
 // runs them side by side.
 std::vector<MeshCase> MeshCases() {
-  std::vector<std::string> fixtures;
-  for (const char* f : {"gemma3-tiny", "gemma4-e2b-tiny", "gemma4-31b-tiny", "gemma4-26b-a4b-tiny",
-                        "gemma4-e2b-tiny-bf16-sharded", "gemma4-e2b-tiny-w4a16", "gemma4-31b-tiny-w4a16"})
-    if (std::filesystem::exists(FixtureDir(f) + "/reference.safetensors")) fixtures.push_back(f);
-  for (const char* f : {"gemma4-e2b-tiny", "gemma4-31b-tiny", "gemma4-26b-a4b-tiny"})
-    if (std::filesystem::exists(FixtureDir(f) + "/model-f32.gguf")) fixtures.push_back(std::string(f) + "+gguf");
   std::vector<MeshCase> out;
-  for (const std::string& f : fixtures)
+  for (const std::string& f : AllFixtureParams())
     for (const Mesh m : {Mesh{1, 2}, Mesh{1, 4}, Mesh{2, 2}, Mesh{4, 1}}) out.push_back({f, m});
   return out;
 }
