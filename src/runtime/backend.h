@@ -103,8 +103,8 @@ class Backend {
   virtual Status CheckKvCacheType(DType type) const {
     if (type == DType::kF8E4M3)
       return InvalidArgument("--cache-type fp8: the " + Name() + " backend has no fp8 arithmetic (each element would be "
-                             "widened to f32 for every use, for no fewer bytes than q8): use --cache-type q8, or fp8 "
-                             "with --backend xla on a TPU or a CUDA GPU of compute capability 8.9 or newer");
+                             "widened to f32 for every use, for no fewer bytes than q8): use --cache-type q8, or fp8 on a "
+                             "TPU (--backend xla) or a CUDA GPU of compute capability 8.9 or newer (--backend xla or cuda)");
     if (!IsHostKvCacheType(type)) return InvalidArgument("KV cache type must be f32, f16, bf16 or q8");
     return OkStatus();
   }

@@ -34,9 +34,9 @@ struct EngineOptions {
 
 // The KV cache element type of the commands' --cache-type flag: "f32", "f16", "bf16" or "q8"
 // (also "q8_0", llama.cpp's spelling; DType::kI8: kv_cache.h) or "fp8" (DType::kF8E4M3, e4m3 with
-// one f32 scale per token and KV head; held only where the backend computes with it, the XLA
-// backend on a TPU or a CUDA GPU of compute capability >= 8.9: Backend::CheckKvCacheType refuses
-// it elsewhere with the reason), InvalidArgument otherwise. The commands default to f16, as
+// one f32 scale per token and KV head; held only where the device computes with it, a TPU or a
+// CUDA GPU of compute capability >= 8.9: Backend::CheckKvCacheType refuses it elsewhere with the
+// reason), InvalidArgument otherwise. The commands default to f16, as
 // llama.cpp's -ctk/-ctv do (half the cache's memory and of decode's KV reads; K and V rounded to
 // f16). bf16 rounds them to bf16 and computes attention with the queries and softmax weights in
 // bf16 too, on the CPU's bf16 dot-product instruction where it has one (attention_bf16.h). f32

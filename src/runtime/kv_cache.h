@@ -34,7 +34,7 @@ inline bool IsKvCacheType(DType t) { return t == DType::kF32 || t == DType::kF16
 // The element types the host KvCache holds: those and kI8 (int8 with per-row scales).
 inline bool IsHostKvCacheType(DType t) { return IsKvCacheType(t) || t == DType::kI8; }
 // Types stored with one f32 scale per (slot, KV head): kI8 and kF8E4M3 (fp8 e4m3, x = q * s with
-// s = max |x| / 448; only where a device computes with it: the XLA backend's device_policy.h).
+// s = max |x| / 448; only where a device computes with it: xla/device_policy.h, cuda/cuda_policy.h).
 inline bool IsScaledKvCacheType(DType t) { return t == DType::kI8 || t == DType::kF8E4M3; }
 // Every KV cache type some backend may hold (each backend refuses the ones it has not, with why).
 inline bool IsAnyKvCacheType(DType t) { return IsHostKvCacheType(t) || t == DType::kF8E4M3; }
@@ -88,7 +88,7 @@ class KvCache : public KvCacheBase {
   float* v_scale(int layer, int seq, int slot) { return ScaleRow(layers_[layer].vs, layer, seq, slot); }
   size_t bytes() const override;
   // Bytes one sequence needs at `context` tokens with elements of `type` (for admission and `info`;
-  // any IsAnyKvCacheType, fp8 too: the XLA backend's device cache has this layout's bytes).
+  // any IsAnyKvCacheType, fp8 too: the device backends' caches have this layout's bytes).
   static size_t BytesPerSequence(const ModelConfig& config, int context, DType type = DType::kF32);
 
  private:

@@ -48,7 +48,7 @@ class XlaKvCache : public DeviceKvCache<XlaBackend> {
 
   std::vector<CacheLayer> layers;  // every cache-owning layer, in layer order
   std::vector<std::vector<Buffer>> k, v;    // [layer][device]: shards of [max_seqs, slots, width]
-  std::vector<std::vector<Buffer>> ks, vs;  // i8 only: their scales, f32 [max_seqs, slots, heads], [layer][device]
+  std::vector<std::vector<Buffer>> ks, vs;  // i8 and fp8 only: their scales, f32 [max_seqs, slots, heads], [layer][device]
   size_t device_bytes = 0;  // what one device of the mesh holds
   // Device d's buffers of layer i in the step's parameter order (xla::KvBuffersPerLayer).
   std::vector<Buffer*> Buffers(size_t i, int d) {
